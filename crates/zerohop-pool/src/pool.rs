@@ -1,0 +1,620 @@
+//! The mapped pool region: header, party table, owner words and slots.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use crate::owner::{Owner, OwnerTable, OwnershipError};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::{sys, Descriptor, PoolError};
+
+/// First 8 bytes of every pool region.
+pub const HEADER_MAGIC: [u8; 8] = *b"ZHPOOL\0\0";
+/// Version of the shared-memory protocol (`docs/protocol.md`).
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Bytes of [`SlotHeader`] at the start of every slot.
+pub const SLOT_HEADER_LEN: usize = 32;
+
+const PAGE: usize = 4096;
+const HUGE_PAGE: usize = 2 << 20;
+const PARTIES_OFFSET: usize = 128;
+
+/// The fixed header at offset 0 (64 bytes, written once by the creator).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct PoolHeader {
+    magic: [u8; 8],
+    version: u32,
+    slot_count: u32,
+    slot_size: u32,
+    max_parties: u32,
+    flags: u32,
+    _reserved: u32,
+    parties_offset: u64,
+    owners_offset: u64,
+    slots_offset: u64,
+    total_len: u64,
+}
+const _: () = assert!(core::mem::size_of::<PoolHeader>() == 64);
+const FLAG_HUGETLB: u32 = 1;
+
+/// Offset of the allocation cursor (own cache line, after the header).
+const CURSOR_OFFSET: usize = 64;
+
+/// Lifecycle of a party slot in the party table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PartyState {
+    /// Never started.
+    Empty = 0,
+    /// Process started, not attached yet.
+    Starting = 1,
+    /// Attached and receiving.
+    Ready = 2,
+    /// Died; its slots are being or have been reclaimed.
+    Dead = 3,
+}
+
+/// One entry of the party table (64 bytes). Written by the agent and by the party itself.
+#[repr(C, align(64))]
+pub struct PartyRecord {
+    state: AtomicU32,
+    pid: AtomicU32,
+    restarts: AtomicU32,
+    _pad: [u8; 52],
+}
+const _: () = assert!(core::mem::size_of::<PartyRecord>() == 64);
+
+impl PartyRecord {
+    /// Current state.
+    pub fn state(&self) -> PartyState {
+        // SYNC POINT: Acquire pairs with the Release in `set_state` by the agent or party.
+        match self.state.load(Ordering::Acquire) {
+            1 => PartyState::Starting,
+            2 => PartyState::Ready,
+            3 => PartyState::Dead,
+            _ => PartyState::Empty,
+        }
+    }
+    /// Sets the state.
+    pub fn set_state(&self, s: PartyState) {
+        // SYNC POINT: Release pairs with the Acquire in `state` (senders choosing an instance,
+        // the agent waiting for readiness).
+        self.state.store(s as u32, Ordering::Release);
+    }
+    /// Pid of the process, 0 if none.
+    pub fn pid(&self) -> u32 {
+        self.pid.load(Ordering::Relaxed)
+    }
+    /// Records the pid.
+    pub fn set_pid(&self, pid: u32) {
+        self.pid.store(pid, Ordering::Relaxed);
+    }
+    /// Times this party was restarted.
+    pub fn restarts(&self) -> u32 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+    /// Counts a restart.
+    pub fn count_restart(&self) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The 32-byte header at the start of each slot, written by the slot's owner.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotHeader {
+    /// Request id (same as in the descriptor; kept here so reclaim can find the request).
+    pub request: u32,
+    /// Index of the route the request entered by.
+    pub route: u16,
+    /// Position in the route's sequence of the function now handling it.
+    pub hop: u8,
+    /// Bit 0: the request left its sequence by dynamic routing.
+    pub flags: u8,
+    /// Status for the gateway (0 = 200 OK).
+    pub status: u16,
+    /// Bytes of metadata after the header, before the payload.
+    pub meta_len: u16,
+    /// Reserved, zero.
+    pub reserved: [u8; 20],
+}
+const _: () = assert!(core::mem::size_of::<SlotHeader>() == SLOT_HEADER_LEN);
+
+impl SlotHeader {
+    /// Flag bit: the request was forwarded out of its route's sequence.
+    pub const FLAG_DYNAMIC: u8 = 1;
+}
+
+/// What to create.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Name shown in /proc/PID/fd (`memfd:NAME`).
+    pub name: String,
+    /// Number of slots.
+    pub slots: u32,
+    /// Bytes per slot, including the 32-byte slot header.
+    pub slot_size: u32,
+    /// Entries in the party table (gateway + instances).
+    pub max_parties: u16,
+    /// Back the pool by 2 MiB huge pages.
+    pub hugepages: bool,
+}
+
+/// A mapped pool. Cheap to share behind an `Arc`; unmapped on drop.
+pub struct Pool {
+    fd: OwnedFd,
+    base: *mut u8,
+    header: PoolHeader,
+}
+
+// SAFETY: the mapping is process-wide and stays valid until drop; all shared state in it is
+// accessed through atomics, and slot bytes only by the slot's owner (see crate docs).
+unsafe impl Send for Pool {}
+// SAFETY: as above.
+unsafe impl Sync for Pool {}
+
+fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+impl Pool {
+    /// Creates, sizes, seals and maps a new pool.
+    pub fn create(cfg: &PoolConfig) -> Result<Self, PoolError> {
+        if cfg.slots == 0 || cfg.slots > (1 << 24) {
+            return Err(PoolError::Geometry(format!(
+                "slots must be 1..=16777216, got {}",
+                cfg.slots
+            )));
+        }
+        if (cfg.slot_size as usize) < SLOT_HEADER_LEN + 64 || cfg.slot_size % 64 != 0 {
+            return Err(PoolError::Geometry(format!(
+                "slot_size must be a multiple of 64 and at least {}, got {}",
+                SLOT_HEADER_LEN + 64,
+                cfg.slot_size
+            )));
+        }
+        if cfg.max_parties == 0 || cfg.max_parties == u16::MAX {
+            return Err(PoolError::Geometry("max_parties must be 1..65535".into()));
+        }
+        let parties_offset = PARTIES_OFFSET;
+        let owners_offset = round_up(
+            parties_offset + cfg.max_parties as usize * core::mem::size_of::<PartyRecord>(),
+            64,
+        );
+        let align = if cfg.hugepages { HUGE_PAGE } else { PAGE };
+        let slots_offset = round_up(owners_offset + cfg.slots as usize * 8, align);
+        let total = (cfg.slots as usize)
+            .checked_mul(cfg.slot_size as usize)
+            .and_then(|s| s.checked_add(slots_offset))
+            .map(|t| round_up(t, align))
+            .ok_or_else(|| PoolError::Geometry("pool size overflows".into()))?;
+        if cfg.hugepages {
+            let needed = (total / HUGE_PAGE) as u64;
+            let free = sys::free_hugepages().unwrap_or(0);
+            if free < needed {
+                return Err(PoolError::NoHugePages { needed, free });
+            }
+        }
+        let fd = sys::memfd_create(&format!("zerohop-pool:{}", cfg.name), cfg.hugepages)?;
+        sys::ftruncate(fd.as_fd(), total)?;
+        sys::seal(fd.as_fd())?;
+        // Huge pages are populated up front so a shortage fails here, not as a SIGBUS later.
+        let base = sys::mmap_shared(fd.as_fd(), total, cfg.hugepages)?;
+        let header = PoolHeader {
+            magic: HEADER_MAGIC,
+            version: PROTOCOL_VERSION,
+            slot_count: cfg.slots,
+            slot_size: cfg.slot_size,
+            max_parties: cfg.max_parties as u32,
+            flags: if cfg.hugepages { FLAG_HUGETLB } else { 0 },
+            _reserved: 0,
+            parties_offset: parties_offset as u64,
+            owners_offset: owners_offset as u64,
+            slots_offset: slots_offset as u64,
+            total_len: total as u64,
+        };
+        // SAFETY: base is a fresh, writable, page-aligned mapping of `total` >= 64 bytes that
+        // no other process has seen yet (the fd has not been shared). A fresh memfd is zeroed,
+        // which is the initial state of every atomic (free slots, empty parties).
+        unsafe { base.cast::<PoolHeader>().write(header) };
+        Ok(Self { fd, base, header })
+    }
+
+    /// Maps a pool received as a file descriptor, checking magic, version and size.
+    pub fn attach(fd: OwnedFd) -> Result<Self, PoolError> {
+        let len = sys::file_len(fd.as_fd())?;
+        if len < PAGE {
+            return Err(PoolError::BadMagic);
+        }
+        let want = libc::F_SEAL_SHRINK;
+        if sys::seals(fd.as_fd())? & want != want {
+            return Err(PoolError::Geometry("pool memfd is not sealed against shrinking".into()));
+        }
+        let base = sys::mmap_shared(fd.as_fd(), len, false)?;
+        // SAFETY: the mapping is at least one page, so the 64-byte header is in bounds; it is
+        // plain data written once before the fd was shared.
+        let header = unsafe { base.cast::<PoolHeader>().read() };
+        let unmap = |e| {
+            // SAFETY: (base, len) is the mapping just made; nothing refers into it yet.
+            unsafe { sys::munmap(base, len) };
+            Err(e)
+        };
+        if header.magic != HEADER_MAGIC {
+            return unmap(PoolError::BadMagic);
+        }
+        if header.version != PROTOCOL_VERSION {
+            return unmap(PoolError::Version {
+                found: header.version,
+                supported: PROTOCOL_VERSION,
+            });
+        }
+        let slots_end = header.slots_offset as usize
+            + header.slot_count as usize * header.slot_size as usize;
+        if header.total_len as usize != len
+            || slots_end > len
+            || (header.owners_offset as usize) + header.slot_count as usize * 8
+                > header.slots_offset as usize
+            || header.parties_offset as usize + header.max_parties as usize * 64
+                > header.owners_offset as usize
+            || header.parties_offset as usize != PARTIES_OFFSET
+        {
+            return unmap(PoolError::Geometry("pool header does not match its size".into()));
+        }
+        Ok(Self { fd, base, header })
+    }
+
+    /// The memfd, to hand to a new party.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Number of slots.
+    pub fn slot_count(&self) -> u32 {
+        self.header.slot_count
+    }
+
+    /// Bytes per slot including its header.
+    pub fn slot_size(&self) -> u32 {
+        self.header.slot_size
+    }
+
+    /// Bytes per slot available for metadata + payload.
+    pub fn slot_capacity(&self) -> usize {
+        self.header.slot_size as usize - SLOT_HEADER_LEN
+    }
+
+    /// Entries in the party table.
+    pub fn max_parties(&self) -> u16 {
+        self.header.max_parties as u16
+    }
+
+    /// Whether the pool is backed by huge pages.
+    pub fn hugepages(&self) -> bool {
+        self.header.flags & FLAG_HUGETLB != 0
+    }
+
+    /// Total mapped bytes.
+    pub fn mapped_len(&self) -> usize {
+        self.header.total_len as usize
+    }
+
+    /// The owner table.
+    pub fn owners(&self) -> OwnerTable<'_> {
+        // SAFETY: the owner words and cursor lie inside the mapping (checked in attach, built
+        // so in create), are 8/4-aligned (offsets are multiples of 64 in a page-aligned
+        // mapping), and std atomics have the layout of the plain integer. They live as long
+        // as `self`.
+        unsafe {
+            let words = std::slice::from_raw_parts(
+                self.base.add(self.header.owners_offset as usize).cast::<AtomicU64>(),
+                self.header.slot_count as usize,
+            );
+            let cursor = &*self.base.add(CURSOR_OFFSET).cast::<AtomicU32>();
+            OwnerTable::new(words, cursor)
+        }
+    }
+
+    /// The party table entry of `party`.
+    pub fn party(&self, party: u16) -> Option<&PartyRecord> {
+        if party >= self.max_parties() {
+            return None;
+        }
+        // SAFETY: in bounds (checked above and at attach), 64-aligned, and PartyRecord is all
+        // atomics and padding, valid for any bit pattern.
+        Some(unsafe {
+            &*self
+                .base
+                .add(self.header.parties_offset as usize + party as usize * 64)
+                .cast::<PartyRecord>()
+        })
+    }
+
+    fn slot_ptr(&self, slot: u32) -> *mut u8 {
+        debug_assert!(slot < self.header.slot_count);
+        // SAFETY: slot < slot_count, so the offset is inside the mapping.
+        unsafe {
+            self.base
+                .add(self.header.slots_offset as usize + slot as usize * self.header.slot_size as usize)
+        }
+    }
+
+    /// Allocates a slot for `me`; `None` when the pool is exhausted.
+    pub fn alloc(self: &Arc<Self>, me: Owner) -> Option<OwnedSlot> {
+        let (index, generation) = self.owners().alloc(me)?;
+        let mut slot = OwnedSlot {
+            pool: self.clone(),
+            index,
+            generation,
+            owner: me,
+        };
+        slot.set_header(&SlotHeader::default());
+        Some(slot)
+    }
+
+    /// Takes over the slot named by `desc` for `me`, if it is currently held by an owner that
+    /// `allowed` accepts and the descriptor's length fits the slot.
+    pub fn take(
+        self: &Arc<Self>,
+        desc: &Descriptor,
+        me: Owner,
+        allowed: impl Fn(Owner) -> bool,
+    ) -> Result<(Owner, OwnedSlot), TakeError> {
+        if desc.slot >= self.slot_count() {
+            return Err(TakeError::Ownership(OwnershipError::OutOfRange(desc.slot)));
+        }
+        if desc.len as usize > self.slot_capacity() {
+            return Err(TakeError::Length {
+                len: desc.len,
+                capacity: self.slot_capacity(),
+            });
+        }
+        if desc.flags != 0 {
+            return Err(TakeError::Flags(desc.flags));
+        }
+        let (from, generation) = self
+            .owners()
+            .take(desc.slot, desc.generation, me, allowed)
+            .map_err(TakeError::Ownership)?;
+        let slot = OwnedSlot {
+            pool: self.clone(),
+            index: desc.slot,
+            generation,
+            owner: me,
+        };
+        let meta_len = slot.header().meta_len as usize;
+        if meta_len + desc.len as usize > self.slot_capacity() {
+            // The slot is ours now; dropping it frees it.
+            return Err(TakeError::Length {
+                len: desc.len + meta_len as u32,
+                capacity: self.slot_capacity(),
+            });
+        }
+        Ok((from, slot))
+    }
+
+    /// Reads the header of a slot held by a dead party (for reclaim, by the agent).
+    pub fn peek_header(&self, slot: u32) -> Option<SlotHeader> {
+        if slot >= self.slot_count() {
+            return None;
+        }
+        // SAFETY: in bounds; the header is plain data valid for any bit pattern. The caller
+        // reads only slots whose owner is dead, so nobody writes it concurrently.
+        Some(unsafe { self.slot_ptr(slot).cast::<SlotHeader>().read_volatile() })
+    }
+
+    /// Frees every slot `dead` holds; returns the headers they carried.
+    pub fn reclaim(&self, dead: Owner) -> Vec<(u32, SlotHeader)> {
+        let owners = self.owners();
+        let mut out = Vec::new();
+        for slot in owners.owned_by(dead) {
+            let header = self.peek_header(slot).unwrap_or_default();
+            if owners.free(slot, dead).is_ok() {
+                out.push((slot, header));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: base/total_len is our mapping; every OwnedSlot holds an Arc<Pool>, so no
+        // slot view outlives it.
+        unsafe { sys::munmap(self.base, self.header.total_len as usize) };
+    }
+}
+
+/// Why a received descriptor was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TakeError {
+    /// Owner table refused the hand-over.
+    #[error(transparent)]
+    Ownership(OwnershipError),
+    /// Length beyond the slot.
+    #[error("length {len} exceeds the slot capacity {capacity}")]
+    Length {
+        /// Claimed bytes.
+        len: u32,
+        /// Capacity of a slot.
+        capacity: usize,
+    },
+    /// Reserved flags set.
+    #[error("reserved descriptor flags {0:#x} set")]
+    Flags(u8),
+}
+
+/// A slot this process owns. Freed on drop unless sent on with [`OwnedSlot::into_sent`].
+pub struct OwnedSlot {
+    pool: Arc<Pool>,
+    index: u32,
+    generation: u32,
+    owner: Owner,
+}
+
+impl OwnedSlot {
+    /// Slot index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Full generation.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Reads the slot header.
+    pub fn header(&self) -> SlotHeader {
+        // SAFETY: we own the slot (owner table), so nobody else writes it; in bounds.
+        unsafe { self.pool.slot_ptr(self.index).cast::<SlotHeader>().read() }
+    }
+
+    /// Writes the slot header.
+    pub fn set_header(&mut self, h: &SlotHeader) {
+        // SAFETY: as in `header`, and we hold &mut self.
+        unsafe { self.pool.slot_ptr(self.index).cast::<SlotHeader>().write(*h) }
+    }
+
+    /// Metadata and payload area (everything after the header).
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: we own the slot; the area is in bounds and lives as long as the Arc<Pool>
+        // we hold, which outlives the borrow of self.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.pool.slot_ptr(self.index).add(SLOT_HEADER_LEN),
+                self.pool.slot_capacity(),
+            )
+        }
+    }
+
+    /// Mutable metadata and payload area.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `data`, and &mut self makes the view unique in this process.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.pool.slot_ptr(self.index).add(SLOT_HEADER_LEN),
+                self.pool.slot_capacity(),
+            )
+        }
+    }
+
+    /// The descriptor that hands this slot to function `next` (or the gateway).
+    pub fn descriptor(&self, request: u32, len: u32, next: u8) -> Descriptor {
+        Descriptor {
+            slot: self.index,
+            len,
+            request,
+            generation: self.generation as u16,
+            next,
+            flags: 0,
+        }
+    }
+
+    /// Gives up this handle without freeing the slot: its descriptor has been sent and the
+    /// receiver takes it over (or reclaim frees it if we die first).
+    pub fn into_sent(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for OwnedSlot {
+    fn drop(&mut self) {
+        let _ = self.pool.owners().free(self.index, self.owner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Arc<Pool> {
+        Arc::new(
+            Pool::create(&PoolConfig {
+                name: "test".into(),
+                slots: 16,
+                slot_size: 4096,
+                max_parties: 4,
+                hugepages: false,
+            })
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn attach_sees_the_same_memory() {
+        let a = small();
+        let fd = a.fd().try_clone_to_owned().unwrap();
+        let b = Arc::new(Pool::attach(fd).unwrap());
+        assert_eq!(b.slot_count(), 16);
+        let mut s = a.alloc(Owner::party(0)).unwrap();
+        s.data_mut()[..5].copy_from_slice(b"hello");
+        let d = s.descriptor(7, 5, 0);
+        s.into_sent();
+        let (from, got) = b.take(&d, Owner::party(1), |o| o == Owner::party(0)).unwrap();
+        assert_eq!(from, Owner::party(0));
+        assert_eq!(&got.data()[..5], b"hello");
+        assert_eq!(a.owners().in_use(), 1);
+        drop(got);
+        assert_eq!(a.owners().in_use(), 0);
+    }
+
+    #[test]
+    fn take_refuses_bad_descriptors() {
+        let p = small();
+        let s = p.alloc(Owner::party(0)).unwrap();
+        let good = s.descriptor(1, 10, 0);
+        s.into_sent();
+        let me = Owner::party(1);
+        let any = |_: Owner| true;
+        let too_long = Descriptor { len: 5000, ..good };
+        assert!(matches!(p.take(&too_long, me, any), Err(TakeError::Length { .. })));
+        let out_of_range = Descriptor { slot: 99, ..good };
+        assert!(p.take(&out_of_range, me, any).is_err());
+        let flags = Descriptor { flags: 4, ..good };
+        assert!(matches!(p.take(&flags, me, any), Err(TakeError::Flags(4))));
+        let stale = Descriptor { generation: 9, ..good };
+        assert!(p.take(&stale, me, any).is_err());
+        assert!(p.take(&good, me, any).is_ok());
+    }
+
+    #[test]
+    fn attach_rejects_foreign_fds() {
+        let fd = sys::memfd_create("not-a-pool", false).unwrap();
+        sys::ftruncate(fd.as_fd(), 8192).unwrap();
+        sys::seal(fd.as_fd()).unwrap();
+        assert!(matches!(Pool::attach(fd), Err(PoolError::BadMagic)));
+    }
+
+    #[test]
+    fn reclaim_frees_and_reports_headers() {
+        let p = small();
+        let dead = Owner::party(2);
+        let mut s = p.alloc(dead).unwrap();
+        s.set_header(&SlotHeader { request: 42, ..Default::default() });
+        s.into_sent();
+        let got = p.reclaim(dead);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1.request, 42);
+        assert_eq!(p.owners().in_use(), 0);
+    }
+
+    #[test]
+    fn hugepages_shortage_is_explained() {
+        let r = Pool::create(&PoolConfig {
+            name: "huge".into(),
+            slots: 1 << 20,
+            slot_size: 1 << 16,
+            max_parties: 4,
+            hugepages: true,
+        });
+        match r {
+            Err(PoolError::NoHugePages { needed, .. }) => assert!(needed > 1000),
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("64 GiB of huge pages cannot be free on this host"),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Raw syscalls of the pool (memfd, seals, mmap), each failure naming its call.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use crate::PoolError;
+
+fn last(call: &'static str) -> PoolError {
+    PoolError::Syscall {
+        call,
+        source: std::io::Error::last_os_error(),
+    }
+}
+
+/// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING [| MFD_HUGETLB])`.
+pub(crate) fn memfd_create(name: &str, hugetlb: bool) -> Result<OwnedFd, PoolError> {
+    let cname = CString::new(name).map_err(|_| PoolError::BadName(name.to_owned()))?;
+    let mut flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    if hugetlb {
+        flags |= libc::MFD_HUGETLB;
+    }
+    // SAFETY: cname is a valid NUL-terminated string for the duration of the call.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(last("memfd_create"));
+    }
+    // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `ftruncate(fd, len)`.
+pub(crate) fn ftruncate(fd: BorrowedFd<'_>, len: usize) -> Result<(), PoolError> {
+    // SAFETY: plain syscall on a valid fd.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
+        return Err(last("ftruncate"));
+    }
+    Ok(())
+}
+
+/// Seals the memfd so that no party can shrink it under another's mapping (SIGBUS).
+pub(crate) fn seal(fd: BorrowedFd<'_>) -> Result<(), PoolError> {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: plain fcntl on a valid fd.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(last("fcntl(F_ADD_SEALS)"));
+    }
+    Ok(())
+}
+
+/// Seals currently on `fd`.
+pub(crate) fn seals(fd: BorrowedFd<'_>) -> Result<i32, PoolError> {
+    // SAFETY: plain fcntl on a valid fd.
+    let s = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if s < 0 {
+        return Err(last("fcntl(F_GET_SEALS)"));
+    }
+    Ok(s)
+}
+
+/// Size of the file behind `fd`.
+pub(crate) fn file_len(fd: BorrowedFd<'_>) -> Result<usize, PoolError> {
+    // SAFETY: stat is plain data; fstat fills it on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and a valid out pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(last("fstat"));
+    }
+    Ok(st.st_size as usize)
+}
+
+/// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED [| MAP_POPULATE], fd, 0)`.
+pub(crate) fn mmap_shared(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    populate: bool,
+) -> Result<*mut u8, PoolError> {
+    let mut flags = libc::MAP_SHARED;
+    if populate {
+        flags |= libc::MAP_POPULATE;
+    }
+    // SAFETY: a fresh mapping chosen by the kernel; it aliases no Rust object.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(last("mmap"));
+    }
+    Ok(p.cast())
+}
+
+/// Unmaps a region returned by [`mmap_shared`].
+///
+/// # Safety
+/// `(p, len)` must be exactly a mapping from [`mmap_shared`] and no reference into it may be
+/// used afterwards.
+pub(crate) unsafe fn munmap(p: *mut u8, len: usize) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
+/// Free 2 MiB huge pages on the host, from /proc/meminfo.
+pub(crate) fn free_hugepages() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("HugePages_Free:"))
+        .and_then(|v| v.trim().parse().ok())
+}
