@@ -40,7 +40,10 @@ pub struct Descriptor {
 
 const _: () = assert!(core::mem::size_of::<Descriptor>() == 16);
 const _: () = assert!(core::mem::align_of::<Descriptor>() == 8);
-const _: () = assert!(cfg!(target_endian = "little"), "the wire format is little-endian");
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "the wire format is little-endian"
+);
 
 impl Descriptor {
     /// `next` value that addresses the chain's gateway.

@@ -31,17 +31,19 @@
 
 mod descriptor;
 mod owner;
-pub mod sync;
 #[cfg(not(loom))]
 mod pool;
+#[cfg(not(loom))]
+pub mod region;
+pub mod sync;
 #[cfg(not(loom))]
 mod sys;
 
 pub use descriptor::Descriptor;
-pub use owner::{OwnershipError, Owner, OwnerTable, OwnerWord};
+pub use owner::{Owner, OwnerTable, OwnerWord, OwnershipError};
 #[cfg(not(loom))]
 pub use pool::{
-    OwnedSlot, PartyRecord, PartyState, Pool, PoolConfig, SlotHeader, HEADER_MAGIC,
+    OwnedSlot, PartyRecord, PartyState, Pool, PoolConfig, SlotHeader, TakeError, HEADER_MAGIC,
     PROTOCOL_VERSION, SLOT_HEADER_LEN,
 };
 

@@ -217,12 +217,8 @@ impl<'a> OwnerTable<'a> {
                 generation: cur.generation.wrapping_add(1),
             };
             // SYNC POINT: Release pairs with the AcqRel CAS in `alloc` of the next owner.
-            match word.compare_exchange(
-                cur.pack(),
-                new.pack(),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
+            match word.compare_exchange(cur.pack(), new.pack(), Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => return Ok(()),
                 Err(w) => cur = OwnerWord::unpack(w),
             }
@@ -249,7 +245,10 @@ mod tests {
     use super::*;
 
     fn table(n: usize) -> (Vec<AtomicU64>, AtomicU32) {
-        ((0..n).map(|_| AtomicU64::new(0)).collect(), AtomicU32::new(0))
+        (
+            (0..n).map(|_| AtomicU64::new(0)).collect(),
+            AtomicU32::new(0),
+        )
     }
 
     #[test]

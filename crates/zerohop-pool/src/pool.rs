@@ -1,9 +1,10 @@
 //! The mapped pool region: header, party table, owner words and slots.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use crate::owner::{Owner, OwnerTable, OwnershipError};
+use crate::region::Region;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::{sys, Descriptor, PoolError};
 
@@ -142,7 +143,7 @@ pub struct PoolConfig {
 
 /// A mapped pool. Cheap to share behind an `Arc`; unmapped on drop.
 pub struct Pool {
-    fd: OwnedFd,
+    region: Region,
     base: *mut u8,
     header: PoolHeader,
 }
@@ -195,11 +196,8 @@ impl Pool {
                 return Err(PoolError::NoHugePages { needed, free });
             }
         }
-        let fd = sys::memfd_create(&format!("zerohop-pool:{}", cfg.name), cfg.hugepages)?;
-        sys::ftruncate(fd.as_fd(), total)?;
-        sys::seal(fd.as_fd())?;
-        // Huge pages are populated up front so a shortage fails here, not as a SIGBUS later.
-        let base = sys::mmap_shared(fd.as_fd(), total, cfg.hugepages)?;
+        let region = Region::create(&format!("zerohop-pool:{}", cfg.name), total, cfg.hugepages)?;
+        let base = region.base();
         let header = PoolHeader {
             magic: HEADER_MAGIC,
             version: PROTOCOL_VERSION,
@@ -217,28 +215,24 @@ impl Pool {
         // no other process has seen yet (the fd has not been shared). A fresh memfd is zeroed,
         // which is the initial state of every atomic (free slots, empty parties).
         unsafe { base.cast::<PoolHeader>().write(header) };
-        Ok(Self { fd, base, header })
+        Ok(Self {
+            region,
+            base,
+            header,
+        })
     }
 
     /// Maps a pool received as a file descriptor, checking magic, version and size.
     pub fn attach(fd: OwnedFd) -> Result<Self, PoolError> {
-        let len = sys::file_len(fd.as_fd())?;
+        let region = Region::attach(fd)?;
+        let (base, len) = (region.base(), region.len());
         if len < PAGE {
             return Err(PoolError::BadMagic);
         }
-        let want = libc::F_SEAL_SHRINK;
-        if sys::seals(fd.as_fd())? & want != want {
-            return Err(PoolError::Geometry("pool memfd is not sealed against shrinking".into()));
-        }
-        let base = sys::mmap_shared(fd.as_fd(), len, false)?;
         // SAFETY: the mapping is at least one page, so the 64-byte header is in bounds; it is
         // plain data written once before the fd was shared.
         let header = unsafe { base.cast::<PoolHeader>().read() };
-        let unmap = |e| {
-            // SAFETY: (base, len) is the mapping just made; nothing refers into it yet.
-            unsafe { sys::munmap(base, len) };
-            Err(e)
-        };
+        let unmap = Err;
         if header.magic != HEADER_MAGIC {
             return unmap(PoolError::BadMagic);
         }
@@ -248,8 +242,8 @@ impl Pool {
                 supported: PROTOCOL_VERSION,
             });
         }
-        let slots_end = header.slots_offset as usize
-            + header.slot_count as usize * header.slot_size as usize;
+        let slots_end =
+            header.slots_offset as usize + header.slot_count as usize * header.slot_size as usize;
         if header.total_len as usize != len
             || slots_end > len
             || (header.owners_offset as usize) + header.slot_count as usize * 8
@@ -258,14 +252,20 @@ impl Pool {
                 > header.owners_offset as usize
             || header.parties_offset as usize != PARTIES_OFFSET
         {
-            return unmap(PoolError::Geometry("pool header does not match its size".into()));
+            return unmap(PoolError::Geometry(
+                "pool header does not match its size".into(),
+            ));
         }
-        Ok(Self { fd, base, header })
+        Ok(Self {
+            region,
+            base,
+            header,
+        })
     }
 
     /// The memfd, to hand to a new party.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.region.fd()
     }
 
     /// Number of slots.
@@ -306,7 +306,9 @@ impl Pool {
         // as `self`.
         unsafe {
             let words = std::slice::from_raw_parts(
-                self.base.add(self.header.owners_offset as usize).cast::<AtomicU64>(),
+                self.base
+                    .add(self.header.owners_offset as usize)
+                    .cast::<AtomicU64>(),
                 self.header.slot_count as usize,
             );
             let cursor = &*self.base.add(CURSOR_OFFSET).cast::<AtomicU32>();
@@ -333,8 +335,9 @@ impl Pool {
         debug_assert!(slot < self.header.slot_count);
         // SAFETY: slot < slot_count, so the offset is inside the mapping.
         unsafe {
-            self.base
-                .add(self.header.slots_offset as usize + slot as usize * self.header.slot_size as usize)
+            self.base.add(
+                self.header.slots_offset as usize + slot as usize * self.header.slot_size as usize,
+            )
         }
     }
 
@@ -416,14 +419,6 @@ impl Pool {
     }
 }
 
-impl Drop for Pool {
-    fn drop(&mut self) {
-        // SAFETY: base/total_len is our mapping; every OwnedSlot holds an Arc<Pool>, so no
-        // slot view outlives it.
-        unsafe { sys::munmap(self.base, self.header.total_len as usize) };
-    }
-}
-
 /// Why a received descriptor was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TakeError {
@@ -476,7 +471,12 @@ impl OwnedSlot {
     /// Writes the slot header.
     pub fn set_header(&mut self, h: &SlotHeader) {
         // SAFETY: as in `header`, and we hold &mut self.
-        unsafe { self.pool.slot_ptr(self.index).cast::<SlotHeader>().write(*h) }
+        unsafe {
+            self.pool
+                .slot_ptr(self.index)
+                .cast::<SlotHeader>()
+                .write(*h)
+        }
     }
 
     /// Metadata and payload area (everything after the header).
@@ -554,7 +554,9 @@ mod tests {
         s.data_mut()[..5].copy_from_slice(b"hello");
         let d = s.descriptor(7, 5, 0);
         s.into_sent();
-        let (from, got) = b.take(&d, Owner::party(1), |o| o == Owner::party(0)).unwrap();
+        let (from, got) = b
+            .take(&d, Owner::party(1), |o| o == Owner::party(0))
+            .unwrap();
         assert_eq!(from, Owner::party(0));
         assert_eq!(&got.data()[..5], b"hello");
         assert_eq!(a.owners().in_use(), 1);
@@ -571,18 +573,25 @@ mod tests {
         let me = Owner::party(1);
         let any = |_: Owner| true;
         let too_long = Descriptor { len: 5000, ..good };
-        assert!(matches!(p.take(&too_long, me, any), Err(TakeError::Length { .. })));
+        assert!(matches!(
+            p.take(&too_long, me, any),
+            Err(TakeError::Length { .. })
+        ));
         let out_of_range = Descriptor { slot: 99, ..good };
         assert!(p.take(&out_of_range, me, any).is_err());
         let flags = Descriptor { flags: 4, ..good };
         assert!(matches!(p.take(&flags, me, any), Err(TakeError::Flags(4))));
-        let stale = Descriptor { generation: 9, ..good };
+        let stale = Descriptor {
+            generation: 9,
+            ..good
+        };
         assert!(p.take(&stale, me, any).is_err());
         assert!(p.take(&good, me, any).is_ok());
     }
 
     #[test]
     fn attach_rejects_foreign_fds() {
+        use std::os::fd::AsFd;
         let fd = sys::memfd_create("not-a-pool", false).unwrap();
         sys::ftruncate(fd.as_fd(), 8192).unwrap();
         sys::seal(fd.as_fd()).unwrap();
@@ -594,7 +603,10 @@ mod tests {
         let p = small();
         let dead = Owner::party(2);
         let mut s = p.alloc(dead).unwrap();
-        s.set_header(&SlotHeader { request: 42, ..Default::default() });
+        s.set_header(&SlotHeader {
+            request: 42,
+            ..Default::default()
+        });
         s.into_sent();
         let got = p.reclaim(dead);
         assert_eq!(got.len(), 1);
