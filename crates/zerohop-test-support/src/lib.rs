@@ -1,0 +1,224 @@
+//! `zerohop-test-support`: what every multi-process test of zerohop needs.
+//!
+//! * [`ChildGuard`]: a child process that is killed and reaped when the guard drops, also
+//!   when the test panics.
+//! * [`spawn_self`]: re-runs the current test binary as a child executing one named test in
+//!   a given role, with file descriptors mapped to fixed numbers (how tests hand a pool or a
+//!   transport to another process, as the agent does).
+//! * `/proc` readers for leak and idle checks: open fds, memfds, CPU ticks, descendants.
+//! * [`wait_until`]: every wait in a test is bounded.
+//!
+//! `unsafe` only to take ownership of inherited descriptors in a child.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use command_fds::{CommandFdExt, FdMapping};
+
+/// Environment variable naming the role a re-executed test binary plays.
+pub const ROLE_ENV: &str = "ZEROHOP_TEST_ROLE";
+
+/// A child process killed (SIGKILL) and reaped on drop.
+pub struct ChildGuard {
+    child: Option<Child>,
+}
+
+impl ChildGuard {
+    /// Guards `child`.
+    pub fn new(child: Child) -> Self {
+        Self { child: Some(child) }
+    }
+
+    /// Pid of the child.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Mutable access to the child (stdin/stdout handles).
+    pub fn child_mut(&mut self) -> &mut Child {
+        self.child.as_mut().expect("child present until drop")
+    }
+
+    /// Waits up to `timeout` for the child to exit; returns its exit code (`None` when it
+    /// was killed by a signal). Panics when it does not exit in time (the guard still kills
+    /// it on drop).
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<i32> {
+        let child = self.child.as_mut().expect("child present until drop");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                let code = status.code();
+                self.child = None;
+                return code;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "child {} did not exit within {timeout:?}",
+                child.id()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends `signal` (e.g. `"TERM"`, `"KILL"`) with kill(1).
+    pub fn signal(&self, signal: &str) {
+        signal_pid(self.pid(), signal);
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sends `signal` to `pid` with kill(1); panics when kill fails to run.
+pub fn signal_pid(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run kill");
+}
+
+/// Runs `command` with `fds` mapped to descriptors 3, 4, ... in the child.
+pub fn spawn_with_fds(mut command: Command, fds: Vec<OwnedFd>) -> ChildGuard {
+    let mappings = fds
+        .into_iter()
+        .enumerate()
+        .map(|(i, fd)| FdMapping {
+            parent_fd: fd,
+            child_fd: 3 + i as i32,
+        })
+        .collect();
+    command
+        .fd_mappings(mappings)
+        .expect("fd mappings do not collide");
+    ChildGuard::new(command.spawn().expect("spawn child"))
+}
+
+/// Re-runs this test binary as a child that executes only the test `test` (its full path,
+/// e.g. `ring_ping_pong`), with [`ROLE_ENV`] set to `role`, extra `env`, and `fds` mapped to
+/// 3, 4, ... The child's stdout is piped, stderr inherited.
+pub fn spawn_self(test: &str, role: &str, env: &[(&str, String)], fds: Vec<OwnedFd>) -> ChildGuard {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = Command::new(exe);
+    cmd.args([test, "--exact", "--nocapture", "--test-threads", "1"])
+        .env(ROLE_ENV, role)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    spawn_with_fds(cmd, fds)
+}
+
+/// The role this process plays, when re-executed by [`spawn_self`].
+pub fn role() -> Option<String> {
+    std::env::var(ROLE_ENV).ok()
+}
+
+/// Takes ownership of inherited descriptors 3 .. 3+n (in a child made by [`spawn_self`]).
+/// Call it once per process.
+pub fn inherited_fds(n: usize) -> Vec<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    (0..n)
+        .map(|i| {
+            let raw = 3 + i as i32;
+            assert!(
+                Path::new(&format!("/proc/self/fd/{raw}")).exists(),
+                "descriptor {raw} was not inherited"
+            );
+            // SAFETY: spawn_with_fds mapped these descriptors into this process for it to
+            // own; nothing else in a test child claims them, and this runs once.
+            unsafe { OwnedFd::from_raw_fd(raw) }
+        })
+        .collect()
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// Waits until `cond` holds, checking every 10 ms, for at most `timeout`.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Number of open file descriptors of `pid` (0 when the process is gone).
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Targets of `pid`'s fds that are memfds (`/memfd:NAME (deleted)`).
+pub fn memfds(pid: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .filter(|p| p.contains("memfd:"))
+        .collect()
+}
+
+/// Mappings of `pid` backed by memfds (from /proc/PID/maps).
+pub fn memfd_mappings(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_or(0, |m| m.lines().filter(|l| l.contains("memfd:")).count())
+}
+
+/// utime + stime of `pid` in clock ticks (USER_HZ, 100 per second on Linux), summed over
+/// its threads; `None` when gone.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may contain spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); utime is field 14, stime field 15.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Pids whose parent is `pid`.
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| parent_of(p) == Some(pid))
+        .collect()
+}
+
+/// Parent pid of `pid`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rfind(')')
+            .and_then(|i| s[i + 2..].chars().next())
+            .is_some_and(|c| c != 'Z')
+    })
+}

@@ -1,0 +1,123 @@
+//! The validating receive side: what the transport delivered is checked against the pool
+//! and the policy before anyone trusts it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, OwnershipError, Pool, TakeError};
+
+use crate::{PartyId, Policy, Raw, Receiver, Stop};
+
+/// Counters of one endpoint, readable from other threads.
+#[derive(Debug, Default)]
+pub struct EndpointStats {
+    /// Descriptors accepted.
+    pub accepted: AtomicU64,
+    /// Addressed to another function.
+    pub dropped_wrong_function: AtomicU64,
+    /// Slot out of range, stale generation, or held by a party not allowed to reach us.
+    pub dropped_ownership: AtomicU64,
+    /// Length beyond the slot, or reserved flags set.
+    pub dropped_malformed: AtomicU64,
+}
+
+impl EndpointStats {
+    /// All drops together.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_wrong_function.load(Ordering::Relaxed)
+            + self.dropped_ownership.load(Ordering::Relaxed)
+            + self.dropped_malformed.load(Ordering::Relaxed)
+    }
+}
+
+/// A validated descriptor: the slot is now owned by this party.
+pub struct Delivery {
+    /// The party that sent it (from the owner record, cross-checked with the queue).
+    pub from: PartyId,
+    /// The descriptor as received.
+    pub desc: Descriptor,
+    /// The slot, owned by us; freed when dropped.
+    pub slot: OwnedSlot,
+}
+
+/// Receiver + validation for one party.
+pub struct Endpoint {
+    pool: Arc<Pool>,
+    policy: Arc<Policy>,
+    me: PartyId,
+    my_function: u8,
+    rx: Box<dyn Receiver>,
+    stats: Arc<EndpointStats>,
+}
+
+impl Endpoint {
+    /// Wraps the receiver of party `me`.
+    pub fn new(pool: Arc<Pool>, policy: Arc<Policy>, me: PartyId, rx: Box<dyn Receiver>) -> Self {
+        let my_function = policy.function_of(me).unwrap_or(Descriptor::GATEWAY);
+        Self {
+            pool,
+            policy,
+            me,
+            my_function,
+            rx,
+            stats: Arc::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Arc<EndpointStats> {
+        self.stats.clone()
+    }
+
+    /// Handle to stop a blocked [`Endpoint::recv`] from another thread.
+    pub fn stopper(&self) -> Arc<dyn Stop> {
+        self.rx.stopper()
+    }
+
+    /// Blocks until a valid descriptor arrives (invalid ones are dropped and counted);
+    /// `None` once stopped.
+    pub fn recv(&mut self) -> Option<Delivery> {
+        loop {
+            let raw = self.rx.recv()?;
+            if let Some(d) = self.validate(raw) {
+                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                return Some(d);
+            }
+        }
+    }
+
+    fn validate(&self, raw: Raw) -> Option<Delivery> {
+        let desc = raw.desc;
+        if desc.next != self.my_function {
+            self.stats
+                .dropped_wrong_function
+                .fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let me = self.me;
+        let policy = &self.policy;
+        let allowed = |o: Owner| match o.as_party() {
+            Some(p) => raw.from.is_none_or(|f| f == p) && policy.allows_parties(p, me),
+            None => false,
+        };
+        match self.pool.take(&desc, Owner::party(me), allowed) {
+            Ok((from, slot)) => Some(Delivery {
+                from: from.as_party().expect("allowed owners are parties"),
+                desc,
+                slot,
+            }),
+            Err(TakeError::Ownership(
+                OwnershipError::OutOfRange(_)
+                | OwnershipError::StaleGeneration { .. }
+                | OwnershipError::WrongOwner { .. },
+            )) => {
+                self.stats.dropped_ownership.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(TakeError::Length { .. } | TakeError::Flags(_)) => {
+                self.stats.dropped_malformed.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}

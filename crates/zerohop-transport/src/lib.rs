@@ -1,0 +1,226 @@
+//! `zerohop-transport`: how descriptors move between the parties of a chain and wake the
+//! receiver.
+//!
+//! One trait pair, [`Sender`] and [`Receiver`], and one factory, [`Transport`], with two
+//! backends today:
+//!
+//! * [`Backend::Ring`] (default): bounded single-producer queues in a shared memfd, one per
+//!   (sender, receiver) pair, so a sender that dies mid-send wedges nobody else. The receiver
+//!   spins briefly, then sleeps on a futex word in the region; a sender makes the wake
+//!   syscall only when the receiver has said it sleeps.
+//! * [`Backend::Socket`]: one `SOCK_SEQPACKET` socketpair per receiving party, the reference
+//!   and fallback. Every party inherits the send ends; the receiver its receive end.
+//!
+//! A transport never sees payloads. What it delivers is checked by an [`Endpoint`] against
+//! the pool (slot in range, length within the slot, generation, current owner) and against
+//! the chain's [`Policy`] (the sender may reach this function); refused descriptors are
+//! dropped and counted.
+//!
+//! `unsafe` is used for the futex, socket and eventfd syscalls (module `sys`) and to view the
+//! ring region as atomics. Minimum kernel: 3.17 (memfd).
+
+#![deny(missing_docs)]
+
+mod endpoint;
+mod policy;
+pub mod ring;
+#[cfg(not(loom))]
+pub mod socket;
+#[cfg(not(loom))]
+mod sys;
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::str::FromStr;
+
+#[cfg(not(loom))]
+pub use endpoint::{Delivery, Endpoint, EndpointStats};
+pub use policy::{Policy, PolicyError};
+use zerohop_pool::Descriptor;
+
+/// Party index: 0 is the gateway, 1.. the function instances.
+pub type PartyId = u16;
+
+/// Which backend moves descriptors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Shared-memory queues with spin-then-futex wakeup (default).
+    #[default]
+    Ring,
+    /// Unix `SOCK_SEQPACKET` per receiving party.
+    Socket,
+}
+
+impl Backend {
+    /// Every backend, for tests and benchmarks that run each.
+    pub const ALL: [Backend; 2] = [Backend::Ring, Backend::Socket];
+
+    /// Lower-case name as used in specs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Ring => "ring",
+            Backend::Socket => "socket",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ring" => Ok(Backend::Ring),
+            "socket" => Ok(Backend::Socket),
+            other => Err(format!(
+                "unknown transport {other:?}; use one of: ring, socket"
+            )),
+        }
+    }
+}
+
+/// Errors of setting up or using a transport.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// A system call failed.
+    #[error("{call} failed: {source}")]
+    Syscall {
+        /// Which call.
+        call: &'static str,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The shared region could not be made or mapped.
+    #[error(transparent)]
+    Region(#[from] zerohop_pool::PoolError),
+    /// The region or fds handed over do not fit the expected layout.
+    #[error("transport layout mismatch: {0}")]
+    Layout(String),
+    /// Party index out of range.
+    #[error("party {party} is out of range (the chain has {parties})")]
+    NoSuchParty {
+        /// Asked for.
+        party: PartyId,
+        /// Parties in the chain.
+        parties: u16,
+    },
+}
+
+/// Why a send failed. The descriptor was not delivered; its slot is still the sender's.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The receiver's queue stayed full for the whole send timeout.
+    #[error("receiver {0}'s queue is full")]
+    Full(PartyId),
+    /// No such receiver.
+    #[error("party {0} does not exist")]
+    NoSuchParty(PartyId),
+    /// The OS refused.
+    #[error("{call} failed: {source}")]
+    Syscall {
+        /// Which call.
+        call: &'static str,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The sending side of one party. Shared by all threads of that party.
+pub trait Sender: Send + Sync {
+    /// Delivers `desc` to party `to`, waking it if it sleeps. Never blocks for long: a full
+    /// queue is retried for a bounded time, then reported.
+    fn send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError>;
+}
+
+/// A descriptor as it came off the transport, not yet validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Raw {
+    /// Sender, when the backend knows it for certain (the ring: one queue per sender).
+    pub from: Option<PartyId>,
+    /// The descriptor.
+    pub desc: Descriptor,
+}
+
+/// The receiving side of one party (exactly one thread receives).
+pub trait Receiver: Send {
+    /// Blocks until a descriptor arrives; `None` once [`Stop::stop`] was called.
+    fn recv(&mut self) -> Option<Raw>;
+    /// A handle another thread can use to make `recv` return `None`.
+    fn stopper(&self) -> std::sync::Arc<dyn Stop>;
+}
+
+/// Stops a blocked receiver from another thread.
+pub trait Stop: Send + Sync {
+    /// Makes the receiver's `recv` return `None` now and from then on.
+    fn stop(&self);
+}
+
+/// The transport of one chain, as created by the agent or attached by a party.
+pub trait Transport: Send + Sync {
+    /// Which backend.
+    fn backend(&self) -> Backend;
+    /// Number of parties.
+    fn parties(&self) -> u16;
+    /// The file descriptors a party's process must inherit, in order.
+    fn fds_for(&self, party: PartyId) -> Result<Vec<BorrowedFd<'_>>, TransportError>;
+    /// The sender of party `me`.
+    fn sender(&self, me: PartyId) -> Result<Box<dyn Sender>, TransportError>;
+    /// The receiver of party `me`.
+    fn receiver(&self, me: PartyId) -> Result<Box<dyn Receiver>, TransportError>;
+}
+
+/// Tunables shared by the backends.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Descriptors each per-sender queue holds (ring; rounded up to a power of two).
+    pub queue_capacity: u32,
+    /// How long a receiver spins on empty queues before it sleeps, in microseconds.
+    pub spin_us: u32,
+    /// How long a sender retries a full queue before it gives up, in milliseconds.
+    pub send_timeout_ms: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            queue_capacity: 1024,
+            spin_us: 20,
+            send_timeout_ms: 1000,
+        }
+    }
+}
+
+/// Creates the transport of a chain with `parties` parties (agent side).
+#[cfg(not(loom))]
+pub fn create(
+    backend: Backend,
+    name: &str,
+    parties: u16,
+    opts: Options,
+) -> Result<Box<dyn Transport>, TransportError> {
+    Ok(match backend {
+        Backend::Ring => Box::new(ring::RingTransport::create(name, parties, opts)?),
+        Backend::Socket => Box::new(socket::SocketTransport::create(parties, opts)?),
+    })
+}
+
+/// Attaches to a chain's transport from the fds a party inherited (party side), in the
+/// order [`Transport::fds_for`] gave them.
+#[cfg(not(loom))]
+pub fn attach(
+    backend: Backend,
+    parties: u16,
+    me: PartyId,
+    fds: Vec<OwnedFd>,
+    opts: Options,
+) -> Result<Box<dyn Transport>, TransportError> {
+    Ok(match backend {
+        Backend::Ring => Box::new(ring::RingTransport::attach(parties, fds, opts)?),
+        Backend::Socket => Box::new(socket::SocketTransport::attach(parties, me, fds, opts)?),
+    })
+}

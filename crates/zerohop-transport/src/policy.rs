@@ -1,0 +1,104 @@
+//! Who may send to whom: the chain's allowed edges, derived from its routes.
+
+use std::collections::HashSet;
+
+use zerohop_pool::Descriptor;
+
+use crate::PartyId;
+
+/// The gateway's function index in edges (same value as [`Descriptor::GATEWAY`]).
+pub const GATEWAY_FN: u8 = Descriptor::GATEWAY;
+
+/// Errors building a policy.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PolicyError {
+    /// Too many functions for the one-byte function index.
+    #[error("a chain may have at most 254 functions, this one has {0}")]
+    TooManyFunctions(usize),
+}
+
+/// The chain's allowed edges between functions, and which function each party runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Function index of each party; party 0 (the gateway) is [`GATEWAY_FN`].
+    party_function: Vec<u8>,
+    /// Allowed (from function, to function) pairs; the gateway is [`GATEWAY_FN`].
+    edges: HashSet<(u8, u8)>,
+}
+
+impl Policy {
+    /// Builds a policy from each party's function and the allowed function edges.
+    pub fn new(
+        party_function: Vec<u8>,
+        edges: impl IntoIterator<Item = (u8, u8)>,
+    ) -> Result<Self, PolicyError> {
+        if let Some(&max) = party_function.iter().filter(|&&f| f != GATEWAY_FN).max() {
+            if max as usize >= 254 {
+                return Err(PolicyError::TooManyFunctions(max as usize + 1));
+            }
+        }
+        Ok(Self {
+            party_function,
+            edges: edges.into_iter().collect(),
+        })
+    }
+
+    /// Number of parties.
+    pub fn parties(&self) -> u16 {
+        self.party_function.len() as u16
+    }
+
+    /// Function index run by `party`.
+    pub fn function_of(&self, party: PartyId) -> Option<u8> {
+        self.party_function.get(party as usize).copied()
+    }
+
+    /// Parties running function `f`.
+    pub fn parties_of(&self, f: u8) -> impl Iterator<Item = PartyId> + '_ {
+        self.party_function
+            .iter()
+            .enumerate()
+            .filter(move |(_, &g)| g == f)
+            .map(|(p, _)| p as PartyId)
+    }
+
+    /// Whether function `from` may send to function `to`.
+    pub fn allows(&self, from: u8, to: u8) -> bool {
+        self.edges.contains(&(from, to))
+    }
+
+    /// Whether party `from` may send to party `to`.
+    pub fn allows_parties(&self, from: PartyId, to: PartyId) -> bool {
+        match (self.function_of(from), self.function_of(to)) {
+            (Some(f), Some(t)) => self.allows(f, t),
+            _ => false,
+        }
+    }
+
+    /// All allowed edges (unordered).
+    pub fn edges(&self) -> impl Iterator<Item = (u8, u8)> + '_ {
+        self.edges.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edges_by_party() {
+        // gateway, upper (fn 0) x2, exclaim (fn 1)
+        let p = Policy::new(
+            vec![GATEWAY_FN, 0, 0, 1],
+            [(GATEWAY_FN, 0), (0, 1), (1, GATEWAY_FN)],
+        )
+        .unwrap();
+        assert!(p.allows_parties(0, 1));
+        assert!(p.allows_parties(2, 3));
+        assert!(p.allows_parties(3, 0));
+        assert!(!p.allows_parties(0, 3), "gateway may not skip to exclaim");
+        assert!(!p.allows_parties(3, 1), "no edge back");
+        assert!(!p.allows_parties(9, 0), "unknown party");
+        assert_eq!(p.parties_of(0).collect::<Vec<_>>(), vec![1, 2]);
+    }
+}

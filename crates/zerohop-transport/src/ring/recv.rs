@@ -1,0 +1,116 @@
+//! Receiving on the ring: scan the per-sender queues round-robin, spin briefly when all are
+//! empty, then sleep on the inbox futex.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zerohop_pool::sync::{fence, spin_hint, Ordering};
+
+use super::transport::RingShared;
+use crate::{sys, PartyId, Raw, Receiver, Stop};
+
+/// The ring receiver of one party.
+pub struct RingReceiver {
+    shared: Arc<RingShared>,
+    me: PartyId,
+    next_sender: PartyId,
+    stop: Arc<RingStop>,
+}
+
+/// Stops a [`RingReceiver`].
+pub struct RingStop {
+    shared: Arc<RingShared>,
+    me: PartyId,
+    stopped: AtomicBool,
+}
+
+impl Stop for RingStop {
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let seq = self.shared.seq(self.me);
+        // SYNC POINT: as a sender's wake: pairs with the Acquire load of `seq` in `recv`.
+        seq.fetch_add(1, Ordering::Release);
+        sys::futex_wake(seq);
+    }
+}
+
+impl RingReceiver {
+    pub(crate) fn new(shared: Arc<RingShared>, me: PartyId) -> Self {
+        let stop = Arc::new(RingStop {
+            shared: shared.clone(),
+            me,
+            stopped: AtomicBool::new(false),
+        });
+        Self {
+            shared,
+            me,
+            next_sender: 0,
+            stop,
+        }
+    }
+
+    /// One round-robin pass over the senders' queues.
+    fn poll_once(&mut self) -> Option<Raw> {
+        let n = self.shared.parties;
+        for k in 0..n {
+            let from = (self.next_sender + k) % n;
+            if let Some(desc) = self.shared.queue(self.me, from).pop() {
+                self.next_sender = (from + 1) % n;
+                return Some(Raw {
+                    from: Some(from),
+                    desc,
+                });
+            }
+        }
+        None
+    }
+
+    fn all_empty(&self) -> bool {
+        (0..self.shared.parties).all(|from| self.shared.queue(self.me, from).is_empty())
+    }
+}
+
+impl Receiver for RingReceiver {
+    fn recv(&mut self) -> Option<Raw> {
+        let spin = Duration::from_micros(self.shared.opts.spin_us as u64);
+        let mut spin_start: Option<Instant> = None;
+        let mut rounds = 0u32;
+        loop {
+            if self.stop.stopped.load(Ordering::Relaxed) {
+                return None;
+            }
+            if let Some(raw) = self.poll_once() {
+                return Some(raw);
+            }
+            // Spin phase: look at the clock only every 64 rounds.
+            if !spin.is_zero() {
+                let start = *spin_start.get_or_insert_with(Instant::now);
+                rounds = rounds.wrapping_add(1);
+                if rounds % 64 != 0 || start.elapsed() < spin {
+                    spin_hint();
+                    continue;
+                }
+            }
+            // Sleep phase.
+            let seq = self.shared.seq(self.me);
+            let sleeping = self.shared.sleeping(self.me);
+            // SYNC POINT: Acquire pairs with the Release `fetch_add` of a waking sender.
+            let seen = seq.load(Ordering::Acquire);
+            sleeping.store(1, Ordering::Relaxed);
+            // SYNC POINT: this SeqCst fence pairs with the sender's fence between publishing
+            // `tail` and reading `sleeping`.
+            fence(Ordering::SeqCst);
+            if self.all_empty() && !self.stop.stopped.load(Ordering::SeqCst) {
+                sys::futex_wait(seq, seen);
+            }
+            sleeping.store(0, Ordering::Relaxed);
+            spin_start = None;
+            rounds = 0;
+        }
+    }
+
+    fn stopper(&self) -> Arc<dyn Stop> {
+        self.stop.clone()
+    }
+}

@@ -1,0 +1,166 @@
+//! Raw syscalls of the transports: futex on shared memory, seqpacket sockets, eventfd, poll.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use zerohop_pool::sync::AtomicU32;
+
+use crate::{SendError, TransportError};
+
+fn err(call: &'static str) -> TransportError {
+    TransportError::Syscall {
+        call,
+        source: io::Error::last_os_error(),
+    }
+}
+
+/// `FUTEX_WAIT` (shared, not private: the word lives in a region other processes map)
+/// while `*word == expected`. Returns on wake, on a value change, or on a signal.
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
+    // SAFETY: word points to a live, 4-aligned u32 in a shared mapping; a null timeout means
+    // wait without a deadline. Errors (EAGAIN, EINTR) just mean "look again".
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// `FUTEX_WAKE` one waiter on `word`.
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: as in futex_wait; waking has no memory effects.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1);
+    }
+}
+
+/// A `SOCK_SEQPACKET` socketpair, close-on-exec.
+pub(crate) fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), TransportError> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid out array of two ints.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r < 0 {
+        return Err(err("socketpair"));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sets `SO_SNDTIMEO`, bounding a blocking send on a full socket.
+pub(crate) fn set_send_timeout(fd: BorrowedFd<'_>, ms: u32) -> Result<(), TransportError> {
+    let tv = libc::timeval {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_usec: ((ms % 1000) * 1000) as libc::suseconds_t,
+    };
+    // SAFETY: tv is a valid timeval for the duration of the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(err("setsockopt(SO_SNDTIMEO)"));
+    }
+    Ok(())
+}
+
+/// Sends one 16-byte message (blocking up to the socket's send timeout).
+pub(crate) fn send16(fd: BorrowedFd<'_>, b: &[u8; 16]) -> Result<(), io::Error> {
+    loop {
+        // SAFETY: b is a valid 16-byte buffer.
+        let r = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), 16, libc::MSG_NOSIGNAL) };
+        if r == 16 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if r < 0 && e.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+/// Receives one message without blocking. `Ok(None)` when nothing is queued.
+pub(crate) fn recv16_nonblocking(fd: BorrowedFd<'_>) -> Result<Option<([u8; 16], usize)>, io::Error> {
+    let mut b = [0u8; 16];
+    loop {
+        // SAFETY: b is a valid 16-byte buffer; MSG_TRUNC makes the kernel report the real
+        // message length so oversize messages are recognised.
+        let r = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                b.as_mut_ptr().cast(),
+                16,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if r >= 0 {
+            return Ok(Some((b, r as usize)));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(None),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// A non-blocking eventfd, close-on-exec.
+pub(crate) fn eventfd() -> Result<OwnedFd, TransportError> {
+    // SAFETY: plain syscall.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(err("eventfd"));
+    }
+    // SAFETY: fd was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd.
+pub(crate) fn eventfd_signal(fd: BorrowedFd<'_>) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a valid u64.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Blocks until one of `fds` is readable (or a signal arrives).
+pub(crate) fn poll_readable(fds: &[BorrowedFd<'_>]) {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|f| libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: pfds is a valid array of pfds.len() pollfd structs; -1 waits without deadline.
+    unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
+}
+
+/// Maps an io error of a send to the transport's error.
+pub(crate) fn send_error(to: u16, e: io::Error) -> SendError {
+    if e.kind() == io::ErrorKind::WouldBlock {
+        SendError::Full(to)
+    } else {
+        SendError::Syscall {
+            call: "send",
+            source: e,
+        }
+    }
+}
