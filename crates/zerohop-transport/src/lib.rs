@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod endpoint;
+mod plan;
 mod policy;
 pub mod ring;
 #[cfg(not(loom))]
@@ -34,7 +35,8 @@ use std::str::FromStr;
 
 #[cfg(not(loom))]
 pub use endpoint::{Delivery, Endpoint, EndpointStats};
-pub use policy::{Policy, PolicyError};
+pub use plan::{FunctionPlan, Hop, Plan, RoutePlan};
+pub use policy::{Policy, PolicyError, GATEWAY_FN};
 use zerohop_pool::Descriptor;
 
 /// Party index: 0 is the gateway, 1.. the function instances.

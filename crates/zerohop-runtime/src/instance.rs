@@ -1,0 +1,309 @@
+//! One function instance: attach, receive, run the handler, route, send.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+use zerohop_pool::{Descriptor, OwnedSlot, PartyState, Pool, PoolError, SlotHeader};
+use zerohop_transport::{
+    Backend, Delivery, Endpoint, Hop, PartyId, Plan, Sender, TransportError, GATEWAY_FN,
+};
+
+use crate::request::{HandlerError, Next, Request};
+use crate::{env, sys, Handler};
+
+/// Why an instance could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Not started by the agent.
+    #[error(
+        "{0} is not set: this program is a zerohop function; start it through its chain with \
+         `zerohop up CHAIN.yaml`"
+    )]
+    NotUnderAgent(&'static str),
+    /// The agent's hand-over is inconsistent.
+    #[error("bad hand-over from the agent: {0}")]
+    HandOver(String),
+    /// The agent is already gone.
+    #[error("the agent (pid {0}) is gone; exiting")]
+    Orphan(u32),
+    /// The pool could not be attached.
+    #[error("attaching the pool: {0}")]
+    Pool(#[from] PoolError),
+    /// The transport could not be attached.
+    #[error("attaching the transport: {0}")]
+    Transport(#[from] TransportError),
+}
+
+/// What the handler threads share: where to send, and how to pick the next instance.
+struct Router {
+    plan: Arc<Plan>,
+    pool: Arc<Pool>,
+    sender: Box<dyn Sender>,
+    function: u8,
+    /// Round-robin cursor per function.
+    cursors: Vec<AtomicU32>,
+}
+
+/// An attached instance, ready to serve.
+pub struct Instance {
+    router: Arc<Router>,
+    endpoint: Endpoint,
+    me: PartyId,
+}
+
+fn var(name: &'static str) -> Result<String, StartError> {
+    std::env::var(name).map_err(|_| StartError::NotUnderAgent(name))
+}
+
+fn num<T: std::str::FromStr>(name: &'static str) -> Result<T, StartError> {
+    var(name)?
+        .parse()
+        .map_err(|_| StartError::HandOver(format!("{name} is not a number")))
+}
+
+/// Attaches to the chain described by the `ZEROHOP_*` environment and inherited fds.
+pub fn start() -> Result<Instance, StartError> {
+    let plan = Plan::from_json(&var(env::PLAN)?).map_err(StartError::HandOver)?;
+    let me: PartyId = num(env::PARTY)?;
+    let nfds: usize = num(env::FDS)?;
+    let agent: u32 = num(env::AGENT_PID)?;
+    if !sys::die_with_parent(agent) {
+        return Err(StartError::Orphan(agent));
+    }
+    let mut fds = (0..nfds as i32)
+        .map(|i| {
+            sys::take_inherited(env::FIRST_FD + i)
+                .ok_or_else(|| StartError::HandOver(format!("fd {} not inherited", env::FIRST_FD + i)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if fds.is_empty() {
+        return Err(StartError::HandOver("no pool descriptor".into()));
+    }
+    let pool = Arc::new(Pool::attach(fds.remove(0))?);
+    let backend: Backend = plan.transport.parse().map_err(StartError::HandOver)?;
+    let transport = zerohop_transport::attach(backend, plan.parties(), me, fds, plan.options())?;
+    let policy = Arc::new(plan.policy().map_err(|e| StartError::HandOver(e.to_string()))?);
+    let function = policy
+        .function_of(me)
+        .filter(|&f| f != GATEWAY_FN)
+        .ok_or_else(|| StartError::HandOver(format!("party {me} runs no function")))?;
+    let endpoint = Endpoint::new(pool.clone(), policy, me, transport.receiver(me)?);
+    let router = Router {
+        cursors: (0..plan.functions.len()).map(|_| AtomicU32::new(me as u32)).collect(),
+        sender: transport.sender(me)?,
+        plan: Arc::new(plan),
+        pool,
+        function,
+    };
+    Ok(Instance {
+        router: Arc::new(router),
+        endpoint,
+        me,
+    })
+}
+
+/// Runs `handler` as this process's function until the agent stops it. Never returns.
+pub fn run<H: Handler>(handler: H) -> ! {
+    match start() {
+        Ok(instance) => instance.serve(handler),
+        Err(e) => {
+            eprintln!("zerohop function: {e}");
+            std::process::exit(2)
+        }
+    }
+}
+
+impl Instance {
+    /// Marks the instance ready and serves requests with `handler` on the spec's number of
+    /// threads. Returns only if the transport is stopped or closed.
+    pub fn serve<H: Handler>(mut self, handler: H) -> ! {
+        let router = self.router.clone();
+        let concurrency = router
+            .plan
+            .functions
+            .get(router.function as usize)
+            .map_or(1, |f| f.concurrency.max(1));
+        if let Some(rec) = router.pool.party(self.me) {
+            rec.set_pid(std::process::id());
+            rec.set_state(PartyState::Ready);
+        }
+        if concurrency == 1 {
+            while let Some(d) = self.endpoint.recv() {
+                router.process(&handler, d);
+            }
+        } else {
+            let handler = Arc::new(handler);
+            let (tx, rx) = mpsc::sync_channel::<Delivery>(concurrency as usize);
+            let rx = Arc::new(Mutex::new(rx));
+            for i in 0..concurrency {
+                let (router, handler, rx) = (router.clone(), handler.clone(), rx.clone());
+                std::thread::Builder::new()
+                    .name(format!("handler-{i}"))
+                    .spawn(move || loop {
+                        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        match next {
+                            Ok(d) => router.process(&*handler, d),
+                            Err(_) => return,
+                        }
+                    })
+                    .expect("spawn handler thread");
+            }
+            while let Some(d) = self.endpoint.recv() {
+                if tx.send(d).is_err() {
+                    break;
+                }
+            }
+        }
+        std::process::exit(0)
+    }
+}
+
+impl Router {
+    fn process<H: Handler + ?Sized>(&self, handler: &H, d: Delivery) {
+        let Delivery { desc, mut slot, .. } = d;
+        let mut header = slot.header();
+        header.request = desc.request;
+        let plan = &*self.plan;
+        let capacity = slot.data().len();
+        if header.meta_len as usize + desc.len as usize > capacity {
+            // Take already checked this; keep the invariant local.
+            return;
+        }
+        let mut req = Request {
+            slot: &mut slot,
+            header,
+            len: desc.len as usize,
+            plan,
+            function: self.function,
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| handler.handle(&mut req)));
+        let len = req.len;
+        let mut header = req.header;
+        let route = |next: Next, header: &mut SlotHeader| -> Result<Hop, HandlerError> {
+            match next {
+                Next::Reply => Ok(Hop::Gateway),
+                Next::Continue if header.flags & SlotHeader::FLAG_DYNAMIC != 0 => Ok(Hop::Gateway),
+                Next::Continue => plan.next_in_sequence(header.route, header.hop).ok_or_else(|| {
+                    HandlerError::internal(format!("slot names unknown route {}", header.route))
+                }),
+                Next::Forward(name) => {
+                    let target = plan.function_index(&name).filter(|t| {
+                        plan.functions[self.function as usize].next.contains(t)
+                    });
+                    match target {
+                        Some(function) => {
+                            header.flags |= SlotHeader::FLAG_DYNAMIC;
+                            Ok(Hop::Function {
+                                function,
+                                hop: header.hop,
+                            })
+                        }
+                        None => Err(HandlerError::internal(format!(
+                            "may not forward to `{name}`: add it to this function's `next` list in the spec"
+                        ))),
+                    }
+                }
+            }
+        };
+        let result = match outcome {
+            Ok(Ok(next)) => route(next, &mut header),
+            Ok(Err(e)) => Err(e),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(HandlerError::internal(format!("handler panicked: {what}")))
+            }
+        };
+        match result {
+            Ok(hop) => {
+                if let Hop::Function { hop, .. } = hop {
+                    header.hop = hop;
+                }
+                slot.set_header(&header);
+                if let Err(e) = self.send(slot, desc.request, len as u32, hop) {
+                    let (slot, msg) = e;
+                    self.fail(slot, header, 503, &msg);
+                }
+            }
+            Err(e) => self.fail(slot, header, e.status, &e.message),
+        }
+    }
+
+    /// Sends the slot on; on failure gives it back with a message.
+    fn send(
+        &self,
+        slot: OwnedSlot,
+        request: u32,
+        len: u32,
+        hop: Hop,
+    ) -> Result<(), (OwnedSlot, String)> {
+        let (to, next) = match hop {
+            Hop::Gateway => (0, Descriptor::GATEWAY),
+            Hop::Function { function, .. } => match self.pick(function) {
+                Some(p) => (p, function),
+                None => {
+                    let msg = format!(
+                        "no instance of `{}` exists",
+                        self.plan.function_name(function)
+                    );
+                    return Err((slot, msg));
+                }
+            },
+        };
+        let desc = slot.descriptor(request, len, next);
+        match self.sender.send(to, desc) {
+            Ok(()) => {
+                slot.into_sent();
+                Ok(())
+            }
+            Err(e) => {
+                let msg = format!(
+                    "could not reach `{}`: {e}",
+                    self.plan.function_name(next)
+                );
+                Err((slot, msg))
+            }
+        }
+    }
+
+    /// Picks an instance of `function`: round-robin over the ready ones, else any (its queue
+    /// holds the request until it is back).
+    fn pick(&self, function: u8) -> Option<PartyId> {
+        let parties = self.plan.parties_of(function);
+        if parties.is_empty() {
+            return None;
+        }
+        let start = self.cursors[function as usize].fetch_add(1, Ordering::Relaxed) as usize;
+        let n = parties.len();
+        (0..n)
+            .map(|i| parties[(start + i) % n])
+            .find(|&p| {
+                self.pool
+                    .party(p)
+                    .is_some_and(|r| r.state() == PartyState::Ready)
+            })
+            .or(Some(parties[start % n]))
+    }
+
+    /// Replaces the payload with an error message and sends the slot to the gateway.
+    fn fail(&self, mut slot: OwnedSlot, mut header: SlotHeader, status: u16, message: &str) {
+        let line = format!(
+            "function '{}': {}",
+            self.plan.function_name(self.function),
+            message.lines().next().unwrap_or("")
+        );
+        let m = header.meta_len as usize;
+        let room = slot.data().len() - m;
+        let n = line.len().min(room);
+        slot.data_mut()[m..m + n].copy_from_slice(&line.as_bytes()[..n]);
+        header.status = status;
+        slot.set_header(&header);
+        // If even the gateway cannot be reached the slot is freed on drop and the request
+        // runs into the chain's timeout.
+        let _ = self.send(slot, header.request, n as u32, Hop::Gateway);
+    }
+}

@@ -1,0 +1,146 @@
+//! What a handler sees and returns.
+
+use zerohop_pool::{OwnedSlot, SlotHeader};
+use zerohop_transport::Plan;
+
+/// Where the request goes after the handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// On along the route's sequence (or back to the client after the last function).
+    Continue,
+    /// To the named function (dynamic routing; it must be in this function's `next` list
+    /// in the spec). After it, the request returns to the client.
+    Forward(String),
+    /// Straight back to the client, skipping the rest of the sequence.
+    Reply,
+}
+
+/// A handler's error: the client gets `status` and the message (prefixed with the
+/// function's name).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{status}: {message}")]
+pub struct HandlerError {
+    /// HTTP status for the client (400..=599).
+    pub status: u16,
+    /// One line saying what went wrong.
+    pub message: String,
+}
+
+impl HandlerError {
+    /// An error with a status.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        Self {
+            status: if (400..=599).contains(&status) { status } else { 500 },
+            message: message.into(),
+        }
+    }
+
+    /// 400: the request cannot be processed.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, message)
+    }
+
+    /// 500: the function failed.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, message)
+    }
+}
+
+/// One request, viewed in place in shared memory.
+pub struct Request<'a> {
+    pub(crate) slot: &'a mut OwnedSlot,
+    pub(crate) header: SlotHeader,
+    pub(crate) len: usize,
+    pub(crate) plan: &'a Plan,
+    pub(crate) function: u8,
+}
+
+impl Request<'_> {
+    /// The gateway's id of this request.
+    pub fn id(&self) -> u32 {
+        self.header.request
+    }
+
+    /// Name of the function handling it (this one).
+    pub fn function(&self) -> &str {
+        self.plan.function_name(self.function)
+    }
+
+    /// HTTP method of the route the request came in by.
+    pub fn method(&self) -> &str {
+        self.plan
+            .routes
+            .get(self.header.route as usize)
+            .map_or("", |r| r.method.as_str())
+    }
+
+    /// HTTP path of the route the request came in by.
+    pub fn path(&self) -> &str {
+        self.plan
+            .routes
+            .get(self.header.route as usize)
+            .map_or("", |r| r.path.as_str())
+    }
+
+    fn meta(&self) -> &[u8] {
+        &self.slot.data()[..self.header.meta_len as usize]
+    }
+
+    /// A request header, if the spec asked for it (`headers:` of any function) and the
+    /// client sent it. Names are case-insensitive.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let meta = std::str::from_utf8(self.meta()).ok()?;
+        meta.lines().find_map(|l| {
+            let (k, v) = l.split_once(": ")?;
+            k.eq_ignore_ascii_case(name).then_some(v)
+        })
+    }
+
+    /// The body.
+    pub fn body(&self) -> &[u8] {
+        let m = self.header.meta_len as usize;
+        &self.slot.data()[m..m + self.len]
+    }
+
+    /// The body, writable in place.
+    pub fn body_mut(&mut self) -> &mut [u8] {
+        let m = self.header.meta_len as usize;
+        &mut self.slot.data_mut()[m..m + self.len]
+    }
+
+    /// The largest body this request's slot can hold.
+    pub fn capacity(&self) -> usize {
+        self.slot.data().len() - self.header.meta_len as usize
+    }
+
+    /// Grows or shrinks the body in place; new bytes are zero.
+    pub fn set_len(&mut self, len: usize) -> Result<(), HandlerError> {
+        if len > self.capacity() {
+            return Err(HandlerError::internal(format!(
+                "output of {len} bytes exceeds the slot capacity of {} bytes; raise pool.slot_size",
+                self.capacity()
+            )));
+        }
+        let (m, old) = (self.header.meta_len as usize, self.len);
+        if len > old {
+            self.slot.data_mut()[m + old..m + len].fill(0);
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Replaces the body with `bytes` (copied into the slot).
+    pub fn set_body(&mut self, bytes: &[u8]) -> Result<(), HandlerError> {
+        self.set_len(bytes.len())?;
+        self.body_mut().copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Appends `bytes` to the body.
+    pub fn extend(&mut self, bytes: &[u8]) -> Result<(), HandlerError> {
+        let old = self.len;
+        self.set_len(old + bytes.len())?;
+        self.body_mut()[old..].copy_from_slice(bytes);
+        Ok(())
+    }
+}

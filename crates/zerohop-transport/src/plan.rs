@@ -1,0 +1,217 @@
+//! The routing plan of a chain: which function each party runs, the routes' sequences and
+//! the allowed edges. The agent computes it from the spec and hands it to every party (as
+//! JSON in `ZEROHOP_PLAN`); the gateway and the runtime route by it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::GATEWAY_FN;
+use crate::{Options, PartyId, Policy, PolicyError};
+
+/// One function of the chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionPlan {
+    /// Name from the spec.
+    pub name: String,
+    /// Handler threads per instance.
+    pub concurrency: u16,
+    /// Function indices it may forward to by dynamic routing.
+    pub next: Vec<u8>,
+}
+
+/// One route into the chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoutePlan {
+    /// HTTP method.
+    pub method: String,
+    /// HTTP path.
+    pub path: String,
+    /// Function indices, in order.
+    pub sequence: Vec<u8>,
+}
+
+/// Everything a party needs to know about its chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Chain name.
+    pub chain: String,
+    /// Transport backend name (`ring`, `socket`).
+    pub transport: String,
+    /// Transport tunables.
+    pub spin_us: u32,
+    /// Per-sender queue capacity.
+    pub queue_capacity: u32,
+    /// Functions, indexed by function index.
+    pub functions: Vec<FunctionPlan>,
+    /// Routes, indexed by route index (the `route` of a slot header).
+    pub routes: Vec<RoutePlan>,
+    /// Request header names (lower case) the gateway copies into every slot's metadata.
+    pub headers: Vec<String>,
+    /// Function index of each party; party 0 is the gateway.
+    pub party_function: Vec<u8>,
+}
+
+/// Where a request goes after a function finished with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hop {
+    /// To function `function`, now at `hop` in its route's sequence.
+    Function {
+        /// Function index.
+        function: u8,
+        /// New position in the sequence.
+        hop: u8,
+    },
+    /// Back to the gateway.
+    Gateway,
+}
+
+impl Plan {
+    /// Number of parties (gateway + instances).
+    pub fn parties(&self) -> u16 {
+        self.party_function.len() as u16
+    }
+
+    /// The allowed edges: along every route's sequence (gateway -> head -> ... -> gateway),
+    /// from every function to its dynamic `next` targets, and from those back to the gateway.
+    pub fn edges(&self) -> Vec<(u8, u8)> {
+        let mut e = Vec::new();
+        for r in &self.routes {
+            let mut prev = GATEWAY_FN;
+            for &f in &r.sequence {
+                e.push((prev, f));
+                prev = f;
+            }
+            e.push((prev, GATEWAY_FN));
+        }
+        for (i, f) in self.functions.iter().enumerate() {
+            for &t in &f.next {
+                e.push((i as u8, t));
+                e.push((t, GATEWAY_FN));
+            }
+        }
+        e.sort_unstable();
+        e.dedup();
+        e
+    }
+
+    /// The policy derived from this plan.
+    pub fn policy(&self) -> Result<Policy, PolicyError> {
+        let mut pf = self.party_function.clone();
+        if let Some(g) = pf.first_mut() {
+            *g = GATEWAY_FN;
+        }
+        Policy::new(pf, self.edges())
+    }
+
+    /// Transport options of this plan.
+    pub fn options(&self) -> Options {
+        Options {
+            queue_capacity: self.queue_capacity,
+            spin_us: self.spin_us,
+            ..Options::default()
+        }
+    }
+
+    /// Index of the function named `name`.
+    pub fn function_index(&self, name: &str) -> Option<u8> {
+        self.functions
+            .iter()
+            .position(|f| f.name == name)
+            .map(|i| i as u8)
+    }
+
+    /// Display name of a function index (or "gateway").
+    pub fn function_name(&self, f: u8) -> &str {
+        if f == GATEWAY_FN {
+            return "gateway";
+        }
+        self.functions
+            .get(f as usize)
+            .map_or("unknown", |f| f.name.as_str())
+    }
+
+    /// The hop after position `hop` of route `route` (`None` if the route does not exist).
+    pub fn next_in_sequence(&self, route: u16, hop: u8) -> Option<Hop> {
+        let seq = &self.routes.get(route as usize)?.sequence;
+        let next = hop as usize + 1;
+        Some(match seq.get(next) {
+            Some(&function) => Hop::Function {
+                function,
+                hop: next as u8,
+            },
+            None => Hop::Gateway,
+        })
+    }
+
+    /// Parties that run function `f`.
+    pub fn parties_of(&self, f: u8) -> Vec<PartyId> {
+        self.party_function
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(_, &g)| g == f)
+            .map(|(p, _)| p as PartyId)
+            .collect()
+    }
+
+    /// Serialises for `ZEROHOP_PLAN`.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a plan always serialises")
+    }
+
+    /// Parses `ZEROHOP_PLAN`.
+    pub fn from_json(s: &str) -> Result<Self, String> {
+        serde_json::from_str(s).map_err(|e| format!("invalid ZEROHOP_PLAN: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Plan {
+        Plan {
+            chain: "hello".into(),
+            transport: "ring".into(),
+            spin_us: 20,
+            queue_capacity: 64,
+            functions: vec![
+                FunctionPlan {
+                    name: "upper".into(),
+                    concurrency: 1,
+                    next: vec![],
+                },
+                FunctionPlan {
+                    name: "exclaim".into(),
+                    concurrency: 1,
+                    next: vec![],
+                },
+            ],
+            routes: vec![RoutePlan {
+                method: "POST".into(),
+                path: "/hello".into(),
+                sequence: vec![0, 1],
+            }],
+            headers: vec![],
+            party_function: vec![GATEWAY_FN, 0, 1],
+        }
+    }
+
+    #[test]
+    fn edges_follow_the_sequence() {
+        let p = hello();
+        assert_eq!(p.edges(), vec![(0, 1), (1, GATEWAY_FN), (GATEWAY_FN, 0)]);
+        let pol = p.policy().unwrap();
+        assert!(pol.allows_parties(0, 1) && pol.allows_parties(1, 2) && pol.allows_parties(2, 0));
+        assert!(!pol.allows_parties(1, 0), "upper may not answer the gateway directly");
+        assert_eq!(
+            p.next_in_sequence(0, 0),
+            Some(Hop::Function {
+                function: 1,
+                hop: 1
+            })
+        );
+        assert_eq!(p.next_in_sequence(0, 1), Some(Hop::Gateway));
+        assert_eq!(p.next_in_sequence(3, 0), None);
+        assert_eq!(Plan::from_json(&p.to_json()).unwrap(), p);
+    }
+}
