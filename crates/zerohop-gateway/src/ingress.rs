@@ -1,0 +1,259 @@
+//! The way in: HTTP server, body into a slot, descriptor to the head function, answer.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, PartyState, SlotHeader};
+use zerohop_transport::PartyId;
+
+use crate::egress::Outcome;
+use crate::error::error_response;
+use crate::{ErrorSource, Gateway, GatewayError, META_RESERVE};
+
+type Answer = Response<Full<Bytes>>;
+
+/// Removes a request from the in-flight table when its HTTP task ends for any reason
+/// (answered, timed out, client gone).
+struct InflightGuard<'a> {
+    gw: &'a Gateway,
+    id: u32,
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.gw
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
+impl Gateway {
+    /// Serves HTTP on `listener` until `shutdown` turns true, then lets open requests finish
+    /// (up to the chain timeout) and returns.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+        let graceful = GracefulShutdown::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    let _ = stream.set_nodelay(true);
+                    let gw = self.clone();
+                    let svc = service_fn(move |req| {
+                        let gw = gw.clone();
+                        async move { Ok::<_, Infallible>(gw.handle(req).await) }
+                    });
+                    let conn = http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(Duration::from_secs(30))
+                        .serve_connection(TokioIo::new(stream), svc);
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                }
+                _ = shutdown.changed() => break,
+            }
+        }
+        drop(listener);
+        let _ = tokio::time::timeout(self.config.timeout, graceful.shutdown()).await;
+    }
+
+    /// Answers one HTTP request.
+    pub(crate) async fn handle(&self, req: Request<Incoming>) -> Answer {
+        match self.handle_inner(req).await {
+            Ok(answer) => {
+                self.stats.ok.fetch_add(1, Ordering::Relaxed);
+                answer
+            }
+            Err(e) => {
+                self.count_error();
+                e.into_response()
+            }
+        }
+    }
+
+    async fn handle_inner(&self, req: Request<Incoming>) -> Result<Answer, GatewayError> {
+        let route = self.router.find(req.method(), req.uri().path())?;
+        let head = self.plan.routes[route as usize].sequence[0];
+        let max = self.config.max_body;
+        if let Some(len) = content_length(req.headers())? {
+            if len > max {
+                return Err(too_large(max));
+            }
+        }
+        let Some(mut slot) = self.pool.alloc(Owner::party(0)) else {
+            return Err(GatewayError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorSource::Gateway,
+                format!("all {} slots of the pool are in use; retry", self.pool.slot_count()),
+            )
+            .with_header(header::RETRY_AFTER, "1"));
+        };
+        let meta_len = self.write_meta(&mut slot, req.headers())?;
+        // The one copy in: body frames straight into the slot.
+        let mut len = 0usize;
+        let mut body = req.into_body();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                GatewayError::new(
+                    StatusCode::BAD_REQUEST,
+                    ErrorSource::Gateway,
+                    format!("malformed request body: {e}"),
+                )
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if (len + data.len()) as u64 > max {
+                    return Err(too_large(max));
+                }
+                slot.data_mut()[meta_len + len..meta_len + len + data.len()].copy_from_slice(&data);
+                len += data.len();
+            }
+        }
+        let id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        slot.set_header(&SlotHeader {
+            request: id,
+            route,
+            meta_len: meta_len as u16,
+            ..SlotHeader::default()
+        });
+        let (tx, rx) = oneshot::channel();
+        self.inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
+        let _guard = InflightGuard { gw: self, id };
+        let to = self.pick(head);
+        let desc = slot.descriptor(id, len as u32, head);
+        match self.sender.send(to, desc) {
+            Ok(()) => slot.into_sent(),
+            Err(e) => {
+                return Err(GatewayError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorSource::Transport,
+                    format!("could not reach `{}`: {e}", self.plan.function_name(head)),
+                ))
+            }
+        }
+        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(self.config.timeout, rx).await {
+            Ok(Ok(Outcome::Done { slot, len })) => Ok(self.answer(slot, len)),
+            Ok(Ok(Outcome::Failed(e))) => Err(e),
+            Ok(Err(_)) => Err(GatewayError::new(
+                StatusCode::BAD_GATEWAY,
+                ErrorSource::Gateway,
+                "the request was dropped without an answer",
+            )),
+            Err(_) => Err(GatewayError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                ErrorSource::Gateway,
+                format!(
+                    "chain '{}' did not answer within {:?}",
+                    self.plan.chain, self.config.timeout
+                ),
+            )),
+        }
+    }
+
+    /// The one copy out: the response body from the slot; the slot is freed on return.
+    fn answer(&self, slot: OwnedSlot, len: u32) -> Answer {
+        let header = slot.header();
+        let m = header.meta_len as usize;
+        let body = Bytes::copy_from_slice(&slot.data()[m..m + len as usize]);
+        drop(slot);
+        if header.status == 0 {
+            return Response::new(Full::new(body));
+        }
+        self.count_error();
+        // Undo the count `handle` will add for an Ok answer.
+        self.stats.ok.fetch_sub(1, Ordering::Relaxed);
+        let status = StatusCode::from_u16(header.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut text = String::from_utf8_lossy(&body).into_owned();
+        text.push('\n');
+        error_response(status, text, &[])
+    }
+
+    /// Writes the headers the functions asked for as `name: value\n` lines into the slot's
+    /// metadata area; returns its length.
+    fn write_meta(&self, slot: &mut OwnedSlot, headers: &HeaderMap) -> Result<usize, GatewayError> {
+        let mut meta = String::new();
+        for name in &self.plan.headers {
+            for v in headers.get_all(name.as_str()) {
+                if let Ok(v) = v.to_str() {
+                    meta.push_str(name);
+                    meta.push_str(": ");
+                    meta.push_str(v);
+                    meta.push('\n');
+                }
+            }
+        }
+        if meta.len() > META_RESERVE {
+            return Err(GatewayError::new(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                ErrorSource::Gateway,
+                format!(
+                    "the headers the chain's functions ask for take {} bytes, more than {META_RESERVE}",
+                    meta.len()
+                ),
+            ));
+        }
+        slot.data_mut()[..meta.len()].copy_from_slice(meta.as_bytes());
+        Ok(meta.len())
+    }
+
+    /// An instance of function `f`: round-robin over the ready ones, else the first (its
+    /// queue keeps the request until the instance is back).
+    fn pick(&self, f: u8) -> PartyId {
+        let parties = self.plan.parties_of(f);
+        let n = parties.len().max(1);
+        let start = self.cursors[f as usize].fetch_add(1, Ordering::Relaxed) as usize;
+        (0..n)
+            .filter_map(|i| parties.get((start + i) % n).copied())
+            .find(|&p| {
+                self.pool
+                    .party(p)
+                    .is_some_and(|r| r.state() == PartyState::Ready)
+            })
+            .or_else(|| parties.first().copied())
+            .unwrap_or(Descriptor::GATEWAY as PartyId)
+    }
+}
+
+fn content_length(h: &HeaderMap) -> Result<Option<u64>, GatewayError> {
+    match h.get(header::CONTENT_LENGTH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .map(Some)
+            .ok_or_else(|| {
+                GatewayError::new(
+                    StatusCode::BAD_REQUEST,
+                    ErrorSource::Gateway,
+                    "Content-Length is not a number",
+                )
+            }),
+    }
+}
+
+fn too_large(max: u64) -> GatewayError {
+    GatewayError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorSource::Gateway,
+        format!("request body exceeds the chain's limit of {max} bytes (max_body)"),
+    )
+}
