@@ -30,6 +30,8 @@ mod error;
 mod ingress;
 mod router;
 
+pub use egress::Receiving;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -91,7 +93,9 @@ impl Gateway {
     ) -> Arc<Self> {
         Arc::new(Self {
             router: Router::new(&plan),
-            cursors: (0..plan.functions.len()).map(|_| AtomicU32::new(0)).collect(),
+            cursors: (0..plan.functions.len())
+                .map(|_| AtomicU32::new(0))
+                .collect(),
             pool,
             sender,
             plan,
@@ -109,7 +113,10 @@ impl Gateway {
 
     /// Requests waiting for the chain now.
     pub fn inflight(&self) -> usize {
-        self.inflight.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 
     /// The pool.

@@ -349,6 +349,7 @@ impl Pool {
             index,
             generation,
             owner: me,
+            free_on_drop: true,
         };
         slot.set_header(&SlotHeader::default());
         Some(slot)
@@ -383,6 +384,7 @@ impl Pool {
             index: desc.slot,
             generation,
             owner: me,
+            free_on_drop: true,
         };
         let meta_len = slot.header().meta_len as usize;
         if meta_len + desc.len as usize > self.slot_capacity() {
@@ -444,6 +446,9 @@ pub struct OwnedSlot {
     index: u32,
     generation: u32,
     owner: Owner,
+    /// False once the descriptor was sent: the slot then belongs to the receiver (or to
+    /// reclaim), and dropping this handle only releases the pool reference.
+    free_on_drop: bool,
 }
 
 impl OwnedSlot {
@@ -516,14 +521,16 @@ impl OwnedSlot {
 
     /// Gives up this handle without freeing the slot: its descriptor has been sent and the
     /// receiver takes it over (or reclaim frees it if we die first).
-    pub fn into_sent(self) {
-        std::mem::forget(self);
+    pub fn into_sent(mut self) {
+        self.free_on_drop = false;
     }
 }
 
 impl Drop for OwnedSlot {
     fn drop(&mut self) {
-        let _ = self.pool.owners().free(self.index, self.owner);
+        if self.free_on_drop {
+            let _ = self.pool.owners().free(self.index, self.owner);
+        }
     }
 }
 
@@ -562,6 +569,10 @@ mod tests {
         assert_eq!(a.owners().in_use(), 1);
         drop(got);
         assert_eq!(a.owners().in_use(), 0);
+        // Sent and freed slots hold no reference to the pool: the mapping goes with the
+        // last handle.
+        assert_eq!(Arc::strong_count(&a), 1);
+        assert_eq!(Arc::strong_count(&b), 1);
     }
 
     #[test]

@@ -47,15 +47,4 @@ where
 }
 
 /// Environment variables the agent sets for every instance.
-pub mod env {
-    /// The chain's plan, JSON.
-    pub const PLAN: &str = "ZEROHOP_PLAN";
-    /// This instance's party index.
-    pub const PARTY: &str = "ZEROHOP_PARTY";
-    /// Number of inherited descriptors starting at fd 3: the pool, then the transport's.
-    pub const FDS: &str = "ZEROHOP_FDS";
-    /// Pid of the agent; the instance exits when the agent goes away.
-    pub const AGENT_PID: &str = "ZEROHOP_AGENT_PID";
-    /// First inherited descriptor.
-    pub const FIRST_FD: i32 = 3;
-}
+pub use zerohop_transport::handover as env;

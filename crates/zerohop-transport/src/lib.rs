@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+#[cfg(not(loom))]
 mod endpoint;
 mod plan;
 mod policy;
@@ -30,12 +31,14 @@ pub mod socket;
 #[cfg(not(loom))]
 mod sys;
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+#[cfg(not(loom))]
+use std::os::fd::OwnedFd;
+use std::os::fd::BorrowedFd;
 use std::str::FromStr;
 
 #[cfg(not(loom))]
 pub use endpoint::{Delivery, Endpoint, EndpointStats};
-pub use plan::{FunctionPlan, Hop, Plan, RoutePlan};
+pub use plan::{handover, FunctionPlan, Hop, Plan, RoutePlan};
 pub use policy::{Policy, PolicyError, GATEWAY_FN};
 use zerohop_pool::Descriptor;
 

@@ -4,6 +4,21 @@
 
 use serde::{Deserialize, Serialize};
 
+/// How the agent hands a chain to an instance process: environment variables plus inherited
+/// descriptors starting at [`FIRST_FD`](handover::FIRST_FD) (the pool, then the transport's).
+pub mod handover {
+    /// The chain's plan, JSON.
+    pub const PLAN: &str = "ZEROHOP_PLAN";
+    /// This instance's party index.
+    pub const PARTY: &str = "ZEROHOP_PARTY";
+    /// Number of inherited descriptors starting at [`FIRST_FD`].
+    pub const FDS: &str = "ZEROHOP_FDS";
+    /// Pid of the agent; the instance exits when the agent goes away.
+    pub const AGENT_PID: &str = "ZEROHOP_AGENT_PID";
+    /// First inherited descriptor.
+    pub const FIRST_FD: i32 = 3;
+}
+
 use crate::policy::GATEWAY_FN;
 use crate::{Options, PartyId, Policy, PolicyError};
 
@@ -202,7 +217,10 @@ mod tests {
         assert_eq!(p.edges(), vec![(0, 1), (1, GATEWAY_FN), (GATEWAY_FN, 0)]);
         let pol = p.policy().unwrap();
         assert!(pol.allows_parties(0, 1) && pol.allows_parties(1, 2) && pol.allows_parties(2, 0));
-        assert!(!pol.allows_parties(1, 0), "upper may not answer the gateway directly");
+        assert!(
+            !pol.allows_parties(1, 0),
+            "upper may not answer the gateway directly"
+        );
         assert_eq!(
             p.next_in_sequence(0, 0),
             Some(Hop::Function {
