@@ -1,0 +1,329 @@
+//! Bringing a chain up and down.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::process::Child;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use zerohop_gateway::{Gateway, GatewayConfig};
+use zerohop_pool::{PartyState, Pool, PoolConfig, PoolError};
+use zerohop_transport::{Backend, Endpoint, TransportError};
+
+use crate::plan::plan_from_spec;
+use crate::spec::{ChainSpec, SpecError};
+use crate::supervise::{self, InstanceSpec, Shared};
+
+/// How to bring a chain up.
+#[derive(Clone, Debug)]
+pub struct UpOptions {
+    /// Where the gateway listens (port 0 picks a free port; see [`Running::url`]).
+    pub listen: SocketAddr,
+    /// Overrides the spec's transport.
+    pub transport: Option<Backend>,
+    /// How long instances get to attach.
+    pub ready_timeout: Duration,
+    /// Ring receiver spin budget in microseconds (default: the transport's).
+    pub spin_us: Option<u32>,
+}
+
+impl Default for UpOptions {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            transport: None,
+            ready_timeout: Duration::from_secs(10),
+            spin_us: None,
+        }
+    }
+}
+
+/// Why a chain could not come up.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The spec is invalid.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// The pool could not be created.
+    #[error("creating the pool: {0}")]
+    Pool(#[from] PoolError),
+    /// The transport could not be created.
+    #[error("creating the transport: {0}")]
+    Transport(#[from] TransportError),
+    /// The gateway could not listen.
+    #[error("cannot listen on {addr}: {source}; pick another address with --listen")]
+    Listen {
+        /// Address asked for.
+        addr: SocketAddr,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// An instance could not be started.
+    #[error("starting function '{function}' ({program}): {source}")]
+    Spawn {
+        /// Function name.
+        function: String,
+        /// Program.
+        program: String,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// An instance did not become ready.
+    #[error(
+        "function '{function}' (instance {party}) {what} before it was ready; see its output above"
+    )]
+    NotReady {
+        /// Function name.
+        function: String,
+        /// Party index.
+        party: u16,
+        /// What happened.
+        what: String,
+    },
+}
+
+impl AgentError {
+    /// Process exit code for the CLI: 2 for an invalid spec, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            AgentError::Spec(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// A running chain.
+pub struct Running {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    http_stop: watch::Sender<bool>,
+    instance_stop: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    supervisors: Vec<JoinHandle<()>>,
+    receiving: Option<zerohop_gateway::Receiving>,
+    summary: String,
+}
+
+impl Running {
+    /// The gateway's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Base URL of the gateway.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// One line describing the chain (transport, functions).
+    pub fn summary(&self) -> &str {
+        &self.summary
+    }
+
+    /// The gateway (stats, in-flight requests).
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.shared.gateway
+    }
+
+    /// The pool (slot accounting).
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.shared.pool
+    }
+
+    /// Stops accepting, lets open requests finish (up to the chain timeout), stops every
+    /// instance (SIGTERM, then SIGKILL), stops the receive thread and releases the pool.
+    pub async fn shutdown(mut self) {
+        let _ = self.http_stop.send(true);
+        let _ = (&mut self.server).await;
+        let _ = self.instance_stop.send(true);
+        for s in self.supervisors.drain(..) {
+            let _ = s.await;
+        }
+        if let Some(r) = self.receiving.take() {
+            r.stop();
+        }
+    }
+}
+
+/// Checks that a function's program exists before anything is started.
+fn check_program(spec: &ChainSpec, f: &crate::spec::FunctionSpec) -> Result<(), SpecError> {
+    let prog = &f.command[0];
+    let found = if prog.contains('/') {
+        Path::new(prog).is_file()
+    } else {
+        std::env::var_os("PATH")
+            .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(prog).is_file()))
+    };
+    if found {
+        return Ok(());
+    }
+    Err(SpecError {
+        file: spec.file.display().to_string(),
+        line: f.line,
+        field: format!("functions.{}.command", f.name),
+        message: format!(
+            "program `{prog}` not found; build it first (e.g. `cargo build --release`) or fix the path (relative paths are resolved against the spec's folder)"
+        ),
+    })
+}
+
+/// Brings `spec` up: pool, transport, gateway, instances; returns once every instance is
+/// attached and the gateway listens.
+pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError> {
+    for f in &spec.functions {
+        check_program(&spec, f)?;
+    }
+    let backend = match opts.transport {
+        Some(b) => b,
+        None => spec.transport.parse().map_err(|message| SpecError {
+            file: spec.file.display().to_string(),
+            line: 1,
+            field: "transport".into(),
+            message,
+        })?,
+    };
+    let spin_us = opts
+        .spin_us
+        .unwrap_or(zerohop_transport::Options::default().spin_us);
+    let plan = plan_from_spec(&spec, backend.name(), spin_us);
+    let parties = plan.parties();
+    let pool = Arc::new(Pool::create(&PoolConfig {
+        name: spec.name.clone(),
+        slots: spec.pool.slots,
+        slot_size: spec.pool.slot_size,
+        max_parties: parties,
+        hugepages: spec.pool.hugepages,
+    })?);
+    let transport = zerohop_transport::create(backend, &spec.name, parties, plan.options())?;
+    let policy = Arc::new(
+        plan.policy()
+            .map_err(|e| TransportError::Layout(e.to_string()))?,
+    );
+    let endpoint = Endpoint::new(pool.clone(), policy, 0, transport.receiver(0)?);
+    let plan_json = plan.to_json();
+    let gateway = Gateway::new(
+        pool.clone(),
+        transport.sender(0)?,
+        Arc::new(plan),
+        GatewayConfig {
+            max_body: spec.max_body,
+            timeout: spec.timeout,
+        },
+    );
+    if let Some(rec) = pool.party(0) {
+        rec.set_pid(std::process::id());
+        rec.set_state(PartyState::Ready);
+    }
+    let receiving = gateway.start_receiving(endpoint);
+    let listener = TcpListener::bind(opts.listen)
+        .await
+        .map_err(|source| AgentError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| AgentError::Listen {
+        addr: opts.listen,
+        source,
+    })?;
+    let shared = Arc::new(Shared {
+        pool,
+        transport,
+        gateway,
+        plan_json,
+    });
+
+    // Start every instance, then wait until all have attached.
+    let mut instances: Vec<(InstanceSpec, Child)> = Vec::new();
+    let mut party = 1u16;
+    for f in &spec.functions {
+        for _ in 0..f.instances {
+            let inst = InstanceSpec {
+                party,
+                function: f.name.clone(),
+                command: f.command.clone(),
+                env: f.env.clone(),
+            };
+            let child = supervise::spawn(&shared, &inst).map_err(|source| AgentError::Spawn {
+                function: f.name.clone(),
+                program: f.command[0].clone(),
+                source,
+            })?;
+            instances.push((inst, child));
+            party += 1;
+        }
+    }
+    let deadline = Instant::now() + opts.ready_timeout;
+    loop {
+        let mut all_ready = true;
+        for (inst, child) in &mut instances {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(AgentError::NotReady {
+                    function: inst.function.clone(),
+                    party: inst.party,
+                    what: format!("exited ({status})"),
+                });
+            }
+            let ready = shared
+                .pool
+                .party(inst.party)
+                .is_some_and(|r| r.state() == PartyState::Ready);
+            all_ready &= ready;
+        }
+        if all_ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            let (inst, _) = instances
+                .iter()
+                .find(|(i, _)| {
+                    shared
+                        .pool
+                        .party(i.party)
+                        .is_none_or(|r| r.state() != PartyState::Ready)
+                })
+                .expect("some instance is not ready");
+            return Err(AgentError::NotReady {
+                function: inst.function.clone(),
+                party: inst.party,
+                what: format!("did not attach within {:?}", opts.ready_timeout),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let (instance_stop, stop_rx) = watch::channel(false);
+    let supervisors = instances
+        .into_iter()
+        .map(|(inst, child)| {
+            tokio::spawn(supervise::supervise(
+                shared.clone(),
+                inst,
+                child,
+                stop_rx.clone(),
+            ))
+        })
+        .collect();
+    let (http_stop, http_rx) = watch::channel(false);
+    let server = tokio::spawn(shared.gateway.clone().serve(listener, http_rx));
+    let summary = format!(
+        "transport {backend}; functions: {}",
+        spec.functions
+            .iter()
+            .map(|f| format!("{} x{}", f.name, f.instances))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(Running {
+        addr,
+        shared,
+        http_stop,
+        instance_stop,
+        server,
+        supervisors,
+        receiving: Some(receiving),
+        summary,
+    })
+}

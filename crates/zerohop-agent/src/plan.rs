@@ -1,0 +1,55 @@
+//! From a validated spec to the routing plan every party receives.
+
+use zerohop_transport::{FunctionPlan, Plan, RoutePlan, GATEWAY_FN};
+
+use crate::spec::ChainSpec;
+
+/// Builds the plan: functions in spec order, party 0 the gateway, then each function's
+/// instances in order; headers the gateway copies are the union of what functions ask for.
+pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32) -> Plan {
+    let index = |name: &str| {
+        spec.functions
+            .iter()
+            .position(|f| f.name == name)
+            .expect("spec validation guarantees every name exists") as u8
+    };
+    let functions = spec
+        .functions
+        .iter()
+        .map(|f| FunctionPlan {
+            name: f.name.clone(),
+            concurrency: f.concurrency,
+            next: f.next.iter().map(|n| index(n)).collect(),
+        })
+        .collect();
+    let routes = spec
+        .routes
+        .iter()
+        .map(|r| RoutePlan {
+            method: r.method.clone(),
+            path: r.path.clone(),
+            sequence: r.sequence.iter().map(|n| index(n)).collect(),
+        })
+        .collect();
+    let mut headers: Vec<String> = spec
+        .functions
+        .iter()
+        .flat_map(|f| f.headers.iter().cloned())
+        .collect();
+    headers.sort();
+    headers.dedup();
+    let mut party_function = vec![GATEWAY_FN];
+    for (i, f) in spec.functions.iter().enumerate() {
+        party_function.extend(std::iter::repeat_n(i as u8, f.instances as usize));
+    }
+    Plan {
+        chain: spec.name.clone(),
+        transport: transport.to_owned(),
+        spin_us,
+        queue_capacity: spec.pool.slots.next_power_of_two().min(1024),
+        functions,
+        routes,
+        headers,
+        party_function,
+    }
+}

@@ -1,0 +1,901 @@
+//! The chain spec: YAML in, a validated [`ChainSpec`] out.
+//!
+//! Every error names the file, the line, the field (as a path such as
+//! `routes[0].sequence[1]`) and what to do: `chain.yaml:6: routes[0].sequence[1]: unknown
+//! function `shout`; known functions: upper, exclaim`. Unknown fields are errors too, so a
+//! typo never silently falls back to a default.
+//!
+//! The format, field by field, is in `docs/spec.md`:
+//!
+//! ```yaml
+//! name: hello
+//! transport: ring                       # optional: ring (default) or socket
+//! pool: { slots: 1024, slot_size: 64KiB, hugepages: false }   # optional
+//! max_body: 60KiB                       # optional: largest request body
+//! timeout: 10s                          # optional: a request's answer deadline
+//! functions:
+//!   upper:   { command: ["./upper"], instances: 1, concurrency: 1 }
+//!   exclaim: { command: ["./exclaim"], env: { K: v }, headers: [X-Trace], next: [upper] }
+//! routes:
+//!   - http: POST /hello
+//!     sequence: [upper, exclaim]
+//! ```
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
+use zerohop_gateway::META_RESERVE;
+use zerohop_pool::SLOT_HEADER_LEN;
+
+/// Default number of slots in a chain's pool.
+pub const DEFAULT_SLOTS: u32 = 1024;
+/// Default slot size (including the slot header).
+pub const DEFAULT_SLOT_SIZE: u32 = 64 * 1024;
+/// Default answer deadline of a request.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most instances one function may have.
+pub const MAX_INSTANCES: u16 = 64;
+/// Most handler threads one instance may run.
+pub const MAX_CONCURRENCY: u16 = 1024;
+/// Most functions in one chain (the descriptor's `next` is one byte, 0xFF is the gateway).
+pub const MAX_FUNCTIONS: usize = 254;
+
+/// A spec error: where, which field, what is wrong and what to do.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}: {field}: {message}")]
+pub struct SpecError {
+    /// The spec file as given.
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+    /// Path of the field, e.g. `functions.upper.command`.
+    pub field: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// The chain's pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// Number of slots.
+    pub slots: u32,
+    /// Bytes per slot, including the 32-byte slot header.
+    pub slot_size: u32,
+    /// Back the pool with 2 MiB huge pages.
+    pub hugepages: bool,
+}
+
+/// One function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionSpec {
+    /// Name (the key in `functions`).
+    pub name: String,
+    /// Line of its entry.
+    pub line: usize,
+    /// Program and arguments; a program path with a `/` is resolved against the spec's
+    /// folder.
+    pub command: Vec<String>,
+    /// Processes to run.
+    pub instances: u16,
+    /// Handler threads per process.
+    pub concurrency: u16,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// Request headers (lower case) the function wants to read.
+    pub headers: Vec<String>,
+    /// Functions it may forward to by dynamic routing.
+    pub next: Vec<String>,
+}
+
+/// One route into the chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// Line of its entry.
+    pub line: usize,
+    /// HTTP method, upper case.
+    pub method: String,
+    /// HTTP path, starting with `/`.
+    pub path: String,
+    /// Functions, in order.
+    pub sequence: Vec<String>,
+}
+
+/// A validated chain spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainSpec {
+    /// The file it came from (for messages).
+    pub file: PathBuf,
+    /// Chain name.
+    pub name: String,
+    /// Transport name (`ring` unless set).
+    pub transport: String,
+    /// The pool.
+    pub pool: PoolSpec,
+    /// Largest accepted request body in bytes.
+    pub max_body: u64,
+    /// How long a request may take end to end (also bounds the 502 after a crash).
+    pub timeout: Duration,
+    /// Functions, in spec order.
+    pub functions: Vec<FunctionSpec>,
+    /// Routes, in spec order.
+    pub routes: Vec<RouteSpec>,
+}
+
+/// Reads and validates the spec at `path`.
+pub fn load(path: &Path) -> Result<ChainSpec, SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|e| SpecError {
+        file: path.display().to_string(),
+        line: 0,
+        field: "(file)".into(),
+        message: format!("cannot read the spec: {e}"),
+    })?;
+    parse(path, &text)
+}
+
+/// Parses and validates spec `text` that came from `path` (relative program paths are
+/// resolved against `path`'s folder).
+pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
+    let cx = Cx {
+        file: path.display().to_string(),
+    };
+    let docs = MarkedYaml::load_from_str(text).map_err(|e| SpecError {
+        file: cx.file.clone(),
+        line: e.marker().line(),
+        field: "(yaml)".into(),
+        message: format!("not valid YAML: {}", e.info()),
+    })?;
+    let root = match docs.as_slice() {
+        [] => return Err(cx.err(1, "(spec)", "the spec is empty; see docs/spec.md")),
+        [one] => one,
+        [_, second, ..] => {
+            return Err(cx.err(
+                line(second),
+                "(spec)",
+                "the file holds several YAML documents; one chain per file",
+            ))
+        }
+    };
+    let top = cx.mapping(root, "(spec)")?;
+    let known = [
+        "name",
+        "transport",
+        "pool",
+        "max_body",
+        "timeout",
+        "functions",
+        "routes",
+    ];
+    cx.only_known(&top, "", &known)?;
+
+    let name_node = cx.required(root, &top, "name", "")?;
+    let name = cx.string(name_node, "name")?;
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(cx.err(
+            line(name_node),
+            "name",
+            "a chain name is 1 to 64 letters, digits, `-` or `_`",
+        ));
+    }
+
+    let transport = match get(&top, "transport") {
+        None => "ring".to_owned(),
+        Some(n) => {
+            let t = cx.string(n, "transport")?;
+            if !["ring", "socket"].contains(&t.as_str()) {
+                return Err(cx.err(
+                    line(n),
+                    "transport",
+                    format!("unknown transport `{t}`; use one of: ring, socket"),
+                ));
+            }
+            t
+        }
+    };
+
+    let pool = match get(&top, "pool") {
+        None => PoolSpec {
+            slots: DEFAULT_SLOTS,
+            slot_size: DEFAULT_SLOT_SIZE,
+            hugepages: false,
+        },
+        Some(n) => cx.pool(n)?,
+    };
+    // What one slot can carry after the header and the reserved metadata area.
+    let body_room = pool.slot_size as u64 - (SLOT_HEADER_LEN + META_RESERVE) as u64;
+    let max_body = match get(&top, "max_body") {
+        None => body_room,
+        Some(n) => {
+            let v = cx.size(n, "max_body")?;
+            if v > body_room {
+                return Err(cx.err(
+                    line(n),
+                    "max_body",
+                    format!(
+                        "{v} bytes do not fit a slot of {} bytes ({body_room} bytes after the slot \
+                         header and the {META_RESERVE}-byte metadata area); raise pool.slot_size \
+                         or lower max_body",
+                        pool.slot_size
+                    ),
+                ));
+            }
+            v
+        }
+    };
+    let timeout = match get(&top, "timeout") {
+        None => DEFAULT_TIMEOUT,
+        Some(n) => {
+            let d = cx.duration(n, "timeout")?;
+            if d < Duration::from_millis(10) || d > Duration::from_secs(3600) {
+                return Err(cx.err(line(n), "timeout", "must be between 10ms and 1h"));
+            }
+            d
+        }
+    };
+
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let functions = cx.functions(root, &top, dir)?;
+    let routes = cx.routes(root, &top, &functions)?;
+    let parties: usize = 1 + functions
+        .iter()
+        .map(|f| f.instances as usize)
+        .sum::<usize>();
+    if parties > 1024 {
+        return Err(cx.err(
+            line(cx.required(root, &top, "functions", "")?),
+            "functions",
+            format!("{parties} parties (the gateway plus every instance); at most 1024"),
+        ));
+    }
+    Ok(ChainSpec {
+        file: path.to_owned(),
+        name,
+        transport,
+        pool,
+        max_body,
+        timeout,
+        functions,
+        routes,
+    })
+}
+
+type Map<'a, 'y> = Vec<(&'a MarkedYaml<'y>, &'a MarkedYaml<'y>)>;
+
+fn line(n: &MarkedYaml<'_>) -> usize {
+    n.span.start.line()
+}
+
+/// The value of `key` in a mapping.
+fn get<'a, 'y>(map: &Map<'a, 'y>, key: &str) -> Option<&'a MarkedYaml<'y>> {
+    map.iter()
+        .find(|(k, _)| scalar_text(k).as_deref() == Some(key))
+        .map(|(_, v)| *v)
+}
+
+/// A scalar's text as written (strings, numbers and booleans alike); `None` for
+/// collections and null.
+fn scalar_text(n: &MarkedYaml<'_>) -> Option<String> {
+    match &n.data {
+        YamlData::Value(Scalar::String(s)) => Some(s.to_string()),
+        YamlData::Value(Scalar::Integer(i)) => Some(i.to_string()),
+        YamlData::Value(Scalar::FloatingPoint(f)) => Some(f.to_string()),
+        YamlData::Value(Scalar::Boolean(b)) => Some(b.to_string()),
+        YamlData::Representation(s, _, _) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+fn kind(n: &MarkedYaml<'_>) -> &'static str {
+    match &n.data {
+        YamlData::Value(Scalar::Null) => "nothing (null)",
+        YamlData::Value(Scalar::String(_)) | YamlData::Representation(..) => "a string",
+        YamlData::Value(Scalar::Integer(_)) => "a number",
+        YamlData::Value(Scalar::FloatingPoint(_)) => "a number",
+        YamlData::Value(Scalar::Boolean(_)) => "a boolean",
+        YamlData::Sequence(_) => "a list",
+        YamlData::Mapping(_) => "a mapping",
+        YamlData::Tagged(..) => "a tagged value",
+        YamlData::Alias(_) => "an alias",
+        YamlData::BadValue => "an invalid value",
+    }
+}
+
+/// Parsing context: the file name for messages.
+struct Cx {
+    file: String,
+}
+
+impl Cx {
+    fn err(&self, line: usize, field: &str, message: impl Into<String>) -> SpecError {
+        SpecError {
+            file: self.file.clone(),
+            line,
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    fn mapping<'a, 'y>(
+        &self,
+        n: &'a MarkedYaml<'y>,
+        field: &str,
+    ) -> Result<Map<'a, 'y>, SpecError> {
+        match &n.data {
+            YamlData::Mapping(m) => Ok(m.iter().collect()),
+            _ => Err(self.err(
+                line(n),
+                field,
+                format!(
+                    "expected a mapping (`key: value` lines or `{{ ... }}`), found {}",
+                    kind(n)
+                ),
+            )),
+        }
+    }
+
+    fn sequence<'a, 'y>(
+        &self,
+        n: &'a MarkedYaml<'y>,
+        field: &str,
+    ) -> Result<&'a [MarkedYaml<'y>], SpecError> {
+        match &n.data {
+            YamlData::Sequence(s) => Ok(s),
+            _ => Err(self.err(
+                line(n),
+                field,
+                format!(
+                    "expected a list (`[a, b]` or `- a` lines), found {}",
+                    kind(n)
+                ),
+            )),
+        }
+    }
+
+    fn string(&self, n: &MarkedYaml<'_>, field: &str) -> Result<String, SpecError> {
+        match &n.data {
+            YamlData::Value(Scalar::String(s)) => Ok(s.to_string()),
+            YamlData::Representation(s, _, _) => Ok(s.to_string()),
+            _ => Err(self.err(
+                line(n),
+                field,
+                format!("expected a string, found {}", kind(n)),
+            )),
+        }
+    }
+
+    /// A string, number or boolean as text (environment values).
+    fn text(&self, n: &MarkedYaml<'_>, field: &str) -> Result<String, SpecError> {
+        scalar_text(n).ok_or_else(|| {
+            self.err(
+                line(n),
+                field,
+                format!("expected a string or number, found {}", kind(n)),
+            )
+        })
+    }
+
+    fn strings(&self, n: &MarkedYaml<'_>, field: &str) -> Result<Vec<String>, SpecError> {
+        self.sequence(n, field)?
+            .iter()
+            .enumerate()
+            .map(|(i, e)| self.string(e, &format!("{field}[{i}]")))
+            .collect()
+    }
+
+    fn integer(
+        &self,
+        n: &MarkedYaml<'_>,
+        field: &str,
+        min: i64,
+        max: i64,
+    ) -> Result<i64, SpecError> {
+        match &n.data {
+            YamlData::Value(Scalar::Integer(i)) if (min..=max).contains(i) => Ok(*i),
+            YamlData::Value(Scalar::Integer(i)) => Err(self.err(
+                line(n),
+                field,
+                format!("{i} is out of range; use {min} to {max}"),
+            )),
+            _ => Err(self.err(
+                line(n),
+                field,
+                format!("expected a whole number, found {}", kind(n)),
+            )),
+        }
+    }
+
+    fn boolean(&self, n: &MarkedYaml<'_>, field: &str) -> Result<bool, SpecError> {
+        match &n.data {
+            YamlData::Value(Scalar::Boolean(b)) => Ok(*b),
+            _ => Err(self.err(
+                line(n),
+                field,
+                format!("expected true or false, found {}", kind(n)),
+            )),
+        }
+    }
+
+    /// A byte size: a number of bytes, or a number with `B`, `KiB`, `MiB`, `GiB` (also `K`,
+    /// `KB`, ... meaning the same powers of two).
+    fn size(&self, n: &MarkedYaml<'_>, field: &str) -> Result<u64, SpecError> {
+        let bad = |what: String| self.err(line(n), field, what);
+        let text = match &n.data {
+            YamlData::Value(Scalar::Integer(i)) if *i >= 0 => return Ok(*i as u64),
+            _ => scalar_text(n).ok_or_else(|| {
+                bad(format!(
+                    "expected a size such as 65536 or 64KiB, found {}",
+                    kind(n)
+                ))
+            })?,
+        };
+        parse_size(&text).ok_or_else(|| {
+            bad(format!(
+                "`{text}` is not a size; write bytes (65536) or a number with B, KiB, MiB or GiB (64KiB)"
+            ))
+        })
+    }
+
+    /// A duration: a number with `ms`, `s`, `m` or `h`.
+    fn duration(&self, n: &MarkedYaml<'_>, field: &str) -> Result<Duration, SpecError> {
+        let text = scalar_text(n).unwrap_or_default();
+        parse_duration(&text).ok_or_else(|| {
+            self.err(
+                line(n),
+                field,
+                format!(
+                    "`{text}` is not a duration; write a number with ms, s, m or h (10s, 500ms)"
+                ),
+            )
+        })
+    }
+
+    fn only_known(&self, map: &Map<'_, '_>, prefix: &str, known: &[&str]) -> Result<(), SpecError> {
+        for (k, _) in map {
+            let key = scalar_text(k).unwrap_or_else(|| kind(k).to_owned());
+            if !known.contains(&key.as_str()) {
+                return Err(self.err(
+                    line(k),
+                    &format!("{prefix}{key}"),
+                    format!("unknown field; known fields here: {}", known.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn required<'a, 'y>(
+        &self,
+        parent: &MarkedYaml<'y>,
+        map: &Map<'a, 'y>,
+        key: &str,
+        prefix: &str,
+    ) -> Result<&'a MarkedYaml<'y>, SpecError> {
+        get(map, key).ok_or_else(|| {
+            self.err(
+                line(parent),
+                &format!("{prefix}{key}"),
+                "missing; this field is required (see docs/spec.md)",
+            )
+        })
+    }
+
+    fn pool(&self, n: &MarkedYaml<'_>) -> Result<PoolSpec, SpecError> {
+        let map = self.mapping(n, "pool")?;
+        self.only_known(&map, "pool.", &["slots", "slot_size", "hugepages"])?;
+        let slots = match get(&map, "slots") {
+            None => DEFAULT_SLOTS,
+            Some(v) => self.integer(v, "pool.slots", 1, 1 << 24)? as u32,
+        };
+        let slot_size = match get(&map, "slot_size") {
+            None => DEFAULT_SLOT_SIZE,
+            Some(v) => {
+                let s = self.size(v, "pool.slot_size")?;
+                let min = (SLOT_HEADER_LEN + META_RESERVE + 64) as u64;
+                if s < min || s > (1 << 30) || s % 64 != 0 {
+                    return Err(self.err(
+                        line(v),
+                        "pool.slot_size",
+                        format!("must be a multiple of 64 bytes between {min} and 1GiB, got {s}"),
+                    ));
+                }
+                s as u32
+            }
+        };
+        let hugepages = match get(&map, "hugepages") {
+            None => false,
+            Some(v) => self.boolean(v, "pool.hugepages")?,
+        };
+        let total = slots as u64 * slot_size as u64;
+        if total > 64 << 30 {
+            return Err(self.err(
+                line(n),
+                "pool",
+                format!("{slots} slots of {slot_size} bytes is {total} bytes, more than 64GiB"),
+            ));
+        }
+        Ok(PoolSpec {
+            slots,
+            slot_size,
+            hugepages,
+        })
+    }
+
+    fn functions(
+        &self,
+        root: &MarkedYaml<'_>,
+        top: &Map<'_, '_>,
+        dir: &Path,
+    ) -> Result<Vec<FunctionSpec>, SpecError> {
+        let node = self.required(root, top, "functions", "")?;
+        let map = self.mapping(node, "functions")?;
+        if map.is_empty() {
+            return Err(self.err(
+                line(node),
+                "functions",
+                "a chain needs at least one function",
+            ));
+        }
+        if map.len() > MAX_FUNCTIONS {
+            return Err(self.err(
+                line(node),
+                "functions",
+                format!(
+                    "{} functions; a chain may have at most {MAX_FUNCTIONS}",
+                    map.len()
+                ),
+            ));
+        }
+        let mut out = Vec::new();
+        for (k, v) in &map {
+            let name = self.string(k, "functions")?;
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(self.err(
+                    line(k),
+                    &format!("functions.{name}"),
+                    "a function name is letters, digits, `-` or `_`",
+                ));
+            }
+            let p = format!("functions.{name}.");
+            let f = self.mapping(v, &format!("functions.{name}"))?;
+            self.only_known(
+                &f,
+                &p,
+                &[
+                    "command",
+                    "instances",
+                    "concurrency",
+                    "env",
+                    "headers",
+                    "next",
+                ],
+            )?;
+            let cmd_node = self.required(k, &f, "command", &p)?;
+            let mut command = self.strings(cmd_node, &format!("{p}command"))?;
+            if command.is_empty() || command[0].is_empty() {
+                return Err(self.err(
+                    line(cmd_node),
+                    &format!("{p}command"),
+                    "empty; give the program and its arguments, e.g. [\"./target/release/upper\"]",
+                ));
+            }
+            if command[0].contains('/') && Path::new(&command[0]).is_relative() {
+                command[0] = dir.join(&command[0]).display().to_string();
+            }
+            let instances = match get(&f, "instances") {
+                None => 1,
+                Some(n) => {
+                    self.integer(n, &format!("{p}instances"), 1, MAX_INSTANCES as i64)? as u16
+                }
+            };
+            let concurrency = match get(&f, "concurrency") {
+                None => 1,
+                Some(n) => {
+                    self.integer(n, &format!("{p}concurrency"), 1, MAX_CONCURRENCY as i64)? as u16
+                }
+            };
+            let env = match get(&f, "env") {
+                None => Vec::new(),
+                Some(n) => {
+                    let m = self.mapping(n, &format!("{p}env"))?;
+                    let mut env = Vec::new();
+                    for (ek, ev) in m {
+                        let key = self.string(ek, &format!("{p}env"))?;
+                        if key.is_empty() || key.contains('=') || key.starts_with("ZEROHOP_") {
+                            return Err(self.err(
+                                line(ek),
+                                &format!("{p}env.{key}"),
+                                "not a usable variable name (no `=`, and ZEROHOP_* is reserved for the agent)",
+                            ));
+                        }
+                        env.push((key.clone(), self.text(ev, &format!("{p}env.{key}"))?));
+                    }
+                    env
+                }
+            };
+            let headers = match get(&f, "headers") {
+                None => Vec::new(),
+                Some(n) => {
+                    let hs = self.strings(n, &format!("{p}headers"))?;
+                    for (i, h) in hs.iter().enumerate() {
+                        if http_header_name_invalid(h) {
+                            return Err(self.err(
+                                line(n),
+                                &format!("{p}headers[{i}]"),
+                                format!("`{h}` is not an HTTP header name"),
+                            ));
+                        }
+                    }
+                    hs.into_iter().map(|h| h.to_ascii_lowercase()).collect()
+                }
+            };
+            let next = match get(&f, "next") {
+                None => Vec::new(),
+                Some(n) => self.strings(n, &format!("{p}next"))?,
+            };
+            out.push(FunctionSpec {
+                name,
+                line: line(k),
+                command,
+                instances,
+                concurrency,
+                env,
+                headers,
+                next,
+            });
+        }
+        // Dynamic routing targets must exist.
+        let names: Vec<&str> = out.iter().map(|f| f.name.as_str()).collect();
+        for (k, v) in &map {
+            let name = scalar_text(k).unwrap_or_default();
+            let f = self.mapping(v, "functions")?;
+            if let Some(n) = get(&f, "next") {
+                for (i, e) in self.sequence(n, "next")?.iter().enumerate() {
+                    let target = self.string(e, "next")?;
+                    if !names.contains(&target.as_str()) {
+                        return Err(self.err(
+                            line(e),
+                            &format!("functions.{name}.next[{i}]"),
+                            format!(
+                                "unknown function `{target}`; known functions: {}",
+                                names.join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn routes(
+        &self,
+        root: &MarkedYaml<'_>,
+        top: &Map<'_, '_>,
+        functions: &[FunctionSpec],
+    ) -> Result<Vec<RouteSpec>, SpecError> {
+        let node = self.required(root, top, "routes", "")?;
+        let list = self.sequence(node, "routes")?;
+        if list.is_empty() {
+            return Err(self.err(line(node), "routes", "a chain needs at least one route"));
+        }
+        let names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (i, r) in list.iter().enumerate() {
+            let p = format!("routes[{i}].");
+            let m = self.mapping(r, &format!("routes[{i}]"))?;
+            self.only_known(&m, &p, &["http", "sequence"])?;
+            let http = self.required(r, &m, "http", &p)?;
+            let text = self.string(http, &format!("{p}http"))?;
+            let (method, path) = text.split_once(' ').unwrap_or((&text, ""));
+            let (method, path) = (method.trim(), path.trim());
+            let method_ok = !method.is_empty()
+                && method.bytes().all(|b| b.is_ascii_uppercase())
+                && method.len() <= 16;
+            if !method_ok || !path.starts_with('/') || path.contains(char::is_whitespace) {
+                return Err(self.err(
+                    line(http),
+                    &format!("{p}http"),
+                    format!("`{text}` is not `METHOD /path`; write e.g. `POST /hello`"),
+                ));
+            }
+            if !seen.insert((method.to_owned(), path.to_owned())) {
+                return Err(self.err(
+                    line(http),
+                    &format!("{p}http"),
+                    format!("`{method} {path}` is already routed by an earlier route"),
+                ));
+            }
+            let seq_node = self.required(r, &m, "sequence", &p)?;
+            let seq = self.sequence(seq_node, &format!("{p}sequence"))?;
+            if seq.is_empty() {
+                return Err(self.err(
+                    line(seq_node),
+                    &format!("{p}sequence"),
+                    "empty; name the functions the request runs through, in order",
+                ));
+            }
+            if seq.len() > 255 {
+                return Err(self.err(
+                    line(seq_node),
+                    &format!("{p}sequence"),
+                    "at most 255 functions in one sequence",
+                ));
+            }
+            let mut sequence = Vec::new();
+            for (j, e) in seq.iter().enumerate() {
+                let f = self.string(e, &format!("{p}sequence[{j}]"))?;
+                if !names.contains(&f.as_str()) {
+                    return Err(self.err(
+                        line(e),
+                        &format!("{p}sequence[{j}]"),
+                        format!(
+                            "unknown function `{f}`; known functions: {}",
+                            names.join(", ")
+                        ),
+                    ));
+                }
+                sequence.push(f);
+            }
+            out.push(RouteSpec {
+                line: line(r),
+                method: method.to_owned(),
+                path: path.to_owned(),
+                sequence,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn http_header_name_invalid(h: &str) -> bool {
+    h.is_empty()
+        || !h
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Parses `65536`, `64KiB`, `64K`, `1MiB`, `2GB`, `100B` (powers of two for every unit).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KB" | "KiB" | "k" | "kB" => 1 << 10,
+        "M" | "MB" | "MiB" => 1 << 20,
+        "G" | "GB" | "GiB" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// Parses `500ms`, `10s`, `2m`, `1h`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    Some(match unit.trim() {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60)?),
+        "h" => Duration::from_secs(n.checked_mul(3600)?),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELLO: &str = "\
+name: hello
+pool: { slots: 64, slot_size: 8KiB }
+timeout: 2s
+functions:
+  upper:   { command: [\"bin/upper\", \"-v\"], instances: 2, concurrency: 4 }
+  exclaim:
+    command: [/bin/exclaim]
+    env: { MODE: loud, N: 3 }
+    headers: [X-Trace]
+    next: [upper]
+routes:
+  - http: POST /hello
+    sequence: [upper, exclaim]
+";
+
+    fn err(yaml: &str) -> String {
+        parse(Path::new("c.yaml"), yaml).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_every_field() {
+        let s = parse(Path::new("dir/c.yaml"), HELLO).unwrap();
+        assert_eq!(s.name, "hello");
+        assert_eq!(s.transport, "ring");
+        assert_eq!(
+            s.pool,
+            PoolSpec {
+                slots: 64,
+                slot_size: 8192,
+                hugepages: false
+            }
+        );
+        assert_eq!(s.max_body, 8192 - 32 - 1024);
+        assert_eq!(s.timeout, Duration::from_secs(2));
+        let up = &s.functions[0];
+        assert_eq!(up.command, vec!["dir/bin/upper".to_owned(), "-v".into()]);
+        assert_eq!((up.instances, up.concurrency, up.line), (2, 4, 5));
+        let ex = &s.functions[1];
+        assert_eq!(ex.command, vec!["/bin/exclaim".to_owned()]);
+        assert_eq!(
+            ex.env,
+            vec![("MODE".into(), "loud".into()), ("N".into(), "3".into())]
+        );
+        assert_eq!(ex.headers, vec!["x-trace".to_owned()]);
+        assert_eq!(ex.next, vec!["upper".to_owned()]);
+        assert_eq!(s.routes.len(), 1);
+        assert_eq!(
+            (s.routes[0].method.as_str(), s.routes[0].path.as_str()),
+            ("POST", "/hello")
+        );
+        assert_eq!(s.routes[0].sequence, vec!["upper", "exclaim"]);
+    }
+
+    #[test]
+    fn errors_name_line_and_field() {
+        let cases = [
+            (HELLO.replace("timeout: 2s", "timeot: 2s"), "c.yaml:3: timeot: unknown field"),
+            (HELLO.replace("timeout: 2s", "timeout: soon"), "c.yaml:3: timeout: `soon` is not a duration"),
+            (HELLO.replace("instances: 2", "instances: two"), "c.yaml:5: functions.upper.instances: expected a whole number, found a string"),
+            (HELLO.replace("instances: 2", "instances: 0"), "c.yaml:5: functions.upper.instances: 0 is out of range"),
+            (HELLO.replace("[upper, exclaim]", "[upper, shout]"), "c.yaml:13: routes[0].sequence[1]: unknown function `shout`; known functions: upper, exclaim"),
+            (HELLO.replace("next: [upper]", "next: [nobody]"), "c.yaml:10: functions.exclaim.next[0]: unknown function `nobody`"),
+            (HELLO.replace("    command: [/bin/exclaim]\n", ""), "c.yaml:6: functions.exclaim.command: missing"),
+            (HELLO.replace("[/bin/exclaim]", "[]"), "c.yaml:7: functions.exclaim.command: empty"),
+            (HELLO.replace("POST /hello", "post hello"), "c.yaml:12: routes[0].http: `post hello` is not `METHOD /path`"),
+            (HELLO.replace("slot_size: 8KiB", "slot_size: 8 lots"), "c.yaml:2: pool.slot_size: `8 lots` is not a size"),
+            (HELLO.replace("slot_size: 8KiB", "slot_size: 1000"), "c.yaml:2: pool.slot_size: must be a multiple of 64"),
+            (HELLO.replace("timeout: 2s", "max_body: 1MiB"), "c.yaml:3: max_body: 1048576 bytes do not fit a slot of 8192 bytes"),
+            (HELLO.replace("name: hello", "name: hello world"), "c.yaml:1: name: a chain name is"),
+            (HELLO.replace("name: hello\n", ""), "c.yaml:1: name: missing"),
+            (HELLO.replace("timeout: 2s", "transport: carrier-pigeon"), "c.yaml:3: transport: unknown transport `carrier-pigeon`; use one of: ring, socket"),
+            (HELLO.replace("env: { MODE: loud, N: 3 }", "env: [MODE]"), "c.yaml:8: functions.exclaim.env: expected a mapping"),
+            (HELLO.replace("{ slots: 64,", "{ slots: 64, hugepages: maybe,"), "c.yaml:2: pool.hugepages: expected true or false"),
+            (format!("{HELLO}  - http: POST /hello\n    sequence: [upper]\n"), "c.yaml:14: routes[1].http: `POST /hello` is already routed"),
+            ("name: x\nfunctions: {\n".into(), "c.yaml:3: (yaml): not valid YAML"),
+            ("".into(), "c.yaml:1: (spec): the spec is empty"),
+            ("- a\n".into(), "c.yaml:1: (spec): expected a mapping"),
+        ];
+        for (yaml, want) in cases {
+            let got = err(&yaml);
+            assert!(got.starts_with(want), "want {want:?}\n got {got:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("65536"), Some(65536));
+        assert_eq!(parse_size("64KiB"), Some(65536));
+        assert_eq!(parse_size("2 MiB"), Some(2 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("12 parsecs"), None);
+        assert_eq!(parse_size("99999999999999999999GiB"), None);
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("10"), None);
+        assert_eq!(parse_duration("s"), None);
+    }
+}
