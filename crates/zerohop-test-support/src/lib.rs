@@ -222,3 +222,122 @@ pub fn alive(pid: u32) -> bool {
             .is_some_and(|c| c != 'Z')
     })
 }
+
+/// A binary built into this build's target folder (`target/<profile>/NAME`), next to the
+/// running test's `deps` folder. Panics with what to run when it is missing.
+pub fn target_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in target/<profile>/deps");
+    let bin = dir.join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: build the binaries first with `cargo build --release --workspace --bins` \
+         (`cargo xtask test` does it)",
+        bin.display()
+    );
+    bin
+}
+
+/// A scratch folder removed on drop.
+pub struct TempDir {
+    path: std::path::PathBuf,
+}
+
+impl TempDir {
+    /// Creates a fresh folder under the system temp dir.
+    pub fn new(tag: &str) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "zerohop-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        Self { path }
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A chain run by the real `zerohop up` command on a free port; stopped (SIGTERM, then
+/// SIGKILL) and its folder removed on drop.
+pub struct ChainProcess {
+    guard: ChildGuard,
+    /// Base URL of the gateway, from the ready line.
+    pub url: String,
+    /// The ready line as printed.
+    pub ready_line: String,
+    _dir: TempDir,
+}
+
+impl ChainProcess {
+    /// Writes `spec` to a scratch folder and runs `zerohop up` on it with `args`; waits (at
+    /// most 30 s) for the ready line.
+    pub fn start(spec: &str, args: &[&str]) -> Self {
+        let dir = TempDir::new("chain");
+        let file = dir.path().join("chain.yaml");
+        std::fs::write(&file, spec).expect("write spec");
+        Self::start_file(&file, args, dir)
+    }
+
+    /// Runs `zerohop up` on an existing spec file; `dir` is removed when the chain drops.
+    pub fn start_file(file: &Path, args: &[&str], dir: TempDir) -> Self {
+        use std::io::BufRead;
+        let mut cmd = Command::new(target_bin("zerohop"));
+        cmd.arg("up")
+            .arg(file)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        let mut guard = ChildGuard::new(cmd.spawn().expect("spawn zerohop"));
+        let stdout = guard.child_mut().stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            if let Some(Ok(l)) = lines.next() {
+                let _ = tx.send(l);
+            }
+            // Keep draining so the chain never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("zerohop up printed its ready line within 30 s");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in ready line {line:?}"))
+            .to_owned();
+        Self {
+            guard,
+            url,
+            ready_line: line,
+            _dir: dir,
+        }
+    }
+
+    /// Pid of the `zerohop` process.
+    pub fn pid(&self) -> u32 {
+        self.guard.pid()
+    }
+
+    /// Sends SIGTERM and waits (at most 30 s) for the exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        self.guard.signal("TERM");
+        self.guard.wait_timeout(Duration::from_secs(30))
+    }
+}

@@ -1,0 +1,49 @@
+//! A function whose behaviour the spec chooses through `TESTFN_MODE`:
+//! `upper`, `exclaim`, `slow` (sleep `DELAY_MS`, then upper-case), `fail` (422),
+//! `panic`, `abort` (the process dies), `forward` (to `TARGET`), `header` (body = the
+//! `x-test` header).
+
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use zerohop_runtime::{run, HandlerError, Next, Request};
+
+fn main() {
+    let mode = std::env::var("TESTFN_MODE").unwrap_or_else(|_| "upper".into());
+    let delay: u64 = std::env::var("DELAY_MS")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0);
+    let target = std::env::var("TARGET").unwrap_or_default();
+    run(move |req: &mut Request<'_>| match mode.as_str() {
+        "upper" => {
+            req.body_mut().make_ascii_uppercase();
+            Ok(Next::Continue)
+        }
+        "exclaim" => {
+            req.extend(b"!")?;
+            Ok(Next::Continue)
+        }
+        "slow" => {
+            std::thread::sleep(Duration::from_millis(delay));
+            req.body_mut().make_ascii_uppercase();
+            Ok(Next::Continue)
+        }
+        "fail" => Err(HandlerError::new(
+            422,
+            format!("refusing {:?}", String::from_utf8_lossy(req.body())),
+        )),
+        "panic" => panic!("boom"),
+        "abort" => std::process::abort(),
+        "forward" => Ok(Next::Forward(target.clone())),
+        "header" => {
+            let v = req.header("x-test").unwrap_or("<none>").to_owned();
+            req.set_body(v.as_bytes())?;
+            Ok(Next::Continue)
+        }
+        other => Err(HandlerError::internal(format!(
+            "unknown TESTFN_MODE {other}"
+        ))),
+    })
+}

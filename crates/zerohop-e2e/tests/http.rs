@@ -1,0 +1,267 @@
+//! The chain as a user runs it: `zerohop up`, a real HTTP client, every answer the gateway
+//! promises, and a clean stop.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{call, client, func, post};
+use zerohop_test_support::{
+    alive, children, cpu_ticks, memfds, target_bin, wait_until, ChainProcess, TempDir,
+};
+
+fn hello_spec(extra_top: &str) -> String {
+    format!(
+        "name: hello\n{extra_top}functions:\n  upper: {{ command: [\"{}\"] }}\n  exclaim: {{ command: [\"{}\"] }}\nroutes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n",
+        target_bin("upper").display(),
+        target_bin("exclaim").display()
+    )
+}
+
+#[test]
+fn example_hello_chain_answers_from_its_own_spec() {
+    // The spec shipped in examples/hello, with its relative program paths.
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello/chain.yaml");
+    let chain = ChainProcess::start_file(&spec, &[], TempDir::new("example"));
+    assert!(chain
+        .ready_line
+        .contains("chain 'hello' ready at http://127.0.0.1:"));
+    let agent = client();
+    let a = post(&agent, &format!("{}/hello", chain.url), "hello world");
+    assert_eq!((a.status, a.body.as_str()), (200, "HELLO WORLD!"));
+    assert_eq!(chain.stop(), Some(0));
+}
+
+#[test]
+fn hello_over_both_transports_with_keep_alive() {
+    for transport in ["ring", "socket"] {
+        let chain = ChainProcess::start(&hello_spec(""), &["--transport", transport]);
+        assert!(chain.ready_line.contains(&format!("transport {transport}")));
+        let agent = client();
+        let url = format!("{}/hello", chain.url);
+        for i in 0..200 {
+            let body = format!("hello {i}");
+            let a = post(&agent, &url, &body);
+            assert_eq!(a.status, 200, "{transport}: {a:?}");
+            assert_eq!(a.body, format!("HELLO {i}!"), "{transport}");
+        }
+        // Empty body and a body of many KiB.
+        assert_eq!(post(&agent, &url, "").body, "!");
+        let big = "x".repeat(60_000);
+        assert_eq!(
+            post(&agent, &url, &big).body,
+            format!("{}!", big.to_uppercase())
+        );
+        assert_eq!(chain.stop(), Some(0), "{transport}: clean exit");
+    }
+}
+
+#[test]
+fn routing_errors_are_404_and_405() {
+    let chain = ChainProcess::start(&hello_spec(""), &[]);
+    let agent = client();
+    let a = post(&agent, &format!("{}/nope", chain.url), "x");
+    assert_eq!(a.status, 404);
+    assert_eq!(a.body, "gateway: no route for POST /nope\n");
+    let a = call(&agent, "GET", &format!("{}/hello", chain.url), b"");
+    assert_eq!(a.status, 405);
+    assert_eq!(a.allow.as_deref(), Some("POST"));
+    assert_eq!(
+        a.body,
+        "gateway: /hello does not accept GET; allowed: POST\n"
+    );
+    assert_eq!(chain.stop(), Some(0));
+}
+
+#[test]
+fn malformed_request_gets_400_and_chain_keeps_working() {
+    let chain = ChainProcess::start(&hello_spec(""), &[]);
+    let addr = chain.url.trim_start_matches("http://").to_owned();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"THIS IS NOT HTTP\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 400"), "got {out:?}");
+    // A bad Content-Length value.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 400"), "got {out:?}");
+    let a = post(&client(), &format!("{}/hello", chain.url), "still fine");
+    assert_eq!((a.status, a.body.as_str()), (200, "STILL FINE!"));
+    assert_eq!(chain.stop(), Some(0));
+}
+
+#[test]
+fn body_over_limit_gets_413() {
+    let chain = ChainProcess::start(&hello_spec("max_body: 1KiB\n"), &[]);
+    let agent = client();
+    let url = format!("{}/hello", chain.url);
+    let a = post(&agent, &url, &"y".repeat(1025));
+    assert_eq!(a.status, 413);
+    assert_eq!(
+        a.body,
+        "gateway: request body exceeds the chain's limit of 1024 bytes (max_body)\n"
+    );
+    assert_eq!(post(&agent, &url, &"y".repeat(1024)).status, 200);
+    assert_eq!(chain.stop(), Some(0));
+}
+
+#[test]
+fn function_errors_pass_through_with_their_status() {
+    let spec = format!(
+        "name: errs\nfunctions:\n{}{}{}routes:\n  - http: POST /fail\n    sequence: [refuse]\n  - http: POST /panic\n    sequence: [boom]\n  - http: POST /hdr\n    sequence: [hdr]\n",
+        func("refuse", "fail", "", ""),
+        func("boom", "panic", "", ""),
+        func("hdr", "header", "", ", headers: [X-Test]"),
+    );
+    let chain = ChainProcess::start(&spec, &[]);
+    let agent = client();
+    let a = post(&agent, &format!("{}/fail", chain.url), "abc");
+    assert_eq!(a.status, 422);
+    assert_eq!(a.body, "function 'refuse': refusing \"abc\"\n");
+    let a = post(&agent, &format!("{}/panic", chain.url), "abc");
+    assert_eq!(a.status, 500);
+    assert_eq!(a.body, "function 'boom': handler panicked: boom\n");
+    // The panicking instance keeps serving.
+    assert_eq!(
+        post(&agent, &format!("{}/panic", chain.url), "x").status,
+        500
+    );
+    let r = agent
+        .post(&format!("{}/hdr", chain.url))
+        .set("X-Test", "zero-copy")
+        .send_string("ignored")
+        .expect("200");
+    assert_eq!(r.into_string().unwrap(), "zero-copy");
+    assert_eq!(chain.stop(), Some(0));
+}
+
+#[test]
+fn crash_gets_502_slow_chain_gets_504_full_pool_gets_503() {
+    let spec = format!(
+        "name: faults\ntimeout: 1s\npool: {{ slots: 2, slot_size: 4KiB }}\nfunctions:\n{}{}routes:\n  - http: POST /crash\n    sequence: [dies]\n  - http: POST /slow\n    sequence: [sleepy]\n",
+        func("dies", "abort", "", ""),
+        func("sleepy", "slow", "DELAY_MS: 3000", ", concurrency: 4"),
+    );
+    let chain = ChainProcess::start(&spec, &[]);
+    let agent = client();
+    let a = post(&agent, &format!("{}/crash", chain.url), "x");
+    assert_eq!(a.status, 502, "{a:?}");
+    assert!(
+        a.body
+            .starts_with("function 'dies': instance 1 was killed by signal 6"),
+        "{a:?}"
+    );
+    let a = post(&agent, &format!("{}/slow", chain.url), "x");
+    assert_eq!(a.status, 504);
+    assert_eq!(a.body, "gateway: chain 'faults' did not answer within 1s\n");
+    // Two slots: the sleeper still holds the first one (3 s), one more fits, the third
+    // request finds the pool empty.
+    let url = format!("{}/slow", chain.url);
+    let t = std::thread::spawn(move || post(&client(), &url, "y").status);
+    std::thread::sleep(Duration::from_millis(300));
+    let a = post(&agent, &format!("{}/slow", chain.url), "z");
+    assert_eq!(a.status, 503, "{a:?}");
+    assert_eq!(a.retry_after.as_deref(), Some("1"));
+    assert!(a
+        .body
+        .starts_with("gateway: all 2 slots of the pool are in use"));
+    assert_eq!(t.join().unwrap(), 504);
+    assert_eq!(chain.stop(), Some(0));
+}
+
+#[test]
+fn stop_leaves_no_process_and_no_memfd() {
+    let chain = ChainProcess::start(&hello_spec(""), &["--transport", "socket"]);
+    let pid = chain.pid();
+    let kids = children(pid);
+    assert_eq!(kids.len(), 2, "one process per instance: {kids:?}");
+    assert!(!memfds(pid).is_empty(), "the agent holds the pool memfd");
+    assert_eq!(
+        post(&client(), &format!("{}/hello", chain.url), "a").status,
+        200
+    );
+    assert_eq!(chain.stop(), Some(0));
+    assert!(!alive(pid));
+    for k in kids {
+        assert!(
+            wait_until(Duration::from_secs(5), || !alive(k)),
+            "instance {k} outlived the agent"
+        );
+    }
+}
+
+#[test]
+fn idle_chain_uses_no_cpu() {
+    let chain = ChainProcess::start(&hello_spec(""), &[]);
+    // Warm up, then leave it alone.
+    assert_eq!(
+        post(&client(), &format!("{}/hello", chain.url), "warm").status,
+        200
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let pids: Vec<u32> = std::iter::once(chain.pid())
+        .chain(children(chain.pid()))
+        .collect();
+    assert_eq!(pids.len(), 3);
+    let total = |pids: &[u32]| -> u64 { pids.iter().filter_map(|&p| cpu_ticks(p)).sum() };
+    let before = total(&pids);
+    std::thread::sleep(Duration::from_secs(5));
+    let used = total(&pids) - before;
+    // 1% of one core over 5 s is 5 ticks of 10 ms.
+    assert!(used < 5, "idle chain used {used} ticks in 5 s");
+    assert_eq!(chain.stop(), Some(0));
+}
+
+#[test]
+fn spec_errors_name_file_line_and_field_and_exit_2() {
+    let dir = TempDir::new("badspec");
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(
+        &file,
+        "name: bad\nfunctions:\n  upper: { command: [\"/bin/true\"] }\nroutes:\n  - http: POST /x\n    sequence: [upper, shout]\n",
+    )
+    .unwrap();
+    for sub in ["check", "up"] {
+        let out = Command::new(target_bin("zerohop"))
+            .arg(sub)
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{sub}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "{}:6: routes[0].sequence[1]: unknown function `shout`",
+                file.display()
+            )),
+            "{sub}: {err}"
+        );
+    }
+    // A program that does not exist is reported against the spec, before anything starts.
+    std::fs::write(
+        &file,
+        "name: bad\nfunctions:\n  upper: { command: [\"./nowhere/upper\"] }\nroutes:\n  - http: POST /x\n    sequence: [upper]\n",
+    )
+    .unwrap();
+    let out = Command::new(target_bin("zerohop"))
+        .arg("up")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(":3: functions.upper.command: program"),
+        "{err}"
+    );
+}

@@ -1,0 +1,178 @@
+//! Crash safety and leaks, with the agent in this process (so the test can read the pool's
+//! owner table and its own descriptors) and the functions as real processes.
+
+mod common;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{client, func, post};
+use zerohop_agent::{spec, up, Running, UpOptions};
+use zerohop_pool::Owner;
+use zerohop_test_support::{
+    alive, children, memfd_mappings, memfds, open_fds, signal_pid, wait_until,
+};
+
+/// The tests here count this process's children and descriptors: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn start(rt: &tokio::runtime::Runtime, yaml: &str, transport: &str) -> Running {
+    let spec = spec::parse(Path::new("test.yaml"), yaml).expect("valid spec");
+    let opts = UpOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        transport: Some(transport.parse().unwrap()),
+        ..UpOptions::default()
+    };
+    rt.block_on(up(spec, opts)).expect("chain up")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Finds the instance process whose spec env says `TESTFN_NAME=name`.
+fn instance_pid(name: &str) -> u32 {
+    let me = std::process::id();
+    children(me)
+        .into_iter()
+        .find(|&p| {
+            std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|e| {
+                e.split(|&b| b == 0)
+                    .any(|kv| kv == format!("TESTFN_NAME={name}").as_bytes())
+            })
+        })
+        .unwrap_or_else(|| panic!("no instance of {name}"))
+}
+
+#[test]
+fn kill_9_with_32_in_flight_answers_all_and_recovers() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for transport in ["ring", "socket"] {
+        let rt = runtime();
+        let yaml = format!(
+            "name: crash\ntimeout: 20s\nfunctions:\n{}{}routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n",
+            func("upper", "slow", "DELAY_MS: 2000", ", concurrency: 32"),
+            func("exclaim", "exclaim", "", ""),
+        );
+        let chain = start(&rt, &yaml, transport);
+        let url = format!("{}/hello", chain.url());
+        let victim = instance_pid("upper");
+        let clients: Vec<_> = (0..32)
+            .map(|i| {
+                let url = url.clone();
+                std::thread::spawn(move || post(&client(), &url, &format!("r{i}")))
+            })
+            .collect();
+        // All 32 are inside `upper` once it holds 32 slots.
+        let upper_party = Owner::party(1);
+        assert!(
+            wait_until(Duration::from_secs(10), || chain
+                .pool()
+                .owners()
+                .owned_by(upper_party)
+                .len()
+                == 32),
+            "{transport}: 32 requests reached upper"
+        );
+        signal_pid(victim, "KILL");
+        let answers: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+        let ok = answers.iter().filter(|a| a.status == 200).count();
+        let failed = answers.iter().filter(|a| a.status == 502).count();
+        assert_eq!(
+            ok + failed,
+            32,
+            "{transport}: every request answered 200 or 502: {answers:?}"
+        );
+        assert_eq!(failed, 32, "{transport}: all were in the killed instance");
+        assert!(answers
+            .iter()
+            .all(|a| a.status == 200 || a.body.contains("instance 1 was killed by signal 9")));
+        assert!(
+            chain.pool().owners().owned_by(upper_party).is_empty(),
+            "{transport}: no slot stays with the dead instance"
+        );
+        // The instance is restarted and new requests work.
+        let agent = client();
+        assert!(
+            wait_until(Duration::from_secs(15), || post(&agent, &url, "again")
+                .status
+                == 200),
+            "{transport}: chain recovered"
+        );
+        assert_ne!(instance_pid("upper"), victim);
+        assert_eq!(chain.pool().party(1).unwrap().restarts(), 1);
+        rt.block_on(chain.shutdown());
+    }
+}
+
+#[test]
+fn ten_thousand_requests_leave_no_leak() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rt = runtime();
+    // Baseline after the runtime exists (its epoll and eventfd stay).
+    let me = std::process::id();
+    let fds_before = open_fds(me);
+    let yaml = format!(
+        "name: leaks\nfunctions:\n{}{}routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n",
+        func("upper", "upper", "", ", instances: 2"),
+        func("exclaim", "exclaim", "", ""),
+    );
+    let chain = start(&rt, &yaml, "ring");
+    let url = Arc::new(format!("{}/hello", chain.url()));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let agent = client();
+                for i in 0..2500 {
+                    let a = post(&agent, &url, &format!("w{w} n{i}"));
+                    assert_eq!(a.status, 200);
+                    assert_eq!(a.body, format!("W{w} N{i}!"));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker saw only correct answers");
+    }
+    assert_eq!(
+        chain.pool().owners().in_use(),
+        0,
+        "no slot owned after the load"
+    );
+    assert_eq!(chain.gateway().inflight(), 0);
+    assert_eq!(
+        chain
+            .gateway()
+            .stats()
+            .accepted
+            .load(std::sync::atomic::Ordering::Relaxed),
+        10_000
+    );
+    let kids = children(me);
+    assert_eq!(kids.len(), 3);
+    rt.block_on(chain.shutdown());
+    for k in &kids {
+        assert!(
+            wait_until(Duration::from_secs(5), || !alive(*k)),
+            "instance {k} left behind"
+        );
+    }
+    assert!(children(me).is_empty(), "no child process left");
+    assert!(memfds(me).is_empty(), "memfds still open: {:?}", memfds(me));
+    assert_eq!(memfd_mappings(me), 0, "pool or ring still mapped");
+    // Sockets of the client connections are closed by now; allow a moment for the server
+    // side to see the FIN.
+    assert!(
+        wait_until(Duration::from_secs(5), || open_fds(me) <= fds_before),
+        "fds: {} before, {} after",
+        fds_before,
+        open_fds(me)
+    );
+    drop(rt);
+}
