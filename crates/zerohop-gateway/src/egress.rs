@@ -48,10 +48,13 @@ impl Gateway {
             .name("gateway-rx".into())
             .spawn(move || {
                 while let Some(d) = endpoint.recv() {
-                    gw.complete(d.desc.request, Outcome::Done {
-                        slot: d.slot,
-                        len: d.desc.len,
-                    });
+                    gw.complete(
+                        d.desc.request,
+                        Outcome::Done {
+                            slot: d.slot,
+                            len: d.desc.len,
+                        },
+                    );
                 }
             })
             .expect("spawn gateway receive thread");
@@ -95,7 +98,12 @@ impl Gateway {
                 ErrorSource::Function(function.clone()),
                 format!("instance {party} {what} while handling this request"),
             );
-            if self.inflight.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&header.request) {
+            if self
+                .inflight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&header.request)
+            {
                 failed += 1;
             }
             self.complete(header.request, Outcome::Failed(err));

@@ -44,7 +44,11 @@ impl Drop for InflightGuard<'_> {
 impl Gateway {
     /// Serves HTTP on `listener` until `shutdown` turns true, then lets open requests finish
     /// (up to the chain timeout) and returns.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         let graceful = GracefulShutdown::new();
         loop {
             tokio::select! {
@@ -99,7 +103,10 @@ impl Gateway {
             return Err(GatewayError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorSource::Gateway,
-                format!("all {} slots of the pool are in use; retry", self.pool.slot_count()),
+                format!(
+                    "all {} slots of the pool are in use; retry",
+                    self.pool.slot_count()
+                ),
             )
             .with_header(header::RETRY_AFTER, "1"));
         };
@@ -180,7 +187,8 @@ impl Gateway {
         self.count_error();
         // Undo the count `handle` will add for an Ok answer.
         self.stats.ok.fetch_sub(1, Ordering::Relaxed);
-        let status = StatusCode::from_u16(header.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status =
+            StatusCode::from_u16(header.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut text = String::from_utf8_lossy(&body).into_owned();
         text.push('\n');
         error_response(status, text, &[])

@@ -17,7 +17,10 @@ impl Router {
         let mut by_path: HashMap<String, Vec<(Method, u16)>> = HashMap::new();
         for (i, r) in plan.routes.iter().enumerate() {
             if let Ok(m) = Method::from_bytes(r.method.as_bytes()) {
-                by_path.entry(r.path.clone()).or_default().push((m, i as u16));
+                by_path
+                    .entry(r.path.clone())
+                    .or_default()
+                    .push((m, i as u16));
             }
         }
         Self { by_path }
@@ -39,7 +42,10 @@ impl Router {
         Err(GatewayError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             ErrorSource::Gateway,
-            format!("{path} does not accept {method}; allowed: {}", allow.join(", ")),
+            format!(
+                "{path} does not accept {method}; allowed: {}",
+                allow.join(", ")
+            ),
         )
         .with_header(header::ALLOW, allow.join(", ")))
     }

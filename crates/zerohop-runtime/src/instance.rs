@@ -73,8 +73,9 @@ pub fn start() -> Result<Instance, StartError> {
     }
     let mut fds = (0..nfds as i32)
         .map(|i| {
-            sys::take_inherited(env::FIRST_FD + i)
-                .ok_or_else(|| StartError::HandOver(format!("fd {} not inherited", env::FIRST_FD + i)))
+            sys::take_inherited(env::FIRST_FD + i).ok_or_else(|| {
+                StartError::HandOver(format!("fd {} not inherited", env::FIRST_FD + i))
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     if fds.is_empty() {
@@ -83,14 +84,19 @@ pub fn start() -> Result<Instance, StartError> {
     let pool = Arc::new(Pool::attach(fds.remove(0))?);
     let backend: Backend = plan.transport.parse().map_err(StartError::HandOver)?;
     let transport = zerohop_transport::attach(backend, plan.parties(), me, fds, plan.options())?;
-    let policy = Arc::new(plan.policy().map_err(|e| StartError::HandOver(e.to_string()))?);
+    let policy = Arc::new(
+        plan.policy()
+            .map_err(|e| StartError::HandOver(e.to_string()))?,
+    );
     let function = policy
         .function_of(me)
         .filter(|&f| f != GATEWAY_FN)
         .ok_or_else(|| StartError::HandOver(format!("party {me} runs no function")))?;
     let endpoint = Endpoint::new(pool.clone(), policy, me, transport.receiver(me)?);
     let router = Router {
-        cursors: (0..plan.functions.len()).map(|_| AtomicU32::new(me as u32)).collect(),
+        cursors: (0..plan.functions.len())
+            .map(|_| AtomicU32::new(me as u32))
+            .collect(),
         sender: transport.sender(me)?,
         plan: Arc::new(plan),
         pool,
@@ -184,13 +190,19 @@ impl Router {
             match next {
                 Next::Reply => Ok(Hop::Gateway),
                 Next::Continue if header.flags & SlotHeader::FLAG_DYNAMIC != 0 => Ok(Hop::Gateway),
-                Next::Continue => plan.next_in_sequence(header.route, header.hop).ok_or_else(|| {
-                    HandlerError::internal(format!("slot names unknown route {}", header.route))
-                }),
+                Next::Continue => {
+                    plan.next_in_sequence(header.route, header.hop)
+                        .ok_or_else(|| {
+                            HandlerError::internal(format!(
+                                "slot names unknown route {}",
+                                header.route
+                            ))
+                        })
+                }
                 Next::Forward(name) => {
-                    let target = plan.function_index(&name).filter(|t| {
-                        plan.functions[self.function as usize].next.contains(t)
-                    });
+                    let target = plan
+                        .function_index(&name)
+                        .filter(|t| plan.functions[self.function as usize].next.contains(t));
                     match target {
                         Some(function) => {
                             header.flags |= SlotHeader::FLAG_DYNAMIC;
@@ -261,10 +273,7 @@ impl Router {
                 Ok(())
             }
             Err(e) => {
-                let msg = format!(
-                    "could not reach `{}`: {e}",
-                    self.plan.function_name(next)
-                );
+                let msg = format!("could not reach `{}`: {e}", self.plan.function_name(next));
                 Err((slot, msg))
             }
         }

@@ -30,7 +30,11 @@ impl HandlerError {
     /// An error with a status.
     pub fn new(status: u16, message: impl Into<String>) -> Self {
         Self {
-            status: if (400..=599).contains(&status) { status } else { 500 },
+            status: if (400..=599).contains(&status) {
+                status
+            } else {
+                500
+            },
             message: message.into(),
         }
     }
