@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -62,12 +63,14 @@ fn demo(extra: &[String]) -> Result<()> {
     build_bins()?;
     eprintln!("xtask: starting the hello chain; try it with:");
     eprintln!("  curl -s -X POST --data 'hello world' http://127.0.0.1:8080/hello");
-    run(
-        "zerohop up examples/hello/chain.yaml",
-        Command::new("target/release/zerohop")
-            .args(["up", "examples/hello/chain.yaml"])
-            .args(extra),
-    )
+    eprintln!("xtask: zerohop up examples/hello/chain.yaml");
+    // Become the chain's agent, so Ctrl-C reaches exactly one process, which stops the chain
+    // and everything it started.
+    let err = Command::new("target/release/zerohop")
+        .args(["up", "examples/hello/chain.yaml"])
+        .args(extra)
+        .exec();
+    Err(err).context("starting target/release/zerohop")
 }
 
 fn test(extra: &[String]) -> Result<()> {

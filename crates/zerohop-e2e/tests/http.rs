@@ -265,3 +265,100 @@ fn spec_errors_name_file_line_and_field_and_exit_2() {
         "{err}"
     );
 }
+
+#[test]
+fn instance_that_exits_before_ready_is_reported_and_nothing_stays() {
+    let dir = TempDir::new("notready");
+    let file = dir.path().join("c.yaml");
+    std::fs::write(
+        &file,
+        "name: quitter\nfunctions:\n  quits: { command: [\"/bin/true\"] }\nroutes:\n  - http: POST /x\n    sequence: [quits]\n",
+    )
+    .unwrap();
+    let out = Command::new(target_bin("zerohop"))
+        .arg("up")
+        .arg(&file)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("function 'quits' (instance 1) exited (exit status: 0) before it was ready"),
+        "{err}"
+    );
+}
+
+/// Free 2 MiB huge pages on the host.
+fn free_hugepages() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("HugePages_Free:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn hugepages_pool_runs_or_says_what_is_missing() {
+    let spec = hello_spec("pool: { slots: 64, slot_size: 64KiB, hugepages: true }\n");
+    // 64 x 64 KiB plus the header rounds up to 3 pages of 2 MiB.
+    let needed = 3;
+    let nr = Path::new("/proc/sys/vm/nr_hugepages");
+    let before = std::fs::read_to_string(nr)
+        .unwrap()
+        .trim()
+        .parse::<u64>()
+        .unwrap();
+    if free_hugepages() >= needed {
+        // Someone reserved pages: the chain must run on them.
+        let chain = ChainProcess::start(&spec, &[]);
+        let a = post(&client(), &format!("{}/hello", chain.url), "huge");
+        assert_eq!((a.status, a.body.as_str()), (200, "HUGE!"));
+        assert_eq!(chain.stop(), Some(0));
+        return;
+    }
+    // None free: the error says how many are needed and how to reserve them.
+    let dir = TempDir::new("huge");
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, &spec).unwrap();
+    let out = Command::new(target_bin("zerohop"))
+        .arg("up")
+        .arg(&file)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "hugepages: the pool needs {needed} free 2 MiB huge pages"
+        )) && err.contains("/proc/sys/vm/nr_hugepages"),
+        "{err}"
+    );
+    // As root, reserve them and run the chain for real; put the setting back afterwards.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    if !root {
+        eprintln!("not root: huge pages cannot be reserved, only the error path was checked");
+        return;
+    }
+    struct Restore(u64);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::write("/proc/sys/vm/nr_hugepages", self.0.to_string());
+        }
+    }
+    let _restore = Restore(before);
+    std::fs::write(nr, (before + needed).to_string()).unwrap();
+    assert!(
+        free_hugepages() >= needed,
+        "the kernel did not reserve {needed} huge pages"
+    );
+    let chain = ChainProcess::start(&spec, &[]);
+    let a = post(&client(), &format!("{}/hello", chain.url), "huge");
+    assert_eq!((a.status, a.body.as_str()), (200, "HUGE!"));
+    assert_eq!(chain.stop(), Some(0));
+}
