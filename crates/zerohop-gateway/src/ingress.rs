@@ -145,6 +145,7 @@ impl Gateway {
         let _guard = InflightGuard { gw: self, id };
         let to = self.pick(head);
         let desc = slot.descriptor(id, len as u32, head);
+        let sent = (slot.index(), slot.generation());
         match self.sender.send(to, desc) {
             Ok(()) => slot.into_sent(),
             Err(e) => {
@@ -156,7 +157,14 @@ impl Gateway {
             }
         }
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(self.config.timeout, rx).await {
+        let outcome = tokio::time::timeout(self.config.timeout, rx).await;
+        if !matches!(outcome, Ok(Ok(Outcome::Done { .. }))) {
+            // No answer: if the head never took the slot (its instance died between popping
+            // the descriptor and taking the slot), it is still ours under the generation we
+            // sent; take it back so it cannot leak. A slot anyone took is left alone.
+            self.pool.owners().revoke(sent.0, sent.1, Owner::party(0));
+        }
+        match outcome {
             Ok(Ok(Outcome::Done { slot, len })) => Ok(self.answer(slot, len)),
             Ok(Ok(Outcome::Failed(e))) => Err(e),
             Ok(Err(_)) => Err(GatewayError::new(

@@ -225,6 +225,28 @@ impl<'a> OwnerTable<'a> {
         }
     }
 
+    /// Frees `slot` only if it is still exactly `(generation, owner)`: how a sender takes back
+    /// a slot whose descriptor it sent but nobody took (the receiver died between popping it
+    /// and taking it). If the receiver takes it first, this fails; if this wins, the late
+    /// receiver's take fails on the generation. Returns whether the slot was freed.
+    pub fn revoke(&self, slot: u32, generation: u32, owner: Owner) -> bool {
+        let Some(word) = self.words.get(slot as usize) else {
+            return false;
+        };
+        if owner == Owner::FREE {
+            return false;
+        }
+        let cur = OwnerWord { owner, generation };
+        let new = OwnerWord {
+            owner: Owner::FREE,
+            generation: generation.wrapping_add(1),
+        };
+        // SYNC POINT: AcqRel pairs with the AcqRel CAS of a racing `take` (exactly one wins)
+        // and with the next owner's `alloc`.
+        word.compare_exchange(cur.pack(), new.pack(), Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// Slots currently held by `owner` (a snapshot).
     pub fn owned_by(&self, owner: Owner) -> Vec<u32> {
         (0..self.len())
@@ -287,6 +309,26 @@ mod tests {
             t.take(9, 0, f1, |_| true),
             Err(OwnershipError::OutOfRange(9))
         ));
+    }
+
+    #[test]
+    fn revoke_needs_the_exact_generation_and_owner() {
+        let (w, c) = table(1);
+        let t = OwnerTable::new(&w, &c);
+        let (gw, f1) = (Owner::party(0), Owner::party(1));
+        let (s, g) = t.alloc(gw).unwrap();
+        // Taken by the receiver: the sender cannot revoke it.
+        t.take(s, g as u16, f1, |o| o == gw).unwrap();
+        assert!(!t.revoke(s, g, gw));
+        t.free(s, f1).unwrap();
+        // Reallocated by the sender for another request: the old generation does not match.
+        let (s2, g2) = t.alloc(gw).unwrap();
+        assert_eq!((s2, g2), (s, g + 1));
+        assert!(!t.revoke(s, g, gw));
+        // Never taken: revoked, and a late take of the old descriptor fails.
+        assert!(t.revoke(s, g2, gw));
+        assert_eq!(t.get(s).unwrap().owner, Owner::FREE);
+        assert!(t.take(s, g2 as u16, f1, |o| o == gw).is_err());
     }
 
     #[test]
