@@ -885,6 +885,57 @@ routes:
         }
     }
 
+    /// A cheap stand-in for a fuzzer: thousands of mutated specs never panic, and every
+    /// error still names the file and a line.
+    #[test]
+    fn mutated_specs_never_panic_and_errors_stay_located() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut rnd = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let alphabet: Vec<char> = "{}[]:,-#&*!|>'\"\n x0aZ9%@`\t".chars().collect();
+        let (mut ok, mut bad) = (0, 0);
+        for _ in 0..20_000 {
+            let mut text: Vec<char> = HELLO.chars().collect();
+            for _ in 0..1 + rnd(4) {
+                let at = rnd(text.len() + 1).min(text.len());
+                match rnd(3) {
+                    0 if at < text.len() => {
+                        text.remove(at);
+                    }
+                    1 => text.insert(at, alphabet[rnd(alphabet.len())]),
+                    _ => {
+                        let from = rnd(text.len());
+                        let to = (from + rnd(20)).min(text.len());
+                        let chunk: Vec<char> = text[from..to].to_vec();
+                        text.splice(at..at, chunk);
+                    }
+                }
+            }
+            let text: String = text.into_iter().collect();
+            match parse(Path::new("c.yaml"), &text) {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    bad += 1;
+                    assert_eq!(e.file, "c.yaml");
+                    assert!(
+                        e.line >= 1 && e.line <= text.lines().count() + 1,
+                        "line {} out of range for {text:?}: {e}",
+                        e.line
+                    );
+                    assert!(!e.field.is_empty() && !e.message.is_empty(), "{e}");
+                }
+            }
+        }
+        assert!(
+            ok > 0 && bad > 0,
+            "mutations exercised both paths: {ok} ok, {bad} errors"
+        );
+    }
+
     #[test]
     fn sizes_and_durations() {
         assert_eq!(parse_size("65536"), Some(65536));
