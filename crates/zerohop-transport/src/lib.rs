@@ -31,9 +31,9 @@ pub mod socket;
 #[cfg(not(loom))]
 mod sys;
 
+use std::os::fd::BorrowedFd;
 #[cfg(not(loom))]
 use std::os::fd::OwnedFd;
-use std::os::fd::BorrowedFd;
 use std::str::FromStr;
 
 #[cfg(not(loom))]

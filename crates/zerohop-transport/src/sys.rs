@@ -57,8 +57,11 @@ pub(crate) fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), TransportError> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Sets `SO_SNDTIMEO`, bounding a blocking send on a full socket.
+/// Sets `SO_SNDTIMEO`, bounding a blocking send on a full socket. A timeout of 0 ms is
+/// raised to 1 ms: to the kernel a zero `SO_SNDTIMEO` means "block forever", the opposite of
+/// what `Options::send_timeout_ms == 0` asks for (give up at once, as the ring does).
 pub(crate) fn set_send_timeout(fd: BorrowedFd<'_>, ms: u32) -> Result<(), TransportError> {
+    let ms = ms.max(1);
     let tv = libc::timeval {
         tv_sec: (ms / 1000) as libc::time_t,
         tv_usec: ((ms % 1000) * 1000) as libc::suseconds_t,
@@ -96,7 +99,9 @@ pub(crate) fn send16(fd: BorrowedFd<'_>, b: &[u8; 16]) -> Result<(), io::Error> 
 }
 
 /// Receives one message without blocking. `Ok(None)` when nothing is queued.
-pub(crate) fn recv16_nonblocking(fd: BorrowedFd<'_>) -> Result<Option<([u8; 16], usize)>, io::Error> {
+pub(crate) fn recv16_nonblocking(
+    fd: BorrowedFd<'_>,
+) -> Result<Option<([u8; 16], usize)>, io::Error> {
     let mut b = [0u8; 16];
     loop {
         // SAFETY: b is a valid 16-byte buffer; MSG_TRUNC makes the kernel report the real
@@ -137,6 +142,19 @@ pub(crate) fn eventfd_signal(fd: BorrowedFd<'_>) {
     let one: u64 = 1;
     // SAFETY: writes 8 bytes from a valid u64.
     unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Whether no message can ever arrive on `fd` any more: every send end of the socketpair
+/// was closed (`POLLHUP`) or shut down for writing (`POLLRDHUP`). Does not block.
+pub(crate) fn hung_up(fd: BorrowedFd<'_>) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: p is one valid pollfd; a zero timeout makes poll return at once.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0
 }
 
 /// Blocks until one of `fds` is readable (or a signal arrives).

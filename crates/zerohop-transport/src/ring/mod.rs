@@ -39,11 +39,7 @@ mod recv;
 mod send;
 
 #[cfg(not(loom))]
-pub use self::{
-    recv::RingReceiver,
-    send::RingSender,
-    transport::RingTransport,
-};
+pub use self::{recv::RingReceiver, send::RingSender, transport::RingTransport};
 
 use zerohop_pool::sync::{AtomicU32, AtomicU64, Ordering};
 use zerohop_pool::Descriptor;

@@ -27,7 +27,10 @@ impl RingSender {
 
 impl Sender for RingSender {
     fn send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError> {
-        let lock = self.locks.get(to as usize).ok_or(SendError::NoSuchParty(to))?;
+        let lock = self
+            .locks
+            .get(to as usize)
+            .ok_or(SendError::NoSuchParty(to))?;
         let q = self.shared.queue(to, self.me);
         {
             let _turn = lock.lock().unwrap_or_else(|p| p.into_inner());

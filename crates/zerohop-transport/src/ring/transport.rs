@@ -86,7 +86,9 @@ impl RingTransport {
     /// Creates the region for `parties` parties.
     pub fn create(name: &str, parties: u16, opts: Options) -> Result<Self, TransportError> {
         if parties == 0 {
-            return Err(TransportError::Layout("a chain needs at least one party".into()));
+            return Err(TransportError::Layout(
+                "a chain needs at least one party".into(),
+            ));
         }
         let capacity = opts.queue_capacity.clamp(2, 1 << 16).next_power_of_two();
         let len = HEADER + parties as usize * RingShared::inbox_stride(parties, capacity);
@@ -113,11 +115,9 @@ impl RingTransport {
 
     /// Maps the region from the single fd [`Transport::fds_for`] hands out.
     pub fn attach(parties: u16, fds: Vec<OwnedFd>, opts: Options) -> Result<Self, TransportError> {
-        let [fd]: [OwnedFd; 1] = fds
-            .try_into()
-            .map_err(|v: Vec<OwnedFd>| {
-                TransportError::Layout(format!("ring expects 1 fd, got {}", v.len()))
-            })?;
+        let [fd]: [OwnedFd; 1] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
+            TransportError::Layout(format!("ring expects 1 fd, got {}", v.len()))
+        })?;
         let region = Region::attach(fd)?;
         if region.len() < HEADER {
             return Err(TransportError::Layout("ring region too small".into()));
@@ -131,8 +131,7 @@ impl RingTransport {
         }
         let capacity = header.capacity;
         let want = HEADER + parties as usize * RingShared::inbox_stride(parties, capacity);
-        if header.parties != parties as u32 || !capacity.is_power_of_two() || region.len() != want
-        {
+        if header.parties != parties as u32 || !capacity.is_power_of_two() || region.len() != want {
             return Err(TransportError::Layout(format!(
                 "ring region holds {} parties x capacity {capacity} in {} bytes, expected {parties} parties",
                 header.parties,

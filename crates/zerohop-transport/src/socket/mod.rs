@@ -34,7 +34,9 @@ impl SocketTransport {
     /// Creates one socketpair per party.
     pub fn create(parties: u16, opts: Options) -> Result<Self, TransportError> {
         if parties == 0 {
-            return Err(TransportError::Layout("a chain needs at least one party".into()));
+            return Err(TransportError::Layout(
+                "a chain needs at least one party".into(),
+            ));
         }
         let mut rx = Vec::new();
         let mut tx = Vec::new();

@@ -56,6 +56,10 @@ impl Receiver for SocketReceiver {
                         desc: Descriptor::from_bytes(b),
                     })
                 }
+                // A zero-length read is either an empty message (invalid, below) or the
+                // end of the stream: once every send end is closed or shut down, recv
+                // returns 0 at once, forever, and poll never blocks again.
+                Ok(Some((_, 0))) if sys::hung_up(self.rx.as_fd()) => return None,
                 Ok(Some(_)) => {
                     return Some(Raw {
                         from: None,
@@ -67,7 +71,7 @@ impl Receiver for SocketReceiver {
                     })
                 }
                 Ok(None) => sys::poll_readable(&[self.rx.as_fd(), self.stop.efd.as_fd()]),
-                // The socket is gone (all ends closed): nothing will ever arrive.
+                // The socket is unusable: nothing will ever arrive.
                 Err(_) => return None,
             }
         }
