@@ -78,8 +78,12 @@ impl Endpoint {
     /// `None` once stopped.
     pub fn recv(&mut self) -> Option<Delivery> {
         loop {
-            let raw = self.rx.recv()?;
-            if let Some(d) = self.validate(raw) {
+            // Take the slot while the descriptor is still queued, then consume it: see
+            // `Receiver`.
+            let raw = self.rx.peek()?;
+            let delivery = self.validate(raw);
+            self.rx.consume();
+            if let Some(d) = delivery {
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
                 return Some(d);
             }

@@ -152,10 +152,27 @@ pub struct Raw {
 }
 
 /// The receiving side of one party (exactly one thread receives).
+///
+/// Receiving is two steps so that a receiver that dies at any instruction loses nothing:
+/// [`peek`](Receiver::peek) shows the next descriptor while it stays queued, the caller takes
+/// the slot over in the pool, and only then [`consume`](Receiver::consume) removes it. A
+/// receiver killed before the take leaves the descriptor queued for its restarted instance;
+/// killed after it, the slot is the dead party's and reclaim frees it (the re-delivered
+/// descriptor then fails the ownership check).
 pub trait Receiver: Send {
-    /// Blocks until a descriptor arrives; `None` once [`Stop::stop`] was called.
-    fn recv(&mut self) -> Option<Raw>;
-    /// A handle another thread can use to make `recv` return `None`.
+    /// Blocks until a descriptor is queued and returns it without removing it; returns the
+    /// same one until [`consume`](Receiver::consume). `None` once [`Stop::stop`] was called
+    /// or when nothing can ever arrive.
+    fn peek(&mut self) -> Option<Raw>;
+    /// Removes the descriptor the last [`peek`](Receiver::peek) returned (no-op without one).
+    fn consume(&mut self);
+    /// [`peek`](Receiver::peek) and [`consume`](Receiver::consume) in one.
+    fn recv(&mut self) -> Option<Raw> {
+        let raw = self.peek()?;
+        self.consume();
+        Some(raw)
+    }
+    /// A handle another thread can use to make `peek` return `None`.
     fn stopper(&self) -> std::sync::Arc<dyn Stop>;
 }
 

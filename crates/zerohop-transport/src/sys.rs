@@ -98,22 +98,18 @@ pub(crate) fn send16(fd: BorrowedFd<'_>, b: &[u8; 16]) -> Result<(), io::Error> 
     }
 }
 
-/// Receives one message without blocking. `Ok(None)` when nothing is queued.
+/// Receives one message without blocking, or with `peek` looks at it and leaves it queued.
+/// `Ok(None)` when nothing is queued.
 pub(crate) fn recv16_nonblocking(
     fd: BorrowedFd<'_>,
+    peek: bool,
 ) -> Result<Option<([u8; 16], usize)>, io::Error> {
+    let flags = libc::MSG_DONTWAIT | libc::MSG_TRUNC | if peek { libc::MSG_PEEK } else { 0 };
     let mut b = [0u8; 16];
     loop {
         // SAFETY: b is a valid 16-byte buffer; MSG_TRUNC makes the kernel report the real
         // message length so oversize messages are recognised.
-        let r = unsafe {
-            libc::recv(
-                fd.as_raw_fd(),
-                b.as_mut_ptr().cast(),
-                16,
-                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-            )
-        };
+        let r = unsafe { libc::recv(fd.as_raw_fd(), b.as_mut_ptr().cast(), 16, flags) };
         if r >= 0 {
             return Ok(Some((b, r as usize)));
         }

@@ -1081,3 +1081,65 @@ fn idle_child() {
     assert!(!dog.disarm(), "[{backend}] idle child watchdog fired");
     println!("RECEIVED {}", d.desc.request);
 }
+
+/// A receiver that dies between seeing a descriptor and taking its slot loses nothing: the
+/// descriptor stays queued for the restarted receiver. One that dies after the take leaves
+/// the slot to reclaim, and the re-delivered descriptor is refused, not trusted.
+#[test]
+fn receiver_death_between_peek_and_consume_loses_nothing() {
+    for backend in Backend::ALL {
+        let pool = new_pool(8, 256);
+        let policy = two_party_policy();
+        let t = create(backend, 2, Options::default());
+        let tx = t.sender(0).unwrap();
+        let gw = Owner::party(0);
+        let send = |request: u32| {
+            let mut slot = pool.alloc(gw).expect("free slot");
+            let len = fill(&mut slot, request);
+            let d = slot.descriptor(request, len, 0);
+            tx.send(1, d)
+                .unwrap_or_else(|e| panic!("[{backend}] send: {e}"));
+            slot.into_sent();
+            d
+        };
+        // Dies before the take: the next receiver of party 1 gets the same descriptor.
+        let first = send(1);
+        let mut rx = t.receiver(1).unwrap();
+        assert_eq!(rx.peek().map(|r| r.desc), Some(first), "[{backend}]");
+        assert_eq!(
+            rx.peek().map(|r| r.desc),
+            Some(first),
+            "[{backend}] peek again"
+        );
+        drop(rx);
+        let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
+        let d = ep.recv().expect("re-delivered");
+        assert_eq!(d.desc, first, "[{backend}]");
+        check(&d.slot, &d.desc).unwrap_or_else(|e| panic!("[{backend}] {e}"));
+        drop(d);
+        drop(ep);
+        // Dies after the take: the slot is the dead party's; reclaim frees it, and the
+        // descriptor still queued is dropped by the restarted receiver.
+        let second = send(2);
+        let mut rx = t.receiver(1).unwrap();
+        let raw = rx.peek().expect("queued");
+        let (_, taken) = pool
+            .take(&raw.desc, Owner::party(1), |o| o == gw)
+            .unwrap_or_else(|e| panic!("[{backend}] take: {e}"));
+        assert_eq!(raw.desc, second);
+        taken.into_sent(); // the process dies holding it
+        drop(rx);
+        assert_eq!(pool.reclaim(Owner::party(1)).len(), 1, "[{backend}]");
+        let third = send(3);
+        let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
+        let d = ep.recv().expect("the next good descriptor");
+        assert_eq!(d.desc, third, "[{backend}]");
+        drop(d);
+        assert_eq!(
+            ep.stats().dropped_ownership.load(Ordering::Relaxed),
+            1,
+            "[{backend}] the stale re-delivery was refused"
+        );
+        assert_eq!(pool.owners().in_use(), 0, "[{backend}] no slot left owned");
+    }
+}

@@ -88,6 +88,21 @@ impl<'a> Spsc<'a> {
 
     /// Consumer: removes the oldest entry. Only one thread may pop at a time.
     pub fn pop(&self) -> Option<Descriptor> {
+        let d = self.peek()?;
+        self.advance();
+        Some(d)
+    }
+
+    /// Consumer: removes the entry [`Spsc::peek`] returned.
+    pub fn advance(&self) {
+        let head = self.head.load(Ordering::Relaxed);
+        // SYNC POINT: Release pairs with the Acquire load of `head` in `push`: we are done
+        // with the entry before the producer may reuse it.
+        self.head.store(head.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Consumer: the oldest entry, left in the queue. Only one thread may consume.
+    pub fn peek(&self) -> Option<Descriptor> {
         let head = self.head.load(Ordering::Relaxed);
         // SYNC POINT: Acquire pairs with the Release store of `tail` in `push`.
         let tail = self.tail.load(Ordering::Acquire);
@@ -102,14 +117,10 @@ impl<'a> Spsc<'a> {
             return None;
         }
         let i = (head & (self.capacity() - 1)) as usize * 2;
-        let d = Descriptor::from_words([
+        Some(Descriptor::from_words([
             self.entries[i].load(Ordering::Relaxed),
             self.entries[i + 1].load(Ordering::Relaxed),
-        ]);
-        // SYNC POINT: Release pairs with the Acquire load of `head` in `push`: we are done
-        // with the entry before the producer may reuse it.
-        self.head.store(head.wrapping_add(1), Ordering::Release);
-        Some(d)
+        ]))
     }
 
     /// Whether the queue looks empty now.

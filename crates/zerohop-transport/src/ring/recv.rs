@@ -15,6 +15,8 @@ pub struct RingReceiver {
     shared: Arc<RingShared>,
     me: PartyId,
     next_sender: PartyId,
+    /// The sender whose queue holds the descriptor the last `peek` returned.
+    peeked: Option<PartyId>,
     stop: Arc<RingStop>,
 }
 
@@ -46,17 +48,20 @@ impl RingReceiver {
             shared,
             me,
             next_sender: 0,
+            peeked: None,
             stop,
         }
     }
 
-    /// One round-robin pass over the senders' queues.
+    /// One round-robin pass over the senders' queues; the descriptor found stays queued.
     fn poll_once(&mut self) -> Option<Raw> {
         let n = self.shared.parties;
+        // The descriptor peeked last comes first until it is consumed.
+        let first = self.peeked.unwrap_or(self.next_sender);
         for k in 0..n {
-            let from = (self.next_sender + k) % n;
-            if let Some(desc) = self.shared.queue(self.me, from).pop() {
-                self.next_sender = (from + 1) % n;
+            let from = (first + k) % n;
+            if let Some(desc) = self.shared.queue(self.me, from).peek() {
+                self.peeked = Some(from);
                 return Some(Raw {
                     from: Some(from),
                     desc,
@@ -72,7 +77,14 @@ impl RingReceiver {
 }
 
 impl Receiver for RingReceiver {
-    fn recv(&mut self) -> Option<Raw> {
+    fn consume(&mut self) {
+        if let Some(from) = self.peeked.take() {
+            self.shared.queue(self.me, from).advance();
+            self.next_sender = (from + 1) % self.shared.parties;
+        }
+    }
+
+    fn peek(&mut self) -> Option<Raw> {
         let spin = Duration::from_micros(self.shared.opts.spin_us as u64);
         let mut spin_start: Option<Instant> = None;
         let mut rounds = 0u32;

@@ -12,6 +12,8 @@ use crate::{sys, Raw, Receiver, Stop, TransportError};
 /// The socket receiver of one party.
 pub struct SocketReceiver {
     rx: Arc<OwnedFd>,
+    /// A message was peeked and is still queued.
+    peeked: bool,
     stop: Arc<SocketStop>,
 }
 
@@ -32,6 +34,7 @@ impl SocketReceiver {
     pub(crate) fn new(rx: Arc<OwnedFd>) -> Result<Self, TransportError> {
         Ok(Self {
             rx,
+            peeked: false,
             stop: Arc::new(SocketStop {
                 efd: sys::eventfd()?,
                 stopped: AtomicBool::new(false),
@@ -41,12 +44,21 @@ impl SocketReceiver {
 }
 
 impl Receiver for SocketReceiver {
-    fn recv(&mut self) -> Option<Raw> {
+    fn consume(&mut self) {
+        if std::mem::take(&mut self.peeked) {
+            // Only this thread reads the socket, so the message removed is the one peeked.
+            let _ = sys::recv16_nonblocking(self.rx.as_fd(), false);
+        }
+    }
+
+    fn peek(&mut self) -> Option<Raw> {
         loop {
             if self.stop.stopped.load(Ordering::SeqCst) {
                 return None;
             }
-            match sys::recv16_nonblocking(self.rx.as_fd()) {
+            let got = sys::recv16_nonblocking(self.rx.as_fd(), true);
+            self.peeked = matches!(got, Ok(Some(_)));
+            match got {
                 // A message of the wrong size is not a descriptor; it is skipped. The
                 // endpoint cannot count it (it never sees it), so it is surfaced as a
                 // descriptor addressed nowhere, which the endpoint drops and counts.
