@@ -178,3 +178,16 @@ pub(crate) fn send_error(to: u16, e: io::Error) -> SendError {
         }
     }
 }
+
+/// Number of CPUs the calling thread may run on (1 when it cannot be read).
+pub(crate) fn allowed_cpus() -> usize {
+    // SAFETY: cpu_set_t is plain data and zero is a valid (empty) set; sched_getaffinity
+    // writes at most size_of::<cpu_set_t>() bytes into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set).max(1) as usize
+    }
+}

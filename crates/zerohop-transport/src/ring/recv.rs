@@ -17,6 +17,10 @@ pub struct RingReceiver {
     next_sender: PartyId,
     /// The sender whose queue holds the descriptor the last `peek` returned.
     peeked: Option<PartyId>,
+    /// Spin budget before sleeping: the configured one, or zero when this thread may run on
+    /// one CPU only. Spinning then only keeps the sender (which needs that very CPU) from
+    /// running, so the receiver sleeps at once.
+    spin: Duration,
     stop: Arc<RingStop>,
 }
 
@@ -39,6 +43,11 @@ impl Stop for RingStop {
 
 impl RingReceiver {
     pub(crate) fn new(shared: Arc<RingShared>, me: PartyId) -> Self {
+        let spin = if sys::allowed_cpus() > 1 {
+            Duration::from_micros(shared.opts.spin_us as u64)
+        } else {
+            Duration::ZERO
+        };
         let stop = Arc::new(RingStop {
             shared: shared.clone(),
             me,
@@ -49,6 +58,7 @@ impl RingReceiver {
             me,
             next_sender: 0,
             peeked: None,
+            spin,
             stop,
         }
     }
@@ -85,7 +95,7 @@ impl Receiver for RingReceiver {
     }
 
     fn peek(&mut self) -> Option<Raw> {
-        let spin = Duration::from_micros(self.shared.opts.spin_us as u64);
+        let spin = self.spin;
         let mut spin_start: Option<Instant> = None;
         let mut rounds = 0u32;
         loop {
