@@ -217,7 +217,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         rec.set_pid(std::process::id());
         rec.set_state(PartyState::Ready);
     }
-    let receiving = gateway.start_receiving(endpoint);
+    let mut receiving = Some(gateway.start_receiving(endpoint));
     let listener = TcpListener::bind(opts.listen)
         .await
         .map_err(|source| AgentError::Listen {
@@ -235,63 +235,17 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         plan_json,
     });
 
-    // Start every instance, then wait until all have attached.
+    // Start every instance, then wait until all have attached. On failure every instance
+    // already started is stopped and reaped before the error is returned: nothing is left.
     let mut instances: Vec<(InstanceSpec, Child)> = Vec::new();
-    let mut party = 1u16;
-    for f in &spec.functions {
-        for _ in 0..f.instances {
-            let inst = InstanceSpec {
-                party,
-                function: f.name.clone(),
-                command: f.command.clone(),
-                env: f.env.clone(),
-            };
-            let child = supervise::spawn(&shared, &inst).map_err(|source| AgentError::Spawn {
-                function: f.name.clone(),
-                program: f.command[0].clone(),
-                source,
-            })?;
-            instances.push((inst, child));
-            party += 1;
+    if let Err(e) = start_instances(&spec, &shared, &opts, &mut instances).await {
+        for (_, child) in &mut instances {
+            supervise::terminate(child).await;
         }
-    }
-    let deadline = Instant::now() + opts.ready_timeout;
-    loop {
-        let mut all_ready = true;
-        for (inst, child) in &mut instances {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(AgentError::NotReady {
-                    function: inst.function.clone(),
-                    party: inst.party,
-                    what: format!("exited ({status})"),
-                });
-            }
-            let ready = shared
-                .pool
-                .party(inst.party)
-                .is_some_and(|r| r.state() == PartyState::Ready);
-            all_ready &= ready;
+        if let Some(r) = receiving.take() {
+            r.stop();
         }
-        if all_ready {
-            break;
-        }
-        if Instant::now() > deadline {
-            let (inst, _) = instances
-                .iter()
-                .find(|(i, _)| {
-                    shared
-                        .pool
-                        .party(i.party)
-                        .is_none_or(|r| r.state() != PartyState::Ready)
-                })
-                .expect("some instance is not ready");
-            return Err(AgentError::NotReady {
-                function: inst.function.clone(),
-                party: inst.party,
-                what: format!("did not attach within {:?}", opts.ready_timeout),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        return Err(e);
     }
 
     let (instance_stop, stop_rx) = watch::channel(false);
@@ -323,7 +277,72 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         instance_stop,
         server,
         supervisors,
-        receiving: Some(receiving),
+        receiving,
         summary,
     })
+}
+
+/// Spawns every instance of `spec` into `instances` and waits until all are ready.
+async fn start_instances(
+    spec: &ChainSpec,
+    shared: &Arc<Shared>,
+    opts: &UpOptions,
+    instances: &mut Vec<(InstanceSpec, Child)>,
+) -> Result<(), AgentError> {
+    let mut party = 1u16;
+    for f in &spec.functions {
+        for _ in 0..f.instances {
+            let inst = InstanceSpec {
+                party,
+                function: f.name.clone(),
+                command: f.command.clone(),
+                env: f.env.clone(),
+            };
+            let child = supervise::spawn(shared, &inst).map_err(|source| AgentError::Spawn {
+                function: f.name.clone(),
+                program: f.command[0].clone(),
+                source,
+            })?;
+            instances.push((inst, child));
+            party += 1;
+        }
+    }
+    let deadline = Instant::now() + opts.ready_timeout;
+    loop {
+        let mut all_ready = true;
+        for (inst, child) in instances.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(AgentError::NotReady {
+                    function: inst.function.clone(),
+                    party: inst.party,
+                    what: format!("exited ({status})"),
+                });
+            }
+            let ready = shared
+                .pool
+                .party(inst.party)
+                .is_some_and(|r| r.state() == PartyState::Ready);
+            all_ready &= ready;
+        }
+        if all_ready {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let (inst, _) = instances
+                .iter()
+                .find(|(i, _)| {
+                    shared
+                        .pool
+                        .party(i.party)
+                        .is_none_or(|r| r.state() != PartyState::Ready)
+                })
+                .expect("some instance is not ready");
+            return Err(AgentError::NotReady {
+                function: inst.function.clone(),
+                party: inst.party,
+                what: format!("did not attach within {:?}", opts.ready_timeout),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

@@ -176,3 +176,31 @@ fn ten_thousand_requests_leave_no_leak() {
     );
     drop(rt);
 }
+
+#[test]
+fn failed_start_stops_and_reaps_the_instances_already_started() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rt = runtime();
+    let me = std::process::id();
+    let yaml = format!(
+        "name: halfway\nfunctions:\n{}  quits: {{ command: [\"/bin/true\"] }}\nroutes:\n  - http: POST /x\n    sequence: [good, quits]\n",
+        func("good", "upper", "", ", instances: 2"),
+    );
+    let spec = spec::parse(Path::new("test.yaml"), &yaml).expect("valid spec");
+    let opts = UpOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..UpOptions::default()
+    };
+    let err = match rt.block_on(up(spec, opts)) {
+        Ok(_) => panic!("a function that exits at once cannot come up"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("function 'quits' (instance 3) exited"),
+        "{err}"
+    );
+    // Every instance started before the failure is gone and reaped (no zombie child).
+    assert!(children(me).is_empty(), "children left: {:?}", children(me));
+    assert!(memfds(me).is_empty(), "memfds left: {:?}", memfds(me));
+    drop(rt);
+}

@@ -30,8 +30,12 @@ pub struct Receiving {
 }
 
 impl Receiving {
-    /// Stops the thread and waits for it.
-    pub fn stop(mut self) {
+    /// Stops the thread and waits for it (dropping does the same).
+    pub fn stop(self) {}
+}
+
+impl Drop for Receiving {
+    fn drop(&mut self) {
         self.stop.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
