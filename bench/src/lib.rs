@@ -1,0 +1,92 @@
+//! `zerohop-bench`: zerohop measured side by side with what users would pick instead.
+//!
+//! Every system serves the same functions ([`Step`]) behind HTTP on loopback and is driven
+//! by the same load generator ([`loadgen`]) in the same run; CPU and memory are read from
+//! `/proc` per component ([`procstat`]); the physical floors of this machine (cache-line
+//! ping-pong, futex, eventfd, unix socket, memcpy) and the transports' descriptor hops are
+//! measured next to them ([`floors`]). The report ([`report`]) is `results.json`,
+//! `summary.md` (ratios against the baselines) and PNG plots.
+//!
+//! Systems ([`systems`]):
+//! * `zerohop-ring`, `zerohop-socket`: the real `zerohop up` with each transport;
+//! * `monolith`: one hyper server running every function in-process (the upper bound);
+//! * `http-chain`: each function its own hyper server, calling the next over loopback HTTP
+//!   with keep-alive (SPRIGHT's "serverful" baseline);
+//! * `nginx-broker`: every hop through an nginx front proxy (SPRIGHT's Knative-like broker).
+//!
+//! `unsafe` only for syscalls: in [`floors`] (shared mappings, futex, affinity) and
+//! [`procstat`] (affinity, sysconf).
+
+pub mod floors;
+pub mod loadgen;
+pub mod procstat;
+pub mod report;
+pub mod systems;
+
+/// One function of a benchmark chain; every system implements exactly these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Step {
+    /// ASCII upper-case the body in place.
+    Upper,
+    /// Append `!`.
+    Exclaim,
+    /// Pass the body on unchanged.
+    Pass,
+}
+
+impl Step {
+    /// Name used for binaries, functions and paths.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Upper => "upper",
+            Step::Exclaim => "exclaim",
+            Step::Pass => "pass",
+        }
+    }
+
+    /// Parses [`Step::name`].
+    pub fn parse(s: &str) -> Option<Step> {
+        match s {
+            "upper" => Some(Step::Upper),
+            "exclaim" => Some(Step::Exclaim),
+            "pass" => Some(Step::Pass),
+            _ => None,
+        }
+    }
+
+    /// Applies the step to a body held in memory (the baselines' way).
+    pub fn apply(self, body: &mut Vec<u8>) {
+        match self {
+            Step::Upper => body.make_ascii_uppercase(),
+            Step::Exclaim => body.push(b'!'),
+            Step::Pass => {}
+        }
+    }
+
+    /// The expected answer of a chain of `steps` to `body`.
+    pub fn expected(steps: &[Step], body: &[u8]) -> Vec<u8> {
+        let mut b = body.to_vec();
+        for s in steps {
+            s.apply(&mut b);
+        }
+        b
+    }
+}
+
+/// The hello chain: upper, then exclaim.
+pub const HELLO: [Step; 2] = [Step::Upper, Step::Exclaim];
+
+/// A chain of `n` pass-through functions.
+pub fn passes(n: usize) -> Vec<Step> {
+    vec![Step::Pass; n]
+}
+
+/// One process of a running system, for CPU and memory accounting.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Component {
+    /// What it is: `gateway`, `fn:upper`, `fn:pass#3`, `nginx`, `monolith`, ...
+    pub name: String,
+    /// Its pid (threads are counted through it).
+    pub pid: u32,
+}

@@ -1,0 +1,466 @@
+//! `zerohop-bench`: runs every system through the benchmark matrix and writes the report.
+//! Thin: parse arguments, run the matrix ([`zerohop_bench`]), map errors to exit codes.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use zerohop_bench::loadgen::{self, BodyMix, Load};
+use zerohop_bench::procstat::{self, CpuSnapshot, LOADGEN};
+use zerohop_bench::report::{Idle, Machine, Memory, Results, Run};
+use zerohop_bench::systems::{self, RunningSystem, StartOpts, SystemId};
+use zerohop_bench::{floors, passes, Step, HELLO};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "zerohop-bench",
+    about = "Benchmarks zerohop side by side with a monolith, an HTTP microservice chain and an nginx broker chain"
+)]
+struct Args {
+    /// Reduced matrix (under 3 minutes).
+    #[arg(long, conflicts_with = "smoke")]
+    quick: bool,
+    /// Tiny matrix for the test suite (seconds; numbers meaningless).
+    #[arg(long)]
+    smoke: bool,
+    /// Folder for results.json, summary.md and the plots.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Only these systems (comma separated): zerohop-ring, zerohop-socket, monolith,
+    /// http-chain, nginx-broker.
+    #[arg(long, value_delimiter = ',')]
+    systems: Option<Vec<String>>,
+    /// Do not pin the load generator and the system under test to separate cores.
+    #[arg(long)]
+    no_pin: bool,
+    /// Skip the physical floors and transport hop measurements.
+    #[arg(long)]
+    no_floors: bool,
+    /// Folder of the built binaries (default: this binary's folder).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+}
+
+/// The matrix of one run.
+struct Matrix {
+    name: &'static str,
+    warmup: Duration,
+    point: Duration,
+    concurrency: Vec<usize>,
+    bodies: Vec<(BodyMix, Vec<usize>)>,
+    chain_lengths: Vec<usize>,
+    chain_concurrency: usize,
+    open_fractions: Vec<f64>,
+    open_connections: usize,
+    idle: Duration,
+}
+
+impl Matrix {
+    fn new(args: &Args) -> Self {
+        if args.smoke {
+            return Self {
+                name: "smoke",
+                warmup: Duration::from_millis(100),
+                point: Duration::from_millis(300),
+                concurrency: vec![4],
+                bodies: vec![(BodyMix::Spright, vec![4])],
+                chain_lengths: vec![3],
+                chain_concurrency: 4,
+                open_fractions: vec![0.5],
+                open_connections: 8,
+                idle: Duration::from_millis(500),
+            };
+        }
+        if args.quick {
+            return Self {
+                name: "quick",
+                warmup: Duration::from_millis(300),
+                point: Duration::from_millis(1500),
+                concurrency: vec![1, 32],
+                bodies: vec![
+                    (BodyMix::Fixed(10_000), vec![32]),
+                    (BodyMix::Fixed(1 << 20), vec![8]),
+                    (BodyMix::Spright, vec![32]),
+                ],
+                chain_lengths: vec![1, 4, 8],
+                chain_concurrency: 32,
+                open_fractions: vec![0.5, 0.8],
+                open_connections: 64,
+                idle: Duration::from_secs(3),
+            };
+        }
+        let all = vec![1, 8, 32, 128];
+        Self {
+            name: "full",
+            warmup: Duration::from_secs(1),
+            point: Duration::from_secs(5),
+            concurrency: all.clone(),
+            bodies: vec![
+                (BodyMix::Fixed(10_000), all.clone()),
+                (BodyMix::Fixed(1 << 20), all.clone()),
+                (BodyMix::Spright, all),
+            ],
+            chain_lengths: vec![1, 2, 4, 8],
+            chain_concurrency: 32,
+            open_fractions: vec![0.5, 0.8],
+            open_connections: 128,
+            idle: Duration::from_secs(10),
+        }
+    }
+
+    /// Load points per system (for the ETA).
+    fn points_per_system(&self) -> usize {
+        self.concurrency.len()
+            + self.bodies.iter().map(|(_, c)| c.len()).sum::<usize>()
+            + self.chain_lengths.len()
+            + self.open_fractions.len()
+    }
+}
+
+/// Progress lines with an ETA.
+struct Progress {
+    start: Instant,
+    done: usize,
+    total: usize,
+    point: Duration,
+}
+
+impl Progress {
+    fn step(&mut self, what: &str) {
+        self.done += 1;
+        let left = self.total.saturating_sub(self.done);
+        let per = if self.done > 1 {
+            self.start.elapsed() / (self.done as u32 - 1)
+        } else {
+            self.point + Duration::from_millis(500)
+        };
+        let eta = per * left as u32;
+        eprintln!(
+            "bench: [{}/{}] {what} (elapsed {}, ETA {})",
+            self.done,
+            self.total,
+            mmss(self.start.elapsed()),
+            mmss(eta)
+        );
+    }
+}
+
+fn mmss(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{}:{:02}", s / 60, s % 60)
+}
+
+fn main() -> std::process::ExitCode {
+    // A re-executed peer of the floor measurements never returns from here.
+    floors::maybe_run_echo_role();
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("bench: some systems answered wrongly or failed; see summary.md");
+            std::process::ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs the matrix; `Ok(false)` when a system gave wrong answers or could not run.
+fn run(args: &Args) -> Result<bool> {
+    let matrix = Matrix::new(args);
+    let bin_dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => std::env::current_exe()
+            .context("current_exe")?
+            .parent()
+            .context("binary folder")?
+            .to_path_buf(),
+    };
+    for b in [
+        "zerohop",
+        "upper",
+        "exclaim",
+        "zerohop-bench-fn",
+        "zerohop-bench-pass",
+    ] {
+        if !bin_dir.join(b).is_file() {
+            bail!(
+                "{} is missing; build everything first: `cargo build --release --workspace --bins` \
+                 (`cargo xtask bench` does it)",
+                bin_dir.join(b).display()
+            );
+        }
+    }
+    let cores = procstat::online_cpus();
+    let pin = !args.no_pin && cores >= 2;
+    let pinning = if pin {
+        procstat::pin_current_thread(0);
+        "Load generator pinned to CPU 0, every process of the system under test to CPU 1 \
+         (nginx and all functions share that core)"
+            .to_owned()
+    } else {
+        format!("Nothing pinned ({cores} CPUs, --no-pin={})", args.no_pin)
+    };
+    let mut ids = SystemId::all();
+    if let Some(only) = &args.systems {
+        for name in only {
+            if !ids.iter().any(|i| &i.name() == name) {
+                bail!(
+                    "unknown system `{name}`; known: {}",
+                    ids.iter().map(|i| i.name()).collect::<Vec<_>>().join(", ")
+                );
+            }
+        }
+        ids.retain(|i| only.contains(&i.name()));
+    }
+    let work = std::env::temp_dir().join(format!("zerohop-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work).context("scratch folder")?;
+    let _cleanup = RemoveDir(work.clone());
+    let opts = StartOpts {
+        cpu: pin.then_some(1),
+        bin_dir,
+        work_dir: work,
+    };
+
+    let mut results = Results {
+        machine: Machine::read(),
+        matrix: matrix.name.into(),
+        pinning,
+        seconds_per_point: matrix.point.as_secs_f64(),
+        floors: Vec::new(),
+        runs: Vec::new(),
+        idle: Vec::new(),
+        memory: Vec::new(),
+        targets: Vec::new(),
+        failures: Vec::new(),
+    };
+    let mut progress = Progress {
+        start: Instant::now(),
+        done: 0,
+        total: ids.len() * (matrix.points_per_system() + 1),
+        point: matrix.warmup + matrix.point,
+    };
+    eprintln!(
+        "bench: {} matrix, {} systems, {} load points each; results go to {}",
+        matrix.name,
+        ids.len(),
+        matrix.points_per_system(),
+        args.out.display()
+    );
+
+    for &id in &ids {
+        if let Err(e) = bench_hello(id, &matrix, &opts, &mut results, &mut progress) {
+            results.failures.push(format!("{}: {e:#}", id.name()));
+            eprintln!("bench: {} failed: {e:#}", id.name());
+        }
+    }
+    for &n in &matrix.chain_lengths {
+        let chain = passes(n);
+        for &id in &ids {
+            progress.step(&format!("{} chain of {n}", id.name()));
+            let r = systems::start(id, &chain, &opts).and_then(|sys| {
+                let run = measure(
+                    &sys,
+                    &chain,
+                    "chain_length",
+                    &BodyMix::Fixed(100),
+                    &Load::Closed {
+                        concurrency: matrix.chain_concurrency,
+                    },
+                    &matrix,
+                );
+                sys.stop();
+                run
+            });
+            match r {
+                Ok(run) => results.runs.push(run),
+                Err(e) => results
+                    .failures
+                    .push(format!("{} chain of {n}: {e:#}", id.name())),
+            }
+        }
+    }
+    if !args.no_floors {
+        let quick = args.quick || args.smoke;
+        let mut say = |what: &str| eprintln!("bench: {what}");
+        match floors::measure(quick, &mut say) {
+            Ok(f) => results.floors = f,
+            Err(e) => results.failures.push(format!("floors: {e:#}")),
+        }
+    }
+    results.evaluate_targets();
+    results.write(&args.out)?;
+    eprintln!(
+        "bench: done in {}; wrote {}/results.json and summary.md",
+        mmss(progress.start.elapsed()),
+        args.out.display()
+    );
+    for t in &results.targets {
+        eprintln!(
+            "bench: target {}: {:.3} (bound {:.3}) {}",
+            t.name,
+            t.value,
+            t.target,
+            if t.met { "met" } else { "MISSED" }
+        );
+    }
+    let clean = results.failures.is_empty()
+        && results
+            .runs
+            .iter()
+            .all(|r| r.result.errors == 0 && r.result.wrong == 0 && r.result.requests > 0);
+    Ok(clean)
+}
+
+/// The hello chain on one system: concurrency sweep, body sizes, open loop, memory, idle.
+fn bench_hello(
+    id: SystemId,
+    matrix: &Matrix,
+    opts: &StartOpts,
+    results: &mut Results,
+    progress: &mut Progress,
+) -> Result<()> {
+    let sys = systems::start(id, &HELLO, opts)?;
+    let name = id.name();
+    let small = BodyMix::Fixed(100);
+    let mut peak_c32: Option<f64> = None;
+    for &c in &matrix.concurrency {
+        progress.step(&format!("{name} hello 100B c={c}"));
+        let run = measure(
+            &sys,
+            &HELLO,
+            "concurrency",
+            &small,
+            &Load::Closed { concurrency: c },
+            matrix,
+        )?;
+        if c == 32 || (peak_c32.is_none() && c == *matrix.concurrency.last().unwrap_or(&c)) {
+            peak_c32 = Some(run.result.rps);
+        }
+        results.runs.push(run);
+    }
+    for (mix, cs) in &matrix.bodies {
+        for &c in cs {
+            progress.step(&format!("{name} hello {} c={c}", mix.label()));
+            results.runs.push(measure(
+                &sys,
+                &HELLO,
+                "body",
+                mix,
+                &Load::Closed { concurrency: c },
+                matrix,
+            )?);
+        }
+    }
+    let peak = peak_c32.unwrap_or(1000.0);
+    for &f in &matrix.open_fractions {
+        let rate = (peak * f).max(10.0);
+        progress.step(&format!("{name} open loop {rate:.0}/s"));
+        results.runs.push(measure(
+            &sys,
+            &HELLO,
+            "open_loop",
+            &small,
+            &Load::Open {
+                rate,
+                connections: matrix.open_connections,
+            },
+            matrix,
+        )?);
+    }
+    for c in &sys.components {
+        if let Some((rss, shm)) = procstat::rss_kib(c.pid) {
+            results.memory.push(Memory {
+                system: name.clone(),
+                component: c.name.clone(),
+                rss_kib: rss,
+                shmem_kib: shm,
+            });
+        }
+    }
+    progress.step(&format!("{name} idle {:.0}s", matrix.idle.as_secs_f64()));
+    // Let in-flight work and spin budgets settle, then watch.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = CpuSnapshot::take(&sys.components);
+    std::thread::sleep(matrix.idle);
+    let mut cpu = CpuSnapshot::take(&sys.components).since(&before);
+    cpu.remove(LOADGEN);
+    let total: f64 = cpu.values().sum();
+    results.idle.push(Idle {
+        system: name,
+        seconds: matrix.idle.as_secs_f64(),
+        core_fraction: total / matrix.idle.as_secs_f64(),
+        cpu_s: cpu,
+    });
+    sys.stop();
+    Ok(())
+}
+
+/// One load point: drive the system, read CPU around it.
+fn measure(
+    sys: &RunningSystem,
+    chain: &[Step],
+    experiment: &str,
+    mix: &BodyMix,
+    load: &Load,
+    matrix: &Matrix,
+) -> Result<Run> {
+    let before = CpuSnapshot::take(&sys.components);
+    let result = loadgen::run(&sys.url, chain, mix, load, matrix.warmup, matrix.point)?;
+    let cpu_s = CpuSnapshot::take(&sys.components).since(&before);
+    // CPU covers warm-up and measured window; scale answers to the same span.
+    let span = (matrix.warmup + matrix.point).as_secs_f64() / matrix.point.as_secs_f64();
+    let answers = (result.requests as f64 * span).max(1.0);
+    let cpu_ms_per_1k = cpu_s
+        .iter()
+        .map(|(k, v)| (k.clone(), v * 1e6 / answers))
+        .collect::<std::collections::BTreeMap<_, _>>();
+    let sut_cpu_ms_per_1k = cpu_ms_per_1k
+        .iter()
+        .filter(|(k, _)| k.as_str() != LOADGEN)
+        .map(|(_, v)| v)
+        .sum();
+    let (mode, concurrency, rate) = match load {
+        Load::Closed { concurrency } => ("closed", *concurrency, None),
+        Load::Open { rate, connections } => ("open", *connections, Some(*rate)),
+    };
+    if result.errors > 0 || result.wrong > 0 {
+        eprintln!(
+            "bench:   {} errors, {} wrong answers; first: {}",
+            result.errors,
+            result.wrong,
+            result.first_error.as_deref().unwrap_or("-")
+        );
+    } else {
+        eprintln!(
+            "bench:   {:.0} req/s, p50 {:.0} us, p99 {:.0} us",
+            result.rps, result.latency.p50_us, result.latency.p99_us
+        );
+    }
+    Ok(Run {
+        system: sys.id.name(),
+        experiment: experiment.into(),
+        chain: chain.iter().map(|s| s.name().to_owned()).collect(),
+        chain_len: chain.len(),
+        body: mix.label(),
+        mode: mode.into(),
+        concurrency,
+        rate,
+        result,
+        cpu_s,
+        cpu_ms_per_1k,
+        sut_cpu_ms_per_1k,
+    })
+}
+
+/// Removes a scratch folder on drop.
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

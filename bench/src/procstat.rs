@@ -1,0 +1,131 @@
+//! CPU time and memory of processes, read from `/proc`.
+//!
+//! CPU is `utime + stime` of `/proc/PID/stat` (all threads, living and exited), in clock
+//! ticks of 10 ms: runs are long enough (seconds at thousands of requests per second) for
+//! that resolution. The load generator is this process, read the same way.
+
+use std::collections::BTreeMap;
+
+use crate::Component;
+
+/// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on Linux).
+pub const TICKS_PER_SECOND: f64 = 100.0;
+
+/// `utime + stime` of `pid` in ticks; `None` when the process is gone.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); utime is field 14, stime field 15.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Resident memory of `pid`: `(VmRSS, RssShmem)` in KiB.
+pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    Some((field("VmRSS:")?, field("RssShmem:").unwrap_or(0)))
+}
+
+/// A snapshot of the CPU ticks of every component plus this process.
+#[derive(Clone, Debug, Default)]
+pub struct CpuSnapshot {
+    ticks: BTreeMap<String, u64>,
+    own: u64,
+}
+
+/// Name under which the load generator (this process) is reported.
+pub const LOADGEN: &str = "loadgen";
+
+impl CpuSnapshot {
+    /// Reads the ticks of `components` and of this process now.
+    pub fn take(components: &[Component]) -> Self {
+        let mut ticks = BTreeMap::new();
+        for c in components {
+            *ticks.entry(c.name.clone()).or_insert(0) += cpu_ticks(c.pid).unwrap_or(0);
+        }
+        Self {
+            ticks,
+            own: cpu_ticks(std::process::id()).unwrap_or(0),
+        }
+    }
+
+    /// CPU seconds used per component between `earlier` and `self`, the load generator
+    /// under [`LOADGEN`].
+    pub fn since(&self, earlier: &CpuSnapshot) -> BTreeMap<String, f64> {
+        let mut out: BTreeMap<String, f64> = self
+            .ticks
+            .iter()
+            .map(|(name, &t)| {
+                let before = earlier.ticks.get(name).copied().unwrap_or(0);
+                (
+                    name.clone(),
+                    t.saturating_sub(before) as f64 / TICKS_PER_SECOND,
+                )
+            })
+            .collect();
+        out.insert(
+            LOADGEN.into(),
+            self.own.saturating_sub(earlier.own) as f64 / TICKS_PER_SECOND,
+        );
+        out
+    }
+}
+
+/// Pins the calling thread to `cpu` (best effort; false when the CPU does not exist).
+pub fn pin_current_thread(cpu: usize) -> bool {
+    // SAFETY: cpu_set_t is plain data, zero is a valid empty set; CPU_SET writes inside it
+    // for cpu < CPU_SETSIZE, checked first.
+    unsafe {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return false;
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Number of CPUs online (whatever this thread's affinity).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf only reads a system value.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id();
+        // Burn a little CPU so the counter moves.
+        let before = CpuSnapshot::take(&[Component {
+            name: "me".into(),
+            pid: me,
+        }]);
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(300) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let after = CpuSnapshot::take(&[Component {
+            name: "me".into(),
+            pid: me,
+        }]);
+        let used = after.since(&before);
+        assert!(used["me"] >= 0.1, "{used:?}");
+        assert!(used[LOADGEN] >= 0.1, "{used:?}");
+        let (rss, _) = rss_kib(me).unwrap();
+        assert!(rss > 100, "rss {rss} KiB");
+        assert_eq!(cpu_ticks(u32::MAX), None);
+    }
+}

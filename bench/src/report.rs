@@ -1,0 +1,432 @@
+//! The results of one benchmark run: `results.json` (every figure) and `summary.md` (tables
+//! with ratios against the baselines, and the targets met or missed, said plainly).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::floors::Floor;
+use crate::loadgen::RunResult;
+
+/// The machine the numbers come from.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Machine {
+    /// CPUs online.
+    pub cores: usize,
+    /// `uname -r`.
+    pub kernel: String,
+    /// CPU model from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// Memory in KiB.
+    pub mem_kib: u64,
+    /// Seconds since the epoch when the run started.
+    pub started_unix: u64,
+}
+
+impl Machine {
+    /// Reads this machine.
+    pub fn read() -> Self {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpuinfo = read("/proc/cpuinfo");
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+            .unwrap_or_else(|| "unknown".into());
+        let mem_kib = read("/proc/meminfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0);
+        Self {
+            cores: crate::procstat::online_cpus(),
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
+            cpu_model,
+            mem_kib,
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
+/// One load run of one system.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Run {
+    /// System name (`zerohop-ring`, `monolith`, ...).
+    pub system: String,
+    /// Which experiment: `concurrency`, `body`, `chain_length`, `open_loop`.
+    pub experiment: String,
+    /// Functions of the chain.
+    pub chain: Vec<String>,
+    /// Number of functions.
+    pub chain_len: usize,
+    /// Body label (`100B`, `10KB`, `1MiB`, `mix`).
+    pub body: String,
+    /// `closed` or `open`.
+    pub mode: String,
+    /// Connections.
+    pub concurrency: usize,
+    /// Open loop: requests per second asked for.
+    pub rate: Option<f64>,
+    /// What the load generator measured.
+    pub result: RunResult,
+    /// CPU seconds per component over the measured window (and warm-up), `loadgen` apart.
+    pub cpu_s: BTreeMap<String, f64>,
+    /// CPU milliseconds per 1,000 correct answers, per component.
+    pub cpu_ms_per_1k: BTreeMap<String, f64>,
+    /// CPU milliseconds per 1,000 answers of the system under test (load generator
+    /// excluded).
+    pub sut_cpu_ms_per_1k: f64,
+}
+
+/// CPU of a system with everything up and no traffic.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Idle {
+    /// System name.
+    pub system: String,
+    /// Length of the idle window.
+    pub seconds: f64,
+    /// CPU seconds per component.
+    pub cpu_s: BTreeMap<String, f64>,
+    /// All components together, as a fraction of one core.
+    pub core_fraction: f64,
+}
+
+/// Resident memory of one component after the load.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Memory {
+    /// System name.
+    pub system: String,
+    /// Component name.
+    pub component: String,
+    /// VmRSS in KiB.
+    pub rss_kib: u64,
+    /// Of which shared memory (pool, rings) in KiB.
+    pub shmem_kib: u64,
+}
+
+/// One of the issue's targets, met or not.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Target {
+    /// What is compared.
+    pub name: String,
+    /// Measured value.
+    pub value: f64,
+    /// The bound.
+    pub target: f64,
+    /// Whether it was met.
+    pub met: bool,
+    /// How the value was computed.
+    pub note: String,
+}
+
+/// Everything one run produced.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Results {
+    /// The machine.
+    pub machine: Machine,
+    /// `quick`, `full` or `smoke`.
+    pub matrix: String,
+    /// What was pinned where.
+    pub pinning: String,
+    /// Seconds of measurement per load point (after warm-up).
+    pub seconds_per_point: f64,
+    /// Physical floors and transport hops.
+    pub floors: Vec<Floor>,
+    /// Load runs.
+    pub runs: Vec<Run>,
+    /// Idle CPU per system.
+    pub idle: Vec<Idle>,
+    /// Memory per component.
+    pub memory: Vec<Memory>,
+    /// The targets.
+    pub targets: Vec<Target>,
+    /// Systems or points that could not run, and why.
+    pub failures: Vec<String>,
+}
+
+impl Results {
+    /// The closed-loop hello-chain run of `system` at `concurrency` with 100 B bodies.
+    pub fn hello_point(&self, system: &str, concurrency: usize) -> Option<&Run> {
+        self.runs.iter().find(|r| {
+            r.system == system
+                && r.experiment == "concurrency"
+                && r.concurrency == concurrency
+                && r.body == "100B"
+        })
+    }
+
+    /// Concurrency the targets are read at: 32, or the largest measured.
+    pub fn target_concurrency(&self) -> usize {
+        let cs: Vec<usize> = self
+            .runs
+            .iter()
+            .filter(|r| r.experiment == "concurrency")
+            .map(|r| r.concurrency)
+            .collect();
+        if cs.contains(&32) {
+            32
+        } else {
+            cs.into_iter().max().unwrap_or(32)
+        }
+    }
+
+    /// Works out the targets from the runs and floors.
+    pub fn evaluate_targets(&mut self) {
+        let mut t = Vec::new();
+        // The issue's point is concurrency 32; a matrix without it uses its largest.
+        let c = self.target_concurrency();
+        let ring = self.hello_point("zerohop-ring", c);
+        let mono = self.hello_point("monolith", c);
+        let http = self.hello_point("http-chain", c);
+        if let (Some(r), Some(m)) = (ring, mono) {
+            let v = r.result.rps / m.result.rps.max(1e-9);
+            t.push(Target {
+                name: format!("ring RPS / monolith RPS (hello, c={c})"),
+                value: v,
+                target: 0.8,
+                met: v >= 0.8,
+                note: format!("{:.0} / {:.0} requests/s", r.result.rps, m.result.rps),
+            });
+        }
+        if let (Some(r), Some(h)) = (ring, http) {
+            let v = r.result.rps / h.result.rps.max(1e-9);
+            t.push(Target {
+                name: format!("ring RPS / HTTP chain RPS (hello, c={c})"),
+                value: v,
+                target: 3.0,
+                met: v >= 3.0,
+                note: format!("{:.0} / {:.0} requests/s", r.result.rps, h.result.rps),
+            });
+            let v = r.sut_cpu_ms_per_1k / h.sut_cpu_ms_per_1k.max(1e-9);
+            t.push(Target {
+                name: format!("ring CPU per request / HTTP chain CPU per request (hello, c={c})"),
+                value: v,
+                target: 1.0 / 3.0,
+                met: v <= 1.0 / 3.0,
+                note: format!(
+                    "{:.1} / {:.1} CPU ms per 1,000 requests, load generator excluded",
+                    r.sut_cpu_ms_per_1k, h.sut_cpu_ms_per_1k
+                ),
+            });
+        }
+        if let Some(idle) = self.idle.iter().find(|i| i.system == "zerohop-ring") {
+            let v: f64 = idle.cpu_s.values().sum();
+            t.push(Target {
+                name: "ring idle CPU seconds (everything up, no traffic)".into(),
+                value: v,
+                target: 0.0,
+                // One 10 ms tick of slack: /proc counts in ticks.
+                met: v <= 0.01,
+                note: format!("over {:.0} s", idle.seconds),
+            });
+        }
+        let floor = |n: &str| self.floors.iter().find(|f| f.name == n);
+        if let (Some(hop), Some(line)) = (floor("hop_ring_busy_rtt"), floor("cacheline_rtt")) {
+            let v = hop.p50_ns / line.p50_ns.max(1e-9);
+            t.push(Target {
+                name: "ring hop p50 / cache-line ping-pong p50 (receiver busy)".into(),
+                value: v,
+                target: 2.0,
+                met: v <= 2.0,
+                note: format!("{:.0} ns / {:.0} ns round trip", hop.p50_ns, line.p50_ns),
+            });
+        }
+        self.targets = t;
+    }
+
+    /// Writes `results.json` and `summary.md` into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let json = serde_json::to_string_pretty(self).context("serialising results")?;
+        std::fs::write(dir.join("results.json"), json).context("writing results.json")?;
+        std::fs::write(dir.join("summary.md"), self.summary()).context("writing summary.md")?;
+        Ok(())
+    }
+
+    /// The Markdown summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let m = &self.machine;
+        let _ = writeln!(s, "# zerohop benchmark ({})\n", self.matrix);
+        let _ = writeln!(
+            s,
+            "Machine: {} cores ({}), kernel {}, {} GiB. {}. {:.1} s measured per point after warm-up. \
+             Every system is driven by the same load generator in the same run; ratios compare \
+             systems measured minutes apart on the same machine.\n",
+            m.cores,
+            m.cpu_model,
+            m.kernel,
+            m.mem_kib >> 20,
+            self.pinning,
+            self.seconds_per_point
+        );
+        if !self.failures.is_empty() {
+            let _ = writeln!(s, "## Could not run\n");
+            for f in &self.failures {
+                let _ = writeln!(s, "- {f}");
+            }
+            let _ = writeln!(s);
+        }
+        let _ = writeln!(s, "## Targets\n");
+        let _ = writeln!(s, "| target | measured | bound | met |\n|---|---|---|---|");
+        for t in &self.targets {
+            let cmp = if t.name.contains("CPU") || t.name.contains("p50") {
+                "<="
+            } else {
+                ">="
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {:.3} ({}) | {cmp} {:.3} | {} |",
+                t.name,
+                t.value,
+                t.note,
+                t.target,
+                if t.met { "yes" } else { "**NO**" }
+            );
+        }
+        let _ = writeln!(s);
+        self.summary_concurrency(&mut s);
+        self.summary_experiment(&mut s, "body", "Body size (hello chain)", |r| {
+            format!("{} c={}", r.body, r.concurrency)
+        });
+        self.summary_experiment(
+            &mut s,
+            "chain_length",
+            "Chain length (pass-through functions, 100 B)",
+            |r| format!("{} functions c={}", r.chain_len, r.concurrency),
+        );
+        self.summary_experiment(
+            &mut s,
+            "open_loop",
+            "Open loop (hello, 100 B, constant rate)",
+            |r| format!("{:.0}/s", r.rate.unwrap_or(0.0)),
+        );
+        let _ = writeln!(s, "## Idle (everything up, no traffic)\n");
+        let _ = writeln!(
+            s,
+            "| system | seconds | CPU seconds | share of one core |\n|---|---|---|---|"
+        );
+        for i in &self.idle {
+            let _ = writeln!(
+                s,
+                "| {} | {:.0} | {:.2} | {:.2}% |",
+                i.system,
+                i.seconds,
+                i.cpu_s.values().sum::<f64>(),
+                i.core_fraction * 100.0
+            );
+        }
+        let _ = writeln!(s, "\n## Memory after the load (hello chain)\n");
+        let _ = writeln!(
+            s,
+            "| system | component | RSS KiB | of which shared KiB |\n|---|---|---|---|"
+        );
+        for mm in &self.memory {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                mm.system, mm.component, mm.rss_kib, mm.shmem_kib
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n## Floors of this machine and descriptor hops (round trips between two processes)\n"
+        );
+        let _ = writeln!(s, "| measurement | p50 | p99 | what |\n|---|---|---|---|");
+        for f in &self.floors {
+            let extra = f
+                .gb_per_s
+                .map(|g| format!(" ({g:.1} GB/s)"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "| {} | {:.0} ns{extra} | {:.0} ns | {} |",
+                f.name, f.p50_ns, f.p99_ns, f.what
+            );
+        }
+        s
+    }
+
+    fn summary_concurrency(&self, s: &mut String) {
+        let _ = writeln!(s, "## Hello chain, 100 B bodies, closed loop\n");
+        let _ = writeln!(
+            s,
+            "Ratios: RPS against the monolith (upper bound) and against the HTTP microservice \
+             chain; CPU is milliseconds of the system under test per 1,000 requests.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| system | concurrency | RPS | vs monolith | vs http-chain | p50 us | p99 us | p99.9 us | CPU ms/1k | errors |\n|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for r in self.runs.iter().filter(|r| r.experiment == "concurrency") {
+            let ratio = |sys: &str| {
+                self.hello_point(sys, r.concurrency)
+                    .map(|b| format!("{:.2}x", r.result.rps / b.result.rps.max(1e-9)))
+                    .unwrap_or_else(|| "-".into())
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {} |",
+                r.system,
+                r.concurrency,
+                r.result.rps,
+                ratio("monolith"),
+                ratio("http-chain"),
+                r.result.latency.p50_us,
+                r.result.latency.p99_us,
+                r.result.latency.p999_us,
+                r.sut_cpu_ms_per_1k,
+                r.result.errors + r.result.wrong
+            );
+        }
+        let _ = writeln!(s);
+    }
+
+    fn summary_experiment(
+        &self,
+        s: &mut String,
+        experiment: &str,
+        title: &str,
+        point: impl Fn(&Run) -> String,
+    ) {
+        let runs: Vec<&Run> = self
+            .runs
+            .iter()
+            .filter(|r| r.experiment == experiment)
+            .collect();
+        if runs.is_empty() {
+            return;
+        }
+        let _ = writeln!(s, "## {title}\n");
+        let _ = writeln!(
+            s,
+            "| point | system | RPS | vs http-chain | p50 us | p99 us | p99.9 us | CPU ms/1k | errors |\n|---|---|---|---|---|---|---|---|---|"
+        );
+        for r in &runs {
+            let base = runs.iter().find(|b| {
+                b.system == "http-chain" && point(b) == point(r) && b.chain_len == r.chain_len
+            });
+            let ratio = base
+                .map(|b| format!("{:.2}x", r.result.rps / b.result.rps.max(1e-9)))
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | {ratio} | {:.0} | {:.0} | {:.0} | {:.1} | {} |",
+                point(r),
+                r.system,
+                r.result.rps,
+                r.result.latency.p50_us,
+                r.result.latency.p99_us,
+                r.result.latency.p999_us,
+                r.sut_cpu_ms_per_1k,
+                r.result.errors + r.result.wrong
+            );
+        }
+        let _ = writeln!(s);
+    }
+}

@@ -1,0 +1,978 @@
+//! The systems under test: starting each on loopback, knowing its processes, stopping it
+//! with nothing left behind.
+//!
+//! Every system serves the same chain of [`Step`]s behind one URL on 127.0.0.1 and is
+//! started on free ports (port 0, or a port picked by binding port 0 for nginx):
+//!
+//! * `zerohop-ring`, `zerohop-socket`: a generated chain spec run by `zerohop up` with that
+//!   transport; each step is its own function and process (a step that repeats gets
+//!   numbered names, `pass1`, `pass2`, ...). Components: `gateway` (the `zerohop` process,
+//!   agent and gateway in one) and `fn:NAME` for each instance it spawned.
+//! * `monolith`: one `zerohop-bench-fn` applying every step. Component: `monolith`.
+//! * `http-chain`: one `zerohop-bench-fn` per step, each POSTing to the next over loopback
+//!   HTTP with keep-alive; the first answers the client. Components: `fn:STEP#I` (I counts
+//!   from 0 along the chain).
+//! * `nginx-broker`: the same servers, but every hop goes through one nginx (client ->
+//!   nginx -> fn 0 -> nginx -> fn 1 ...), as in SPRIGHT's Knative-like broker baseline.
+//!   Components: `nginx` (master), `nginx-worker`, `fn:STEP#I`.
+//!
+//! [`start`] returns only once a test body gets exactly the expected answer through the
+//! whole chain. Every process's stdout is drained and its stderr goes to a log in a
+//! per-system folder under [`StartOpts::work_dir`]; errors quote the end of that log.
+//! Stopping sends SIGTERM to every process this module started, SIGKILL after 5 s, reaps
+//! them, and makes sure the processes they started (zerohop's functions, nginx's worker)
+//! are gone too.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use zerohop_transport::Backend;
+
+use crate::{Component, Step};
+
+/// How long a system may take to answer its first request correctly.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the started processes get to exit after SIGTERM before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(5);
+/// How long processes started by ours (functions, nginx worker) get to follow their parent.
+const ORPHAN_GRACE: Duration = Duration::from_secs(2);
+/// The body [`start`] sends to check a system answers correctly (lower case, so `upper`
+/// shows).
+const PROBE_BODY: &[u8] = b"zerohop bench probe: is every hop there?";
+/// The route every zerohop chain of the benchmark serves.
+const ZEROHOP_PATH: &str = "/bench";
+/// Environment variable naming a zerohop function in its process: how the components of a
+/// chain are told apart (`pass1` and `pass2` run the same program). Not `ZEROHOP_*`: those
+/// are reserved for the agent.
+const FUNCTION_ENV: &str = "BENCH_FUNCTION";
+/// Where Debian's `nginx` and `nginx-light` packages install the binary.
+const NGINX: &str = "/usr/sbin/nginx";
+
+/// Which system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SystemId {
+    /// `zerohop up` with this transport.
+    Zerohop(Backend),
+    /// One HTTP server running every step in-process.
+    Monolith,
+    /// One HTTP server per step, each calling the next over loopback HTTP.
+    HttpChain,
+    /// Every hop through an nginx front proxy.
+    NginxBroker,
+}
+
+impl SystemId {
+    /// Name in reports and on the command line: `zerohop-ring`, `zerohop-socket`,
+    /// `monolith`, `http-chain`, `nginx-broker`.
+    pub fn name(&self) -> String {
+        match self {
+            SystemId::Zerohop(b) => format!("zerohop-{}", b.name()),
+            SystemId::Monolith => "monolith".into(),
+            SystemId::HttpChain => "http-chain".into(),
+            SystemId::NginxBroker => "nginx-broker".into(),
+        }
+    }
+
+    /// Every system: zerohop with each transport, then the baselines.
+    pub fn all() -> Vec<SystemId> {
+        Backend::ALL
+            .iter()
+            .map(|&b| SystemId::Zerohop(b))
+            .chain([
+                SystemId::Monolith,
+                SystemId::HttpChain,
+                SystemId::NginxBroker,
+            ])
+            .collect()
+    }
+}
+
+/// How to start a system.
+#[derive(Clone, Debug)]
+pub struct StartOpts {
+    /// Pin every process of the system to this CPU (None: no pinning).
+    pub cpu: Option<usize>,
+    /// Folder holding the built binaries (`zerohop`, `zerohop-bench-fn`, `zerohop-bench-pass`,
+    /// `upper`, `exclaim`).
+    pub bin_dir: PathBuf,
+    /// Scratch folder for specs and configs (removed by the caller).
+    pub work_dir: PathBuf,
+}
+
+/// A running system; stopped (and every process reaped) on drop.
+pub struct RunningSystem {
+    /// Which system.
+    pub id: SystemId,
+    /// URL to POST requests to.
+    pub url: String,
+    /// Its processes.
+    pub components: Vec<Component>,
+    /// The processes this module started, in start order.
+    children: Vec<Started>,
+    /// Processes started by them (zerohop's functions, nginx's worker): they must be gone
+    /// after a stop.
+    descendants: Vec<ProcessId>,
+    /// zerohop: the chain's function names, in chain order.
+    functions: Vec<String>,
+}
+
+/// One process this module started.
+struct Started {
+    child: Child,
+    /// Its stderr log.
+    log: PathBuf,
+}
+
+/// A pid plus its start time, so a recycled pid is never mistaken for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ProcessId {
+    pid: u32,
+    start: u64,
+}
+
+impl ProcessId {
+    fn of(pid: u32) -> Option<Self> {
+        Some(Self {
+            pid,
+            start: stat_field(pid, 22)?.parse().ok()?,
+        })
+    }
+
+    /// Whether this very process still runs (not a zombie, not a recycled pid).
+    fn alive(self) -> bool {
+        Self::of(self.pid) == Some(self) && stat_field(self.pid, 3).is_some_and(|s| s != "Z")
+    }
+}
+
+/// The nginx binary, or what to do when it is missing.
+pub fn nginx_binary() -> Result<PathBuf, String> {
+    let path = PathBuf::from(NGINX);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{NGINX} not found: the nginx-broker baseline needs nginx; install it with \
+             `apt-get install -y nginx-light` (Debian/Ubuntu, as root)"
+        ))
+    }
+}
+
+/// Starts system `id` serving `chain` on 127.0.0.1 and waits (at most 20 s) until it
+/// answers a test body correctly.
+pub fn start(id: SystemId, chain: &[Step], opts: &StartOpts) -> Result<RunningSystem> {
+    if chain.is_empty() {
+        bail!("a chain needs at least one step");
+    }
+    let dir = system_dir(id, opts)?;
+    let mut sys = RunningSystem {
+        id,
+        url: String::new(),
+        components: Vec::new(),
+        children: Vec::new(),
+        descendants: Vec::new(),
+        functions: Vec::new(),
+    };
+    // On any error below `sys` drops and stops whatever had started.
+    match id {
+        SystemId::Zerohop(backend) => sys.start_zerohop(backend, chain, opts, &dir)?,
+        SystemId::Monolith => sys.start_monolith(chain, opts, &dir)?,
+        SystemId::HttpChain => sys.start_http_chain(chain, opts, &dir)?,
+        SystemId::NginxBroker => return start_nginx_broker(chain, opts, &dir),
+    }
+    Ok(sys)
+}
+
+impl RunningSystem {
+    /// Stops the system: SIGTERM to every process it started, SIGKILL after 5 s, all reaped.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    /// Re-reads the processes started by the system's own (after zerohop restarted a
+    /// function, its pid changed).
+    pub fn refresh_components(&mut self) {
+        match self.id {
+            SystemId::Zerohop(_) => {
+                let Some(gateway) = self.children.first().map(|s| s.child.id()) else {
+                    return;
+                };
+                let found = zerohop_functions(gateway);
+                self.components.retain(|c| c.name == "gateway");
+                // In chain order; a function between two instances (restarting) is left out.
+                for name in &self.functions {
+                    for &(_, pid) in found.iter().filter(|(n, _)| n == name) {
+                        self.components.push(Component {
+                            name: format!("fn:{name}"),
+                            pid,
+                        });
+                        if let Some(p) = ProcessId::of(pid) {
+                            if !self.descendants.contains(&p) {
+                                self.descendants.push(p);
+                            }
+                        }
+                    }
+                }
+            }
+            SystemId::NginxBroker => {
+                let Some(master) = self.children.last().map(|s| s.child.id()) else {
+                    return;
+                };
+                let workers = children_of(master);
+                self.components.retain(|c| c.name != "nginx-worker");
+                for (i, pid) in workers.into_iter().enumerate() {
+                    self.components.insert(
+                        1 + i,
+                        Component {
+                            name: "nginx-worker".into(),
+                            pid,
+                        },
+                    );
+                    if let Some(p) = ProcessId::of(pid) {
+                        if !self.descendants.contains(&p) {
+                            self.descendants.push(p);
+                        }
+                    }
+                }
+            }
+            SystemId::Monolith | SystemId::HttpChain => {}
+        }
+    }
+
+    fn start_zerohop(
+        &mut self,
+        backend: Backend,
+        chain: &[Step],
+        opts: &StartOpts,
+        dir: &Path,
+    ) -> Result<()> {
+        self.functions = function_names(chain);
+        let spec = zerohop_spec(chain, &self.functions, &bin_dir(opts)?)?;
+        let spec_path = dir.join("chain.yaml");
+        std::fs::write(&spec_path, spec)
+            .with_context(|| format!("writing {}", spec_path.display()))?;
+        let zerohop = binary(opts, "zerohop")?;
+        let args = [
+            "up".into(),
+            spec_path.into_os_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--transport".into(),
+            backend.name().into(),
+        ];
+        let i = self.spawn(opts, &zerohop, &args, &dir.join("zerohop.log"), true)?;
+        let line = self.first_line(i)?;
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .ok_or_else(|| anyhow!("no URL in zerohop's ready line {line:?}"))?;
+        self.url = format!("{base}{ZEROHOP_PATH}");
+        self.wait_ready(chain)?;
+        let gateway = self.children[i].child.id();
+        self.components.push(Component {
+            name: "gateway".into(),
+            pid: gateway,
+        });
+        // Every function answered the probe, so each has exec'd and is listed; look a bit
+        // longer anyway in case /proc lags.
+        wait_until(ORPHAN_GRACE, || {
+            zerohop_functions(gateway).len() >= self.functions.len()
+        });
+        self.refresh_components();
+        for name in &self.functions {
+            let fn_name = format!("fn:{name}");
+            if !self.components.iter().any(|c| c.name == fn_name) {
+                bail!("function `{name}` has no process under zerohop (pid {gateway})");
+            }
+        }
+        Ok(())
+    }
+
+    fn start_monolith(&mut self, chain: &[Step], opts: &StartOpts, dir: &Path) -> Result<()> {
+        let pid = self.spawn_fn(opts, chain, None, &dir.join("monolith.log"))?;
+        self.url = format!("{}/bench", self.fn_url(self.children.len() - 1)?);
+        self.wait_ready(chain)?;
+        self.components.push(Component {
+            name: "monolith".into(),
+            pid,
+        });
+        Ok(())
+    }
+
+    fn start_http_chain(&mut self, chain: &[Step], opts: &StartOpts, dir: &Path) -> Result<()> {
+        // From the last hop back, so each knows its successor's address.
+        let mut next: Option<String> = None;
+        let mut pids = Vec::new();
+        for (i, step) in chain.iter().enumerate().rev() {
+            let log = dir.join(format!("fn{i}.log"));
+            pids.push(self.spawn_fn(opts, &[*step], next.as_deref(), &log)?);
+            next = Some(format!("{}/bench", self.fn_url(self.children.len() - 1)?));
+        }
+        self.url = next.unwrap_or_default();
+        self.wait_ready(chain)?;
+        pids.reverse();
+        for (i, (step, pid)) in chain.iter().zip(pids).enumerate() {
+            self.components.push(Component {
+                name: format!("fn:{}#{i}", step.name()),
+                pid,
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts a `zerohop-bench-fn` on a free port; returns its pid.
+    fn spawn_fn(
+        &mut self,
+        opts: &StartOpts,
+        steps: &[Step],
+        next: Option<&str>,
+        log: &Path,
+    ) -> Result<u32> {
+        let program = binary(opts, "zerohop-bench-fn")?;
+        let steps = steps.iter().map(|s| s.name()).collect::<Vec<_>>().join(",");
+        let mut args = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--steps".into(),
+            steps.into(),
+        ];
+        if let Some(next) = next {
+            args.extend(["--next".into(), next.into()]);
+        }
+        let i = self.spawn(opts, &program, &args, log, true)?;
+        Ok(self.children[i].child.id())
+    }
+
+    /// Base URL (`http://ADDR`) of the function server `children[i]`, from its first line.
+    fn fn_url(&mut self, i: usize) -> Result<String> {
+        let line = self.first_line(i)?;
+        line.strip_prefix("listening on ")
+            .filter(|u| u.starts_with("http://"))
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("unexpected first line from zerohop-bench-fn: {line:?}"))
+    }
+
+    /// Spawns `program args` (behind `taskset` when pinning), stderr to `log`, stdout piped
+    /// when `read_stdout` (else discarded); returns its index in `children`.
+    fn spawn(
+        &mut self,
+        opts: &StartOpts,
+        program: &Path,
+        args: &[std::ffi::OsString],
+        log: &Path,
+        read_stdout: bool,
+    ) -> Result<usize> {
+        let mut cmd = match opts.cpu {
+            // taskset execs the program: the pid we hold is the program's, and everything
+            // it starts inherits the affinity.
+            Some(cpu) => {
+                let mut c = Command::new("taskset");
+                c.arg("-c").arg(cpu.to_string()).arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
+        // Append: nginx writes its error log to the same file.
+        let stderr = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("creating {}", log.display()))?;
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(if read_stdout {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stderr(stderr);
+        let child = cmd.spawn().with_context(|| {
+            if opts.cpu.is_some() {
+                format!(
+                    "starting `taskset -c .. {}` (taskset comes with util-linux)",
+                    program.display()
+                )
+            } else {
+                format!("starting {}", program.display())
+            }
+        })?;
+        self.children.push(Started {
+            child,
+            log: log.to_owned(),
+        });
+        Ok(self.children.len() - 1)
+    }
+
+    /// The first stdout line of `children[i]` (at most [`READY_TIMEOUT`]); the rest of its
+    /// stdout is drained in the background so it never blocks on a full pipe.
+    fn first_line(&mut self, i: usize) -> Result<String> {
+        let started = &mut self.children[i];
+        let stdout = started
+            .child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow!("stdout of process {} not piped", started.child.id()))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(l)) = lines.next() {
+                let _ = tx.send(l);
+            }
+            for _ in lines {}
+        });
+        rx.recv_timeout(READY_TIMEOUT).map_err(|e| {
+            let what = match e {
+                RecvTimeoutError::Timeout => format!("printed nothing within {READY_TIMEOUT:?}"),
+                RecvTimeoutError::Disconnected => {
+                    // Stdout closed: give the exit status a moment to show.
+                    wait_until(Duration::from_secs(1), || {
+                        !matches!(started.child.try_wait(), Ok(None))
+                    });
+                    match started.child.try_wait() {
+                        Ok(Some(status)) => format!("exited ({status})"),
+                        _ => "closed its stdout".into(),
+                    }
+                }
+            };
+            anyhow!(
+                "process {} {what}{}",
+                started.child.id(),
+                failure_note(started)
+            )
+        })
+    }
+
+    /// Waits until a POST of [`PROBE_BODY`] to `url` gets exactly the chain's answer.
+    fn wait_ready(&mut self, chain: &[Step]) -> Result<()> {
+        let expected = Step::expected(chain, PROBE_BODY);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut last;
+        loop {
+            for s in &mut self.children {
+                if let Ok(Some(status)) = s.child.try_wait() {
+                    bail!(
+                        "process {} exited ({status}) before {} was ready{}",
+                        s.child.id(),
+                        self.url,
+                        failure_note(s)
+                    );
+                }
+            }
+            match post(&self.url, PROBE_BODY, Duration::from_secs(2)) {
+                Ok((200, body)) if body == expected => return Ok(()),
+                Ok((status, body)) => {
+                    last = format!(
+                        "status {status}, body {:?}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)])
+                    )
+                }
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() >= deadline {
+                let logs: String = self.children.iter().map(failure_note).collect();
+                bail!(
+                    "{} did not answer {:?} correctly within {READY_TIMEOUT:?} (last: {last}){logs}",
+                    self.url,
+                    String::from_utf8_lossy(&expected)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for s in &mut self.children {
+            if matches!(s.child.try_wait(), Ok(None)) {
+                let _ = kill(Pid::from_raw(s.child.id() as i32), Signal::SIGTERM);
+            }
+        }
+        wait_until(TERM_GRACE, || {
+            self.children
+                .iter_mut()
+                .all(|s| !matches!(s.child.try_wait(), Ok(None)))
+        });
+        for s in &mut self.children {
+            if matches!(s.child.try_wait(), Ok(None)) {
+                eprintln!(
+                    "bench: process {} ignored SIGTERM for {TERM_GRACE:?}; killing it",
+                    s.child.id()
+                );
+                let _ = s.child.kill();
+            }
+            let _ = s.child.wait();
+        }
+        self.children.clear();
+        // Their own children exit with them (zerohop stops its functions, nginx its worker;
+        // both also die with a SIGKILLed parent); make sure.
+        wait_until(ORPHAN_GRACE, || !self.descendants.iter().any(|p| p.alive()));
+        for p in self.descendants.drain(..) {
+            if p.alive() {
+                eprintln!("bench: process {} outlived its parent; killing it", p.pid);
+                let _ = kill(Pid::from_raw(p.pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for RunningSystem {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// nginx-broker: function servers first (their `--next` is nginx's port, picked
+/// beforehand), then nginx; a port taken in between is retried with a fresh one.
+fn start_nginx_broker(chain: &[Step], opts: &StartOpts, dir: &Path) -> Result<RunningSystem> {
+    let nginx = nginx_binary().map_err(|e| anyhow!(e))?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let port = free_port()?;
+        match start_nginx_broker_on(&nginx, port, chain, opts, dir) {
+            Err(e) if attempt < 3 && format!("{e:#}").contains("in use") => continue,
+            r => return r,
+        }
+    }
+}
+
+fn start_nginx_broker_on(
+    nginx: &Path,
+    port: u16,
+    chain: &[Step],
+    opts: &StartOpts,
+    dir: &Path,
+) -> Result<RunningSystem> {
+    let mut sys = RunningSystem {
+        id: SystemId::NginxBroker,
+        url: format!("http://127.0.0.1:{port}/fn0"),
+        components: Vec::new(),
+        children: Vec::new(),
+        descendants: Vec::new(),
+        functions: Vec::new(),
+    };
+    let mut upstreams = Vec::new();
+    let mut fns = Vec::new();
+    for (i, step) in chain.iter().enumerate() {
+        let next = (i + 1 < chain.len()).then(|| format!("http://127.0.0.1:{port}/fn{}", i + 1));
+        let log = dir.join(format!("fn{i}.log"));
+        let pid = sys.spawn_fn(opts, &[*step], next.as_deref(), &log)?;
+        let url = sys.fn_url(sys.children.len() - 1)?;
+        let addr = url.trim_start_matches("http://").to_owned();
+        upstreams.push(addr);
+        fns.push(Component {
+            name: format!("fn:{}#{i}", step.name()),
+            pid,
+        });
+    }
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        nginx_conf(dir, port, &upstreams, effective_uid() == Some(0)),
+    )
+    .with_context(|| format!("writing {}", conf.display()))?;
+    let args = [
+        "-p".into(),
+        dir.as_os_str().to_owned(),
+        "-c".into(),
+        conf.into_os_string(),
+        "-e".into(),
+        dir.join("nginx-error.log").into_os_string(),
+        "-g".into(),
+        "daemon off;".into(),
+    ];
+    let i = sys.spawn(opts, nginx, &args, &dir.join("nginx-error.log"), false)?;
+    sys.wait_ready(chain)?;
+    let master = sys.children[i].child.id();
+    sys.components.push(Component {
+        name: "nginx".into(),
+        pid: master,
+    });
+    sys.refresh_components();
+    let workers = sys
+        .components
+        .iter()
+        .filter(|c| c.name == "nginx-worker")
+        .count();
+    if workers != 1 {
+        bail!("nginx (pid {master}) runs {workers} worker processes, expected 1");
+    }
+    sys.components.extend(fns);
+    Ok(sys)
+}
+
+/// nginx configured as a broker: `location = /fnI` proxies to function server I over
+/// keep-alive upstream connections; every path (pid, logs, temp files) inside `dir`.
+fn nginx_conf(dir: &Path, port: u16, upstreams: &[String], root: bool) -> String {
+    let d = dir.display();
+    let mut c = String::new();
+    let _ = writeln!(
+        c,
+        "# Generated by zerohop-bench: the nginx-broker baseline (every hop through nginx)."
+    );
+    if root {
+        // As root the worker would switch to `nobody` and lose access to the temp paths.
+        let _ = writeln!(c, "user root;");
+    }
+    let _ = write!(
+        c,
+        r#"worker_processes 1;
+pid "{d}/nginx.pid";
+error_log "{d}/nginx-error.log" warn;
+events {{
+    worker_connections 8192;
+}}
+http {{
+    access_log off;
+    client_body_temp_path "{d}/client_body";
+    proxy_temp_path "{d}/proxy";
+    fastcgi_temp_path "{d}/fastcgi";
+    uwsgi_temp_path "{d}/uwsgi";
+    scgi_temp_path "{d}/scgi";
+    tcp_nodelay on;
+    keepalive_timeout 75s;
+    keepalive_requests 1000000;
+    # Request bodies up to 2 MiB, held in memory (no temp files).
+    client_max_body_size 2m;
+    client_body_buffer_size 2m;
+    # Responses up to 2 MiB buffered in memory, never in temp files.
+    proxy_buffering on;
+    proxy_buffer_size 64k;
+    proxy_buffers 32 64k;
+    proxy_busy_buffers_size 128k;
+    proxy_max_temp_file_size 0;
+    proxy_read_timeout 30s;
+    # Keep-alive connections to the functions.
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+"#
+    );
+    for (i, addr) in upstreams.iter().enumerate() {
+        let _ = writeln!(
+            c,
+            "    upstream fn{i} {{ server {addr}; keepalive 1024; keepalive_requests 1000000; }}"
+        );
+    }
+    let _ = writeln!(c, "    server {{\n        listen 127.0.0.1:{port};");
+    for i in 0..upstreams.len() {
+        let _ = writeln!(
+            c,
+            "        location = /fn{i} {{ proxy_pass http://fn{i}; }}"
+        );
+    }
+    let _ = writeln!(c, "    }}\n}}");
+    c
+}
+
+/// zerohop function names for `chain`: the step's name, numbered from 1 when it repeats
+/// (`[pass, pass]` -> `pass1`, `pass2`), so each position is its own process.
+fn function_names(chain: &[Step]) -> Vec<String> {
+    let mut seen = std::collections::HashMap::new();
+    chain
+        .iter()
+        .map(|s| {
+            if chain.iter().filter(|t| *t == s).count() == 1 {
+                return s.name().to_owned();
+            }
+            let n = seen.entry(s.name()).or_insert(0);
+            *n += 1;
+            format!("{}{n}", s.name())
+        })
+        .collect()
+}
+
+/// The zerohop chain spec of the benchmark: route `POST /bench`, a pool whose slots hold
+/// 1 MiB bodies (slot_size 2 MiB leaves max_body = 2 MiB - 32 - 1024), 30 s timeout.
+fn zerohop_spec(chain: &[Step], names: &[String], bin_dir: &Path) -> Result<String> {
+    let mut s = String::from(
+        "# Generated by zerohop-bench.\n\
+         name: bench\n\
+         pool: { slots: 512, slot_size: 2MiB }\n\
+         timeout: 30s\n\
+         functions:\n",
+    );
+    let mut listed = std::collections::HashSet::new();
+    for (step, name) in chain.iter().zip(names) {
+        if !listed.insert(name) {
+            continue;
+        }
+        let program = match step {
+            Step::Upper => "upper",
+            Step::Exclaim => "exclaim",
+            Step::Pass => "zerohop-bench-pass",
+        };
+        let path = bin_dir.join(program);
+        let path = path
+            .to_str()
+            .ok_or_else(|| anyhow!("{} is not UTF-8", path.display()))?;
+        // JSON strings are YAML double-quoted scalars: any path is quoted safely.
+        let _ = writeln!(
+            s,
+            "  {name}: {{ command: [{}], env: {{ {FUNCTION_ENV}: {name} }} }}",
+            serde_json::to_string(path)?
+        );
+    }
+    let _ = writeln!(
+        s,
+        "routes:\n  - http: POST {ZEROHOP_PATH}\n    sequence: [{}]",
+        names.join(", ")
+    );
+    Ok(s)
+}
+
+/// `(function name, pid)` of every process under zerohop's `gateway` pid, named by
+/// [`FUNCTION_ENV`].
+fn zerohop_functions(gateway: u32) -> Vec<(String, u32)> {
+    let key = format!("{FUNCTION_ENV}=");
+    children_of(gateway)
+        .into_iter()
+        .filter_map(|pid| {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            let name = env
+                .split(|&b| b == 0)
+                .find_map(|v| v.strip_prefix(key.as_bytes()))?;
+            Some((String::from_utf8_lossy(name).into_owned(), pid))
+        })
+        .collect()
+}
+
+/// Pids whose parent is `pid` (from /proc/*/stat), sorted.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parent = pid.to_string();
+    let mut pids: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| stat_field(p, 4).as_deref() == Some(parent.as_str()))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat; `n` >= 3.
+fn stat_field(pid: u32, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(n - 3).map(str::to_owned)
+}
+
+/// Effective uid of this process, from /proc/self/status (no `unsafe` needed).
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// A per-start folder under the work dir: `NAME-N`.
+fn system_dir(id: SystemId, opts: &StartOpts) -> Result<PathBuf> {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = opts.work_dir.join(format!(
+        "{}-{}",
+        id.name(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Absolute, as nginx's -p and the spec's resolution want it.
+    dir.canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))
+}
+
+fn bin_dir(opts: &StartOpts) -> Result<PathBuf> {
+    opts.bin_dir
+        .canonicalize()
+        .with_context(|| format!("binary folder {}", opts.bin_dir.display()))
+}
+
+/// `bin_dir/name`, or what to build when it is missing.
+fn binary(opts: &StartOpts, name: &str) -> Result<PathBuf> {
+    let path = bin_dir(opts)?.join(name);
+    if !path.is_file() {
+        bail!(
+            "{} is missing; build the binaries first: `cargo build --release --workspace --bins`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Checks `cond` every 10 ms until it holds or `timeout` passed; whether it held.
+fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released for nginx to take).
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("binding an ephemeral port")?
+        .port())
+}
+
+/// The end of a process's stderr log, for error messages (empty when there is none).
+fn failure_note(s: &Started) -> String {
+    let Ok(text) = std::fs::read_to_string(&s.log) else {
+        return String::new();
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let tail = lines[lines.len().saturating_sub(8)..].join("\n  ");
+    format!("\n  {} (end):\n  {tail}", s.log.display())
+}
+
+/// One HTTP/1.1 POST with `Connection: close`, for readiness checks (the load generator is
+/// the real client); returns status and body.
+fn post(url: &str, body: &[u8], timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
+    use std::io::{Error, ErrorKind};
+    let bad = |what: &str| Error::new(ErrorKind::InvalidData, what.to_owned());
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| bad("only http:// URLs"))?;
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let addr: SocketAddr = host
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| bad("no address"))?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("answer without a complete header"))?;
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("answer without a status"))?;
+    let mut content = raw[end + 4..].to_vec();
+    let header = |name: &str| {
+        head.lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.trim() == name)
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        content = dechunk(&content).ok_or_else(|| bad("malformed chunked body"))?;
+    } else if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        if content.len() < len {
+            return Err(bad("answer shorter than its Content-Length"));
+        }
+        content.truncate(len);
+    }
+    Ok((status, content))
+}
+
+/// Decodes a chunked body (extensions and trailers ignored).
+fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = raw.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&raw[..eol]).ok()?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        raw = &raw[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(raw.get(..size)?);
+        raw = raw.get(size + 2..)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{passes, HELLO};
+
+    #[test]
+    fn names_match_the_interface() {
+        let names: Vec<String> = SystemId::all().iter().map(SystemId::name).collect();
+        assert_eq!(
+            names,
+            [
+                "zerohop-ring",
+                "zerohop-socket",
+                "monolith",
+                "http-chain",
+                "nginx-broker"
+            ]
+        );
+    }
+
+    #[test]
+    fn repeated_steps_get_numbered_functions() {
+        assert_eq!(function_names(&HELLO), ["upper", "exclaim"]);
+        assert_eq!(function_names(&passes(3)), ["pass1", "pass2", "pass3"]);
+        assert_eq!(
+            function_names(&[Step::Pass, Step::Upper, Step::Pass]),
+            ["pass1", "upper", "pass2"]
+        );
+    }
+
+    #[test]
+    fn spec_lists_each_function_once_and_routes_the_chain() {
+        let names = function_names(&passes(2));
+        let spec = zerohop_spec(&passes(2), &names, Path::new("/opt/bin")).unwrap();
+        assert!(spec.contains(
+            "  pass1: { command: [\"/opt/bin/zerohop-bench-pass\"], env: { BENCH_FUNCTION: pass1 } }"
+        ));
+        assert!(spec.contains("pass2: { command"));
+        assert!(spec.contains("sequence: [pass1, pass2]"));
+        assert!(spec.contains("slot_size: 2MiB"));
+    }
+
+    #[test]
+    fn nginx_conf_has_one_location_per_hop() {
+        let conf = nginx_conf(
+            Path::new("/w"),
+            8080,
+            &["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+            true,
+        );
+        assert!(conf.starts_with("# Generated"));
+        assert!(conf.contains("user root;"));
+        assert!(conf.contains("upstream fn1 { server 127.0.0.1:2; keepalive"));
+        assert!(conf.contains("location = /fn0 { proxy_pass http://fn0; }"));
+        assert!(conf.contains("listen 127.0.0.1:8080;"));
+        assert!(!nginx_conf(Path::new("/w"), 1, &[], false).contains("user "));
+    }
+
+    #[test]
+    fn dechunk_decodes_and_rejects_truncation() {
+        assert_eq!(
+            dechunk(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n").as_deref(),
+            Some(&b"abcde"[..])
+        );
+        assert_eq!(dechunk(b"5\r\nab"), None);
+    }
+}
