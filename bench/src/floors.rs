@@ -233,6 +233,11 @@ impl Pinning {
 }
 
 /// Which floor, in report order.
+/// Names of every floor [`measure`] reports, in order.
+pub fn names() -> Vec<String> {
+    Which::ALL.iter().map(|&w| w.name()).collect()
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Which {
     Cacheline,
