@@ -11,15 +11,7 @@ use crate::Component;
 /// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on Linux).
 pub const TICKS_PER_SECOND: f64 = 100.0;
 
-/// `utime + stime` of `pid` in ticks; `None` when the process is gone.
-pub fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest[0] is field 3 (state); utime is field 14, stime field 15.
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
+pub use zerohop_test_support::cpu_ticks;
 
 /// Resident memory of `pid`: `(VmRSS, RssShmem)` in KiB.
 pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {

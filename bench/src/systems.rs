@@ -25,8 +25,8 @@
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use zerohop_test_support::{children, wait_until};
 use zerohop_transport::Backend;
 
 use crate::{Component, Step};
@@ -744,16 +745,9 @@ fn zerohop_functions(gateway: u32) -> Vec<(String, u32)> {
         .collect()
 }
 
-/// Pids whose parent is `pid` (from /proc/*/stat), sorted.
+/// Pids whose parent is `pid`, sorted.
 fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let parent = pid.to_string();
-    let mut pids: Vec<u32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| stat_field(p, 4).as_deref() == Some(parent.as_str()))
-        .collect();
+    let mut pids = children(pid);
     pids.sort_unstable();
     pids
 }
@@ -805,20 +799,6 @@ fn binary(opts: &StartOpts, name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Checks `cond` every 10 ms until it holds or `timeout` passed; whether it held.
-fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A free TCP port on 127.0.0.1 (bound, then released for nginx to take).
 fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")
@@ -840,73 +820,19 @@ fn failure_note(s: &Started) -> String {
     format!("\n  {} (end):\n  {tail}", s.log.display())
 }
 
-/// One HTTP/1.1 POST with `Connection: close`, for readiness checks (the load generator is
-/// the real client); returns status and body.
-fn post(url: &str, body: &[u8], timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
-    use std::io::{Error, ErrorKind};
-    let bad = |what: &str| Error::new(ErrorKind::InvalidData, what.to_owned());
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| bad("only http:// URLs"))?;
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let path = if path.is_empty() { "/" } else { path };
-    let addr: SocketAddr = host
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| bad("no address"))?;
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| bad("answer without a complete header"))?;
-    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| bad("answer without a status"))?;
-    let mut content = raw[end + 4..].to_vec();
-    let header = |name: &str| {
-        head.lines()
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim() == name)
-            .map(|(_, v)| v.trim().to_owned())
+/// One POST for readiness checks (the load generator is the real client): status and body.
+fn post(url: &str, body: &[u8], timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+    let agent = ureq::AgentBuilder::new().timeout(timeout).build();
+    let resp = match agent.post(url).send_bytes(body) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(e.to_string()),
     };
-    if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-        content = dechunk(&content).ok_or_else(|| bad("malformed chunked body"))?;
-    } else if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        if content.len() < len {
-            return Err(bad("answer shorter than its Content-Length"));
-        }
-        content.truncate(len);
-    }
-    Ok((status, content))
-}
-
-/// Decodes a chunked body (extensions and trailers ignored).
-fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let status = resp.status();
     let mut out = Vec::new();
-    loop {
-        let eol = raw.windows(2).position(|w| w == b"\r\n")?;
-        let size = std::str::from_utf8(&raw[..eol]).ok()?;
-        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-        raw = &raw[eol + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(raw.get(..size)?);
-        raw = raw.get(size + 2..)?;
-    }
+    resp.into_reader()
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    Ok((status, out))
 }
 
 #[cfg(test)]
@@ -965,14 +891,5 @@ mod tests {
         assert!(conf.contains("location = /fn0 { proxy_pass http://fn0; }"));
         assert!(conf.contains("listen 127.0.0.1:8080;"));
         assert!(!nginx_conf(Path::new("/w"), 1, &[], false).contains("user "));
-    }
-
-    #[test]
-    fn dechunk_decodes_and_rejects_truncation() {
-        assert_eq!(
-            dechunk(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n").as_deref(),
-            Some(&b"abcde"[..])
-        );
-        assert_eq!(dechunk(b"5\r\nab"), None);
     }
 }

@@ -22,6 +22,22 @@ fn hello_spec(extra_top: &str) -> String {
     )
 }
 
+/// Runs `zerohop SUB FILE` (`up` on a free port) on `spec` written to a scratch file, to
+/// completion: exit code, stderr, and the file's path as the messages name it.
+fn zerohop_on(sub: &str, spec: &str) -> (Option<i32>, String, String) {
+    let dir = TempDir::new("spec");
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, spec).unwrap();
+    let mut cmd = Command::new(target_bin("zerohop"));
+    cmd.arg(sub).arg(&file);
+    if sub == "up" {
+        cmd.args(["--listen", "127.0.0.1:0"]);
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), err, file.display().to_string())
+}
+
 #[test]
 fn example_hello_chain_answers_from_its_own_spec() {
     // The spec shipped in examples/hello, with its relative program paths.
@@ -224,42 +240,25 @@ fn idle_chain_uses_no_cpu() {
 
 #[test]
 fn spec_errors_name_file_line_and_field_and_exit_2() {
-    let dir = TempDir::new("badspec");
-    let file = dir.path().join("bad.yaml");
-    std::fs::write(
-        &file,
-        "name: bad\nfunctions:\n  upper: { command: [\"/bin/true\"] }\nroutes:\n  - http: POST /x\n    sequence: [upper, shout]\n",
-    )
-    .unwrap();
     for sub in ["check", "up"] {
-        let out = Command::new(target_bin("zerohop"))
-            .arg(sub)
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{sub}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let (code, err, file) = zerohop_on(
+            sub,
+            "name: bad\nfunctions:\n  upper: { command: [\"/bin/true\"] }\nroutes:\n  - http: POST /x\n    sequence: [upper, shout]\n",
+        );
+        assert_eq!(code, Some(2), "{sub}");
         assert!(
             err.contains(&format!(
-                "{}:6: routes[0].sequence[1]: unknown function `shout`",
-                file.display()
+                "{file}:6: routes[0].sequence[1]: unknown function `shout`"
             )),
             "{sub}: {err}"
         );
     }
     // A program that does not exist is reported against the spec, before anything starts.
-    std::fs::write(
-        &file,
+    let (code, err, _) = zerohop_on(
+        "up",
         "name: bad\nfunctions:\n  upper: { command: [\"./nowhere/upper\"] }\nroutes:\n  - http: POST /x\n    sequence: [upper]\n",
-    )
-    .unwrap();
-    let out = Command::new(target_bin("zerohop"))
-        .arg("up")
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    );
+    assert_eq!(code, Some(2));
     assert!(
         err.contains(":3: functions.upper.command: program"),
         "{err}"
@@ -268,21 +267,11 @@ fn spec_errors_name_file_line_and_field_and_exit_2() {
 
 #[test]
 fn instance_that_exits_before_ready_is_reported_and_nothing_stays() {
-    let dir = TempDir::new("notready");
-    let file = dir.path().join("c.yaml");
-    std::fs::write(
-        &file,
+    let (code, err, _) = zerohop_on(
+        "up",
         "name: quitter\nfunctions:\n  quits: { command: [\"/bin/true\"] }\nroutes:\n  - http: POST /x\n    sequence: [quits]\n",
-    )
-    .unwrap();
-    let out = Command::new(target_bin("zerohop"))
-        .arg("up")
-        .arg(&file)
-        .args(["--listen", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    );
+    assert_eq!(code, Some(1));
     assert!(
         err.contains("function 'quits' (instance 1) exited (exit status: 0) before it was ready"),
         "{err}"
@@ -319,17 +308,8 @@ fn hugepages_pool_runs_or_says_what_is_missing() {
         return;
     }
     // None free: the error says how many are needed and how to reserve them.
-    let dir = TempDir::new("huge");
-    let file = dir.path().join("c.yaml");
-    std::fs::write(&file, &spec).unwrap();
-    let out = Command::new(target_bin("zerohop"))
-        .arg("up")
-        .arg(&file)
-        .args(["--listen", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err, _) = zerohop_on("up", &spec);
+    assert_eq!(code, Some(1));
     assert!(
         err.contains(&format!(
             "hugepages: the pool needs {needed} free 2 MiB huge pages"

@@ -15,8 +15,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
-use zerohop_pool::{Descriptor, OwnedSlot, Owner, PartyState, SlotHeader};
-use zerohop_transport::PartyId;
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, SlotHeader};
+use zerohop_transport::{PartyId, SendError};
 
 use crate::egress::Outcome;
 use crate::error::error_response;
@@ -24,15 +24,20 @@ use crate::{ErrorSource, Gateway, GatewayError, META_RESERVE};
 
 type Answer = Response<Full<Bytes>>;
 
-/// Removes a request from the in-flight table when its HTTP task ends for any reason
-/// (answered, timed out, client gone).
+/// Removes a request from the in-flight table when its HTTP task ends before an outcome
+/// arrived (timed out, client gone, send failed). An outcome's sender already removed it, so
+/// the guard is disarmed then and the answered path takes the lock once, not twice.
 struct InflightGuard<'a> {
     gw: &'a Gateway,
     id: u32,
+    armed: bool,
 }
 
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
         self.gw
             .inflight
             .lock()
@@ -142,11 +147,18 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, tx);
-        let _guard = InflightGuard { gw: self, id };
-        let to = self.pick(head);
+        let mut guard = InflightGuard {
+            gw: self,
+            id,
+            armed: true,
+        };
         let desc = slot.descriptor(id, len as u32, head);
         let sent = (slot.index(), slot.generation());
-        match self.sender.send(to, desc) {
+        let delivered = match self.picker.pick(head, &self.pool) {
+            Some(to) => self.sender.send(to, desc),
+            None => Err(SendError::NoSuchParty(Descriptor::GATEWAY as PartyId)),
+        };
+        match delivered {
             Ok(()) => slot.into_sent(),
             Err(e) => {
                 return Err(GatewayError::new(
@@ -158,9 +170,11 @@ impl Gateway {
         }
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
         let outcome = tokio::time::timeout(self.config.timeout, rx).await;
+        // Whoever resolved the oneshot (`complete`, or dropping the table) took the entry out.
+        guard.armed = outcome.is_err();
         if !matches!(outcome, Ok(Ok(Outcome::Done { .. }))) {
-            // No answer: if the head never took the slot (its instance died between popping
-            // the descriptor and taking the slot), it is still ours under the generation we
+            // No answer: if the head never took the slot (the descriptor still waits in the
+            // queue of a dead or stuck instance), it is still ours under the generation we
             // sent; take it back so it cannot leak. A slot anyone took is left alone.
             self.pool.owners().revoke(sent.0, sent.1, Owner::party(0));
         }
@@ -228,23 +242,6 @@ impl Gateway {
         }
         slot.data_mut()[..meta.len()].copy_from_slice(meta.as_bytes());
         Ok(meta.len())
-    }
-
-    /// An instance of function `f`: round-robin over the ready ones, else the first (its
-    /// queue keeps the request until the instance is back).
-    fn pick(&self, f: u8) -> PartyId {
-        let parties = self.plan.parties_of(f);
-        let n = parties.len().max(1);
-        let start = self.cursors[f as usize].fetch_add(1, Ordering::Relaxed) as usize;
-        (0..n)
-            .filter_map(|i| parties.get((start + i) % n).copied())
-            .find(|&p| {
-                self.pool
-                    .party(p)
-                    .is_some_and(|r| r.state() == PartyState::Ready)
-            })
-            .or_else(|| parties.first().copied())
-            .unwrap_or(Descriptor::GATEWAY as PartyId)
     }
 }
 

@@ -40,7 +40,7 @@ use std::time::Duration;
 pub use error::{ErrorSource, GatewayError};
 use tokio::sync::oneshot;
 use zerohop_pool::Pool;
-use zerohop_transport::{Plan, Sender};
+use zerohop_transport::{Picker, Plan, Sender};
 
 use crate::egress::Outcome;
 use crate::router::Router;
@@ -79,7 +79,7 @@ pub struct Gateway {
     config: GatewayConfig,
     inflight: Mutex<HashMap<u32, oneshot::Sender<Outcome>>>,
     next_request: AtomicU32,
-    cursors: Vec<AtomicU32>,
+    picker: Picker,
     stats: GatewayStats,
 }
 
@@ -93,9 +93,7 @@ impl Gateway {
     ) -> Arc<Self> {
         Arc::new(Self {
             router: Router::new(&plan),
-            cursors: (0..plan.functions.len())
-                .map(|_| AtomicU32::new(0))
-                .collect(),
+            picker: Picker::new(&plan, 0),
             pool,
             sender,
             plan,

@@ -8,16 +8,16 @@
 //! by whichever of them looks next.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
+
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig, SlotHeader};
-use zerohop_test_support::{inherited_fds, role, spawn_self, ChildGuard};
+use zerohop_test_support::{inherited_fds, role, spawn_self, ChildGuard, ChildLines};
 
 /// Longest any phase may take before the test calls it hung.
 const PHASE: Duration = Duration::from_secs(60);
@@ -39,43 +39,6 @@ fn new_pool(slots: u32, slot_size: u32) -> Arc<Pool> {
 
 fn dup(fd: std::os::fd::BorrowedFd<'_>) -> OwnedFd {
     fd.try_clone_to_owned().expect("dup fd")
-}
-
-/// The lines a child prints on stdout, read on a thread so waits can be bounded.
-struct ChildLines {
-    rx: mpsc::Receiver<String>,
-}
-
-impl ChildLines {
-    fn new(child: &mut ChildGuard) -> Self {
-        let out = child.child_mut().stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self { rx }
-    }
-
-    /// Waits (bounded) for a line containing `marker`; returns what follows it.
-    fn wait_for(&self, who: &str, marker: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                // libtest may have printed "test NAME ... " on the same line first.
-                Ok(line) => {
-                    if let Some(at) = line.find(marker) {
-                        return line[at + marker.len()..].trim().to_owned();
-                    }
-                }
-                Err(e) => panic!("{who} printed no {marker:?} line: {e}"),
-            }
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -264,7 +227,7 @@ fn collect_reports(children: &mut [(ChildGuard, ChildLines)], marker: &str) -> V
             if reports[k].is_some() {
                 continue;
             }
-            if let Ok(line) = lines.rx.try_recv() {
+            if let Some(line) = lines.next_line(Duration::ZERO) {
                 if let Some(at) = line.find(marker) {
                     reports[k] = Some(line[at + marker.len()..].trim().to_owned());
                 }
@@ -272,13 +235,13 @@ fn collect_reports(children: &mut [(ChildGuard, ChildLines)], marker: &str) -> V
             }
             if let Some(status) = child.child_mut().try_wait().expect("try_wait") {
                 // Its last lines may still be in the pipe; give the reader a moment.
-                match lines.rx.recv_timeout(Duration::from_millis(500)) {
-                    Ok(line) if line.contains(marker) => {
+                match lines.next_line(Duration::from_millis(500)) {
+                    Some(line) if line.contains(marker) => {
                         let at = line.find(marker).expect("contains");
                         reports[k] = Some(line[at + marker.len()..].trim().to_owned());
                     }
-                    Ok(_) => {}
-                    Err(_) => panic!("child {k} exited ({status}) without a {marker:?} line"),
+                    Some(_) => {}
+                    None => panic!("child {k} exited ({status}) without a {marker:?} line"),
                 }
             }
         }

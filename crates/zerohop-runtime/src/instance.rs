@@ -1,12 +1,11 @@
 //! One function instance: attach, receive, run the handler, route, send.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use zerohop_pool::{Descriptor, OwnedSlot, PartyState, Pool, PoolError, SlotHeader};
 use zerohop_transport::{
-    Backend, Delivery, Endpoint, Hop, PartyId, Plan, Sender, TransportError, GATEWAY_FN,
+    Backend, Delivery, Endpoint, Hop, PartyId, Picker, Plan, Sender, TransportError, GATEWAY_FN,
 };
 
 use crate::request::{HandlerError, Next, Request};
@@ -41,8 +40,8 @@ struct Router {
     pool: Arc<Pool>,
     sender: Box<dyn Sender>,
     function: u8,
-    /// Round-robin cursor per function.
-    cursors: Vec<AtomicU32>,
+    /// Which instance of the next function gets a descriptor.
+    picker: Picker,
 }
 
 /// An attached instance, ready to serve.
@@ -94,9 +93,7 @@ pub fn start() -> Result<Instance, StartError> {
         .ok_or_else(|| StartError::HandOver(format!("party {me} runs no function")))?;
     let endpoint = Endpoint::new(pool.clone(), policy, me, transport.receiver(me)?);
     let router = Router {
-        cursors: (0..plan.functions.len())
-            .map(|_| AtomicU32::new(me as u32))
-            .collect(),
+        picker: Picker::new(&plan, me as u32),
         sender: transport.sender(me)?,
         plan: Arc::new(plan),
         pool,
@@ -255,7 +252,7 @@ impl Router {
     ) -> Result<(), (OwnedSlot, String)> {
         let (to, next) = match hop {
             Hop::Gateway => (0, Descriptor::GATEWAY),
-            Hop::Function { function, .. } => match self.pick(function) {
+            Hop::Function { function, .. } => match self.picker.pick(function, &self.pool) {
                 Some(p) => (p, function),
                 None => {
                     let msg = format!(
@@ -277,25 +274,6 @@ impl Router {
                 Err((slot, msg))
             }
         }
-    }
-
-    /// Picks an instance of `function`: round-robin over the ready ones, else any (its queue
-    /// holds the request until it is back).
-    fn pick(&self, function: u8) -> Option<PartyId> {
-        let parties = self.plan.parties_of(function);
-        if parties.is_empty() {
-            return None;
-        }
-        let start = self.cursors[function as usize].fetch_add(1, Ordering::Relaxed) as usize;
-        let n = parties.len();
-        (0..n)
-            .map(|i| parties[(start + i) % n])
-            .find(|&p| {
-                self.pool
-                    .party(p)
-                    .is_some_and(|r| r.state() == PartyState::Ready)
-            })
-            .or(Some(parties[start % n]))
     }
 
     /// Replaces the payload with an error message and sends the slot to the gateway.

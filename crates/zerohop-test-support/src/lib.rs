@@ -77,6 +77,53 @@ impl Drop for ChildGuard {
     }
 }
 
+/// The lines a child prints on stdout, read on a thread so that every wait for one is
+/// bounded.
+pub struct ChildLines {
+    rx: std::sync::mpsc::Receiver<String>,
+}
+
+impl ChildLines {
+    /// Takes the child's piped stdout.
+    pub fn new(child: &mut ChildGuard) -> Self {
+        use std::io::BufRead;
+        let out = child.child_mut().stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { rx }
+    }
+
+    /// The next line, waiting at most `timeout` (zero: only what is already there); `None`
+    /// when none came or stdout is closed.
+    pub fn next_line(&self, timeout: Duration) -> Option<String> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+
+    /// Waits at most `timeout` for a line containing `marker`; returns what follows it.
+    /// Panics naming `who` when none comes.
+    pub fn wait_for(&self, who: &str, marker: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                // libtest may have printed "test NAME ... " on the same line first.
+                Ok(line) => {
+                    if let Some(at) = line.find(marker) {
+                        return line[at + marker.len()..].trim().to_owned();
+                    }
+                }
+                Err(e) => panic!("{who} printed no {marker:?} line: {e}"),
+            }
+        }
+    }
+}
+
 /// Sends `signal` to `pid` with kill(1); panics when kill fails to run.
 pub fn signal_pid(pid: u32, signal: &str) {
     let _ = Command::new("kill")

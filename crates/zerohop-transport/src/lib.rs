@@ -23,6 +23,8 @@
 
 #[cfg(not(loom))]
 mod endpoint;
+#[cfg(not(loom))]
+mod pick;
 mod plan;
 mod policy;
 pub mod ring;
@@ -38,6 +40,8 @@ use std::str::FromStr;
 
 #[cfg(not(loom))]
 pub use endpoint::{Delivery, Endpoint, EndpointStats};
+#[cfg(not(loom))]
+pub use pick::Picker;
 pub use plan::{handover, FunctionPlan, Hop, Plan, RoutePlan};
 pub use policy::{Policy, PolicyError, GATEWAY_FN};
 use zerohop_pool::Descriptor;

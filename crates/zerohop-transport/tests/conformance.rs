@@ -12,7 +12,7 @@
 //! their guard.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
+
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -20,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig};
-use zerohop_test_support::{cpu_ticks, inherited_fds, role, spawn_self, wait_until, ChildGuard};
+use zerohop_test_support::{cpu_ticks, inherited_fds, role, spawn_self, wait_until, ChildLines};
 use zerohop_transport::{
     Backend, Endpoint, EndpointStats, Options, PartyId, Policy, SendError, Sender, Stop, Transport,
     GATEWAY_FN,
@@ -227,43 +227,6 @@ impl Drop for Watchdog {
         self.cancel.take();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
-        }
-    }
-}
-
-/// The lines a child prints on stdout, read on a thread so waits can be bounded.
-struct ChildLines {
-    rx: mpsc::Receiver<String>,
-}
-
-impl ChildLines {
-    fn new(child: &mut ChildGuard) -> Self {
-        let out = child.child_mut().stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self { rx }
-    }
-
-    /// Waits (bounded) for a line containing `prefix`; returns the rest of it.
-    fn wait_for(&self, backend: Backend, prefix: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(line) => {
-                    // libtest may have printed "test NAME ... " on the same line first.
-                    if let Some(at) = line.find(prefix) {
-                        return line[at + prefix.len()..].trim().to_owned();
-                    }
-                }
-                Err(e) => panic!("[{backend}] child printed no {prefix:?} line: {e}"),
-            }
         }
     }
 }
@@ -844,7 +807,7 @@ fn delivers_across_processes() {
         for request in 0..N as u32 {
             send_request(backend, &pool, &*tx, 0, request, deadline);
         }
-        let count = lines.wait_for(backend, "RECEIVED ", PHASE);
+        let count = lines.wait_for(&format!("[{backend}] child"), "RECEIVED ", PHASE);
         assert_eq!(
             count,
             N.to_string(),
@@ -1039,7 +1002,7 @@ fn idle_receiver_process_sleeps() {
             child_fds(backend, &pool, &*t, 1),
         );
         let lines = ChildLines::new(&mut child);
-        lines.wait_for(backend, "READY", PHASE);
+        lines.wait_for(&format!("[{backend}] child"), "READY", PHASE);
         // Past any spin phase.
         thread::sleep(Duration::from_millis(100));
         let pid = child.pid();
@@ -1054,7 +1017,7 @@ fn idle_receiver_process_sleeps() {
         let tx = t.sender(0).expect("sender");
         send_request(backend, &pool, &*tx, 0, 42, Instant::now() + PHASE);
         assert_eq!(
-            lines.wait_for(backend, "RECEIVED ", PHASE),
+            lines.wait_for(&format!("[{backend}] child"), "RECEIVED ", PHASE),
             "42",
             "[{backend}]"
         );

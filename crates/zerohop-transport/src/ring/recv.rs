@@ -33,6 +33,9 @@ pub struct RingStop {
 
 impl Stop for RingStop {
     fn stop(&self) {
+        // SYNC POINT: SeqCst pairs with the SeqCst load of `stopped` in `peek` after its
+        // fence: either the receiver sees the flag before it waits, or it waits on the `seq`
+        // value read before our bump below, and the wake ends that wait.
         self.stopped.store(true, Ordering::SeqCst);
         let seq = self.shared.seq(self.me);
         // SYNC POINT: as a sender's wake: pairs with the Acquire load of `seq` in `recv`.
@@ -99,6 +102,7 @@ impl Receiver for RingReceiver {
         let mut spin_start: Option<Instant> = None;
         let mut rounds = 0u32;
         loop {
+            // A fast check; the SeqCst load before sleeping is the one that must not miss.
             if self.stop.stopped.load(Ordering::Relaxed) {
                 return None;
             }

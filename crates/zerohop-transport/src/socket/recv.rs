@@ -25,6 +25,8 @@ pub struct SocketStop {
 
 impl Stop for SocketStop {
     fn stop(&self) {
+        // SYNC POINT: pairs with the SeqCst load in `peek`; a receiver that missed the flag
+        // is already in (or about to enter) poll, which the eventfd write below ends.
         self.stopped.store(true, Ordering::SeqCst);
         sys::eventfd_signal(self.efd.as_fd());
     }

@@ -1,0 +1,98 @@
+//! Choosing the instance of a function a descriptor goes to: round-robin over the ready
+//! instances. Built once from the plan, so the per-request path neither allocates nor scans
+//! the whole party table.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use zerohop_pool::{PartyState, Pool};
+
+use crate::{PartyId, Plan};
+
+/// Round-robin instance choice, shared by the threads of one party.
+pub struct Picker {
+    /// Parties running each function, by function index.
+    parties: Vec<Vec<PartyId>>,
+    /// Round-robin cursor per function (a hint: Relaxed, no ordering with anything).
+    cursors: Vec<AtomicU32>,
+}
+
+impl Picker {
+    /// A picker for `plan` whose cursors start at `start` (parties start apart, so their
+    /// first requests spread).
+    pub fn new(plan: &Plan, start: u32) -> Self {
+        let n = plan.functions.len();
+        Self {
+            parties: (0..n).map(|f| plan.parties_of(f as u8)).collect(),
+            cursors: (0..n).map(|_| AtomicU32::new(start)).collect(),
+        }
+    }
+
+    /// An instance of function `f`: the next ready one in round-robin order, else the next
+    /// one anyway (its queue keeps the descriptor until the instance is back); `None` when
+    /// the function has no instance.
+    pub fn pick(&self, f: u8, pool: &Pool) -> Option<PartyId> {
+        let parties = self.parties.get(f as usize).filter(|p| !p.is_empty())?;
+        let n = parties.len();
+        let start = self.cursors[f as usize].fetch_add(1, Ordering::Relaxed) as usize;
+        (0..n)
+            .map(|i| parties[(start + i) % n])
+            .find(|&p| {
+                pool.party(p)
+                    .is_some_and(|r| r.state() == PartyState::Ready)
+            })
+            .or(Some(parties[start % n]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FunctionPlan, RoutePlan, GATEWAY_FN};
+    use zerohop_pool::PoolConfig;
+
+    #[test]
+    fn round_robin_prefers_ready_instances() {
+        let f = |name: &str| FunctionPlan {
+            name: name.into(),
+            concurrency: 1,
+            next: vec![],
+        };
+        let plan = Plan {
+            chain: "p".into(),
+            transport: "ring".into(),
+            spin_us: 0,
+            queue_capacity: 2,
+            functions: vec![f("a"), f("b")],
+            routes: vec![RoutePlan {
+                method: "POST".into(),
+                path: "/".into(),
+                sequence: vec![0],
+            }],
+            headers: vec![],
+            party_function: vec![GATEWAY_FN, 0, 0, 0],
+        };
+        let pool = Pool::create(&PoolConfig {
+            name: "pick".into(),
+            slots: 1,
+            slot_size: 4096,
+            max_parties: 4,
+            hugepages: false,
+        })
+        .unwrap();
+        let p = Picker::new(&plan, 0);
+        // None ready: round-robin anyway.
+        let got: Vec<_> = (0..3).map(|_| p.pick(0, &pool).unwrap()).collect();
+        assert_eq!(got, [1, 2, 3]);
+        // Only party 2 ready: always party 2.
+        pool.party(2).unwrap().set_state(PartyState::Ready);
+        assert!((0..5).all(|_| p.pick(0, &pool) == Some(2)));
+        // Two ready: they alternate.
+        pool.party(3).unwrap().set_state(PartyState::Ready);
+        let got: Vec<_> = (0..4).map(|_| p.pick(0, &pool).unwrap()).collect();
+        assert_eq!(got.iter().filter(|&&x| x == 2).count(), 2, "{got:?}");
+        assert_eq!(got.iter().filter(|&&x| x == 3).count(), 2, "{got:?}");
+        // A function without instances, and one that does not exist.
+        assert_eq!(p.pick(1, &pool), None);
+        assert_eq!(p.pick(9, &pool), None);
+    }
+}
