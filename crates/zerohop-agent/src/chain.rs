@@ -211,6 +211,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         GatewayConfig {
             max_body: spec.max_body,
             timeout: spec.timeout,
+            body_timeout: GatewayConfig::DEFAULT_BODY_TIMEOUT,
+            max_connections: GatewayConfig::DEFAULT_MAX_CONNECTIONS,
         },
     );
     if let Some(rec) = pool.party(0) {

@@ -55,6 +55,18 @@ pub struct GatewayConfig {
     pub max_body: u64,
     /// How long the chain may take to answer.
     pub timeout: Duration,
+    /// How long a client may take to send a request's body once its headers are in.
+    pub body_timeout: Duration,
+    /// Most client connections open at once; further connections wait in the listen
+    /// backlog until one closes.
+    pub max_connections: u32,
+}
+
+impl GatewayConfig {
+    /// Default [`GatewayConfig::body_timeout`].
+    pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Default [`GatewayConfig::max_connections`].
+    pub const DEFAULT_MAX_CONNECTIONS: u32 = 4096;
 }
 
 /// Counters of the gateway (read by the agent and by tests).
