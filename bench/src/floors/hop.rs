@@ -17,7 +17,7 @@ use std::os::fd::OwnedFd;
 
 use anyhow::{bail, Context, Result};
 use zerohop_pool::Descriptor;
-use zerohop_transport::{Backend, Options};
+use zerohop_transport::{Backend, Options, Policy};
 
 use super::peer::{Peer, Role};
 use super::{Floor, Pinning, Plan, PAUSE};
@@ -33,7 +33,6 @@ const DESC: Descriptor = Descriptor {
     request: 7,
     generation: 1,
     next: 1,
-    flags: 0,
 };
 
 fn options(spin_us: u32) -> Options {
@@ -51,8 +50,13 @@ pub(super) fn measure(
     busy: bool,
 ) -> Result<Floor> {
     let spin_us = if busy { BUSY_SPIN_US } else { 0 };
-    let t = zerohop_transport::create(backend, "zerohop-floor-hop", 2, options(spin_us))
-        .context("creating the transport")?;
+    let t = zerohop_transport::create(
+        backend,
+        "zerohop-floor-hop",
+        &Policy::pair(),
+        options(spin_us),
+    )
+    .context("creating the transport")?;
     let fds = t
         .fds_for(1)?
         .into_iter()
@@ -124,7 +128,7 @@ pub(super) fn echo(
 ) -> Result<()> {
     // Receivers first, then pin (see the module doc).
     pinning.widen()?;
-    let t = zerohop_transport::attach(backend, 2, 1, fds, options(spin_us))
+    let t = zerohop_transport::attach(backend, &Policy::pair(), 1, fds, options(spin_us))
         .context("attaching to the transport")?;
     let tx = t.sender(1)?;
     let mut rx = t.receiver(1)?;

@@ -197,11 +197,11 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         max_parties: parties,
         hugepages: spec.pool.hugepages,
     })?);
-    let transport = zerohop_transport::create(backend, &spec.name, parties, plan.options())?;
     let policy = Arc::new(
         plan.policy()
             .map_err(|e| TransportError::Layout(e.to_string()))?,
     );
+    let transport = zerohop_transport::create(backend, &spec.name, &policy, plan.options())?;
     let endpoint = Endpoint::new(pool.clone(), policy, 0, transport.receiver(0)?);
     let plan_json = plan.to_json();
     let gateway = Gateway::new(

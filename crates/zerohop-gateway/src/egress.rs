@@ -1,12 +1,14 @@
-//! The way back: a thread receives descriptors from the last functions and completes the
-//! waiting requests; the agent reports dead instances, whose requests fail with 502.
+//! The way back: a thread receives descriptors from the chain's functions, checks each
+//! against the request it claims to answer, and completes that request; the agent reports
+//! dead instances, whose requests fail with 502.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http::StatusCode;
-use zerohop_pool::{OwnedSlot, Owner};
-use zerohop_transport::{Endpoint, PartyId, Stop};
+use zerohop_pool::{OwnedSlot, Owner, SlotHeader};
+use zerohop_transport::{Delivery, Endpoint, PartyId, Stop};
 
 use crate::{ErrorSource, Gateway, GatewayError};
 
@@ -18,6 +20,11 @@ pub(crate) enum Outcome {
         slot: OwnedSlot,
         /// Payload bytes.
         len: u32,
+        /// The slot header as read once when the slot was taken (validated: metadata and
+        /// payload fit the slot).
+        header: SlotHeader,
+        /// Function index of the party that answered.
+        function: u8,
     },
     /// The request failed outside the chain's functions.
     Failed(GatewayError),
@@ -44,21 +51,27 @@ impl Drop for Receiving {
 }
 
 impl Gateway {
-    /// Starts the thread that receives the chain's answers on `endpoint` (party 0's).
+    /// Starts the thread that receives the chain's answers on `endpoint` (party 0's). The
+    /// thread is its own supervisor: a panic while handling one answer is logged, fails the
+    /// requests in flight with 502 (their state is unknown), and receiving goes on.
     pub fn start_receiving(self: &Arc<Self>, mut endpoint: Endpoint) -> Receiving {
         let stop = endpoint.stopper();
         let gw = self.clone();
         let thread = std::thread::Builder::new()
             .name("gateway-rx".into())
-            .spawn(move || {
-                while let Some(d) = endpoint.recv() {
-                    gw.complete(
-                        d.desc.request,
-                        Outcome::Done {
-                            slot: d.slot,
-                            len: d.desc.len,
-                        },
-                    );
+            .spawn(move || loop {
+                let step = catch_unwind(AssertUnwindSafe(|| match endpoint.recv() {
+                    Some(d) => {
+                        gw.answer_arrived(d);
+                        true
+                    }
+                    None => false,
+                }));
+                match step {
+                    Ok(true) => {}
+                    // The endpoint returns None only once stopped.
+                    Ok(false) => return,
+                    Err(_) => gw.receive_failed(),
                 }
             })
             .expect("spawn gateway receive thread");
@@ -66,6 +79,88 @@ impl Gateway {
             stop,
             thread: Some(thread),
         }
+    }
+
+    fn receive_failed(&self) {
+        self.stats.receive_restarts.fetch_add(1, Ordering::Relaxed);
+        let waiting: Vec<u32> = self
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        tracing::error!(
+            chain = %self.plan.chain,
+            "the gateway's receive path failed; {} request(s) in flight answered 502; receiving again",
+            waiting.len()
+        );
+        for id in waiting {
+            self.complete(
+                id,
+                Outcome::Failed(GatewayError::new(
+                    StatusCode::BAD_GATEWAY,
+                    ErrorSource::Gateway,
+                    "the gateway's receive path failed while this request was in the chain",
+                )),
+            );
+        }
+    }
+
+    /// A validated descriptor came back: hand it to its request if it really is that
+    /// request's answer, else drop it (freeing the slot) and count it.
+    fn answer_arrived(&self, d: Delivery) {
+        let Delivery {
+            from,
+            desc,
+            slot,
+            header,
+        } = d;
+        let function = self
+            .plan
+            .party_function
+            .get(from as usize)
+            .copied()
+            .unwrap_or(zerohop_transport::GATEWAY_FN);
+        let mut table = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let genuine = table.get(&desc.request).is_some_and(|w| {
+            w.slot == desc.slot
+                && w.generation == desc.generation
+                && header.request == desc.request
+                && header.route == w.route
+                && self
+                    .answerers
+                    .get(w.route as usize)
+                    .is_some_and(|a| a.binary_search(&function).is_ok())
+        });
+        if !genuine {
+            drop(table);
+            let late = !self
+                .inflight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&desc.request);
+            if late && header.request == desc.request {
+                self.stats.late.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    function = self.plan.function_name(function),
+                    party = from,
+                    request = desc.request,
+                    "refused an answer that does not match the request it names"
+                );
+            }
+            return;
+        }
+        let waiter = table.remove(&desc.request).expect("checked above");
+        drop(table);
+        let _ = waiter.tx.send(Outcome::Done {
+            slot,
+            len: desc.len,
+            header,
+            function,
+        });
     }
 
     /// Hands `outcome` to the waiting request; a request no longer waiting (answered by a
@@ -77,8 +172,8 @@ impl Gateway {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&request);
         match waiter {
-            Some(tx) => {
-                let _ = tx.send(outcome);
+            Some(w) => {
+                let _ = w.tx.send(outcome);
             }
             None => {
                 self.stats.late.fetch_add(1, Ordering::Relaxed);
@@ -86,8 +181,11 @@ impl Gateway {
         }
     }
 
-    /// Called by the agent when `party` died: frees every slot it held and answers each of
-    /// those requests with 502. Returns how many requests were failed.
+    /// Called by the agent when `party` died (or was killed): frees every slot it held and
+    /// answers each of those requests with 502. Returns how many requests were failed.
+    ///
+    /// The request a slot belongs to is taken from the gateway's own record of which slot
+    /// and generation each request was sent in, not from the dead party's slot header.
     pub fn party_died(&self, party: PartyId, what: &str) -> usize {
         let function = self
             .plan
@@ -95,23 +193,32 @@ impl Gateway {
             .get(party as usize)
             .map_or("unknown", |&f| self.plan.function_name(f))
             .to_owned();
-        let mut failed = 0;
-        for (_, header) in self.pool.reclaim(Owner::party(party)) {
+        let owners = self.pool.owners();
+        let held: Vec<(u32, u32)> = owners
+            .owned_by(Owner::party(party))
+            .into_iter()
+            .filter_map(|s| owners.get(s).map(|w| (s, w.generation)))
+            .collect();
+        let mut hit: Vec<u32> = Vec::new();
+        {
+            let table = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, w) in table.iter() {
+                if held.contains(&(w.slot, w.generation)) {
+                    hit.push(*id);
+                }
+            }
+        }
+        for (slot, _) in &held {
+            let _ = owners.free(*slot, Owner::party(party));
+        }
+        for &id in &hit {
             let err = GatewayError::new(
                 StatusCode::BAD_GATEWAY,
                 ErrorSource::Function(function.clone()),
                 format!("instance {party} {what} while handling this request"),
             );
-            if self
-                .inflight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(&header.request)
-            {
-                failed += 1;
-            }
-            self.complete(header.request, Outcome::Failed(err));
+            self.complete(id, Outcome::Failed(err));
         }
-        failed
+        hit.len()
     }
 }

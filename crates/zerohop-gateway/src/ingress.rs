@@ -14,13 +14,18 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Semaphore};
 use zerohop_pool::{Descriptor, OwnedSlot, Owner, SlotHeader};
 use zerohop_transport::{PartyId, SendError};
 
 use crate::egress::Outcome;
 use crate::error::error_response;
-use crate::{ErrorSource, Gateway, GatewayError, META_RESERVE};
+use crate::{ErrorSource, Gateway, GatewayError, Inflight, META_RESERVE};
+
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 type Answer = Response<Full<Bytes>>;
 
@@ -48,34 +53,55 @@ impl Drop for InflightGuard<'_> {
 
 impl Gateway {
     /// Serves HTTP on `listener` until `shutdown` turns true, then lets open requests finish
-    /// (up to the chain timeout) and returns.
+    /// (up to the chain timeout) and returns. At most `max_connections` connections are
+    /// served at once; the next waits in the listen backlog until one closes.
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
         mut shutdown: watch::Receiver<bool>,
     ) {
         let graceful = GracefulShutdown::new();
+        let slots = Arc::new(Semaphore::new(self.config.max_connections.max(1) as usize));
+        let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
-                    let _ = stream.set_nodelay(true);
-                    let gw = self.clone();
-                    let svc = service_fn(move |req| {
-                        let gw = gw.clone();
-                        async move { Ok::<_, Infallible>(gw.handle(req).await) }
-                    });
-                    let conn = http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(Duration::from_secs(30))
-                        .serve_connection(TokioIo::new(stream), svc);
-                    let conn = graceful.watch(conn);
-                    tokio::spawn(async move {
-                        let _ = conn.await;
-                    });
-                }
+            let permit = tokio::select! {
+                p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
                 _ = shutdown.changed() => break,
-            }
+            };
+            let stream = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        backoff = ACCEPT_BACKOFF_MIN;
+                        stream
+                    }
+                    Err(e) => {
+                        // EMFILE, ENFILE, ENOBUFS...: retrying at once would spin.
+                        tracing::warn!("gateway: accept failed: {e}; retrying in {backoff:?}");
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = shutdown.changed() => break,
+                        }
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                        continue;
+                    }
+                },
+                _ = shutdown.changed() => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let gw = self.clone();
+            let svc = service_fn(move |req| {
+                let gw = gw.clone();
+                async move { Ok::<_, Infallible>(gw.handle(req).await) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), svc);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                let _ = conn.await;
+                drop(permit);
+            });
         }
         drop(listener);
         let _ = tokio::time::timeout(self.config.timeout, graceful.shutdown()).await;
@@ -104,6 +130,23 @@ impl Gateway {
                 return Err(too_large(max));
             }
         }
+        let (parts, body) = req.into_parts();
+        // The whole body first, as the chunks hyper read it (no copy), bounded in size and
+        // time: a slow client holds memory of its own, never a slot.
+        let chunks =
+            match tokio::time::timeout(self.config.body_timeout, read_body(body, max)).await {
+                Ok(chunks) => chunks?,
+                Err(_) => {
+                    return Err(GatewayError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        ErrorSource::Gateway,
+                        format!(
+                            "the request body did not arrive within {:?} (body_timeout)",
+                            self.config.body_timeout
+                        ),
+                    ))
+                }
+            };
         let Some(mut slot) = self.pool.alloc(Owner::party(0)) else {
             return Err(GatewayError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -115,26 +158,17 @@ impl Gateway {
             )
             .with_header(header::RETRY_AFTER, "1"));
         };
-        let meta_len = self.write_meta(&mut slot, req.headers())?;
-        // The one copy in: body frames straight into the slot.
+        let meta_len = self.write_meta(&mut slot, &parts.headers)?;
+        // The one copy in: the body's chunks straight into the slot.
         let mut len = 0usize;
-        let mut body = req.into_body();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| {
-                GatewayError::new(
-                    StatusCode::BAD_REQUEST,
-                    ErrorSource::Gateway,
-                    format!("malformed request body: {e}"),
-                )
-            })?;
-            if let Ok(data) = frame.into_data() {
-                if (len + data.len()) as u64 > max {
-                    return Err(too_large(max));
-                }
-                slot.data_mut()[meta_len + len..meta_len + len + data.len()].copy_from_slice(&data);
-                len += data.len();
+        {
+            let data = slot.data_mut();
+            for c in &chunks {
+                data[meta_len + len..meta_len + len + c.len()].copy_from_slice(c);
+                len += c.len();
             }
         }
+        drop(chunks);
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         slot.set_header(&SlotHeader {
             request: id,
@@ -143,23 +177,40 @@ impl Gateway {
             ..SlotHeader::default()
         });
         let (tx, rx) = oneshot::channel();
+        let sent = (slot.index(), slot.generation());
         self.inflight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, tx);
+            .insert(
+                id,
+                Inflight {
+                    tx,
+                    slot: sent.0,
+                    generation: sent.1,
+                    route,
+                },
+            );
         let mut guard = InflightGuard {
             gw: self,
             id,
             armed: true,
         };
         let desc = slot.descriptor(id, len as u32, head);
-        let sent = (slot.index(), slot.generation());
+        // Never wait for room on this thread: it serves every connection of the chain.
         let delivered = match self.picker.pick(head, &self.pool) {
-            Some(to) => self.sender.send(to, desc),
+            Some(to) => self.sender.try_send(to, desc),
             None => Err(SendError::NoSuchParty(Descriptor::GATEWAY as PartyId)),
         };
         match delivered {
             Ok(()) => slot.into_sent(),
+            Err(SendError::Full(_)) => {
+                return Err(GatewayError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorSource::Function(self.plan.function_name(head).to_owned()),
+                    "its queue is full (the function is behind or stuck); retry",
+                )
+                .with_header(header::RETRY_AFTER, "1"))
+            }
             Err(e) => {
                 return Err(GatewayError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -179,7 +230,12 @@ impl Gateway {
             self.pool.owners().revoke(sent.0, sent.1, Owner::party(0));
         }
         match outcome {
-            Ok(Ok(Outcome::Done { slot, len })) => Ok(self.answer(slot, len)),
+            Ok(Ok(Outcome::Done {
+                slot,
+                len,
+                header,
+                function,
+            })) => self.answer(slot, len, &header, function),
             Ok(Ok(Outcome::Failed(e))) => Err(e),
             Ok(Err(_)) => Err(GatewayError::new(
                 StatusCode::BAD_GATEWAY,
@@ -198,22 +254,41 @@ impl Gateway {
     }
 
     /// The one copy out: the response body from the slot; the slot is freed on return.
-    fn answer(&self, slot: OwnedSlot, len: u32) -> Answer {
-        let header = slot.header();
+    /// `header` is the copy validated when the slot was taken.
+    fn answer(
+        &self,
+        slot: OwnedSlot,
+        len: u32,
+        header: &SlotHeader,
+        function: u8,
+    ) -> Result<Answer, GatewayError> {
         let m = header.meta_len as usize;
         let body = Bytes::copy_from_slice(&slot.data()[m..m + len as usize]);
         drop(slot);
-        if header.status == 0 {
-            return Response::new(Full::new(body));
+        let status = match header.status {
+            0 => StatusCode::OK,
+            s => match StatusCode::from_u16(s) {
+                Ok(st) if answerable(st) => st,
+                _ => {
+                    return Err(GatewayError::new(
+                        StatusCode::BAD_GATEWAY,
+                        ErrorSource::Function(self.plan.function_name(function).to_owned()),
+                        format!("answered with status {s}, which is not a final status with a body (200..=599 but 204, 205, 304)"),
+                    ))
+                }
+            },
+        };
+        if status.is_success() || status.is_redirection() {
+            let mut r = Response::new(Full::new(body));
+            *r.status_mut() = status;
+            return Ok(r);
         }
         self.count_error();
         // Undo the count `handle` will add for an Ok answer.
         self.stats.ok.fetch_sub(1, Ordering::Relaxed);
-        let status =
-            StatusCode::from_u16(header.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut text = String::from_utf8_lossy(&body).into_owned();
         text.push('\n');
-        error_response(status, text, &[])
+        Ok(error_response(status, text, &[]))
     }
 
     /// Writes the headers the functions asked for as `name: value\n` lines into the slot's
@@ -243,6 +318,37 @@ impl Gateway {
         slot.data_mut()[..meta.len()].copy_from_slice(meta.as_bytes());
         Ok(meta.len())
     }
+}
+
+/// A status a function may answer with: final (200..=599) and one that carries a body.
+fn answerable(s: StatusCode) -> bool {
+    (200..=599).contains(&s.as_u16())
+        && s != StatusCode::NO_CONTENT
+        && s != StatusCode::RESET_CONTENT
+        && s != StatusCode::NOT_MODIFIED
+}
+
+/// Reads a whole body as hyper's chunks, refusing it as soon as it exceeds `max`.
+async fn read_body(mut body: Incoming, max: u64) -> Result<Vec<Bytes>, GatewayError> {
+    let mut chunks = Vec::new();
+    let mut len = 0u64;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            GatewayError::new(
+                StatusCode::BAD_REQUEST,
+                ErrorSource::Gateway,
+                format!("malformed request body: {e}"),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            len += data.len() as u64;
+            if len > max {
+                return Err(too_large(max));
+            }
+            chunks.push(data);
+        }
+    }
+    Ok(chunks)
 }
 
 fn content_length(h: &HeaderMap) -> Result<Option<u64>, GatewayError> {

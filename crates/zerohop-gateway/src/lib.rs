@@ -13,12 +13,24 @@
 //! | 404 | no route for the path |
 //! | 405 | the path exists, the method does not (`Allow` lists the methods) |
 //! | 400 | malformed request or body (hyper answers malformed framing itself) |
+//! | 408 | the body did not arrive within `body_timeout` |
 //! | 413 | body over the chain's `max_body` |
 //! | 431 | the headers the functions asked for do not fit the slot's metadata area |
-//! | 503 | no free slot (`Retry-After: 1`), or the head function cannot be reached |
-//! | 502 | a function instance crashed with the request in hand |
+//! | 503 | no free slot, or the head function's queue is full (`Retry-After: 1`), or it cannot be reached |
+//! | 502 | a function instance crashed (or hung) with the request in hand, or answered with a status outside 200..=599 |
 //! | 504 | the chain did not answer within its `timeout` |
 //! | 4xx/5xx | a function returned an error |
+//!
+//! Whatever comes back from shared memory is input: the slot header is read once (when the
+//! slot is taken) and used from that copy, the status is checked, and an answer is accepted
+//! only in the very slot and generation the request was sent in, with the request's id and
+//! route, from a function that may answer that route. Anything else is dropped and counted
+//! ([`GatewayStats::refused`]); the request it claimed to answer keeps waiting for its own.
+//!
+//! The HTTP side never blocks its runtime thread on the chain: sends never wait (a full
+//! queue is a 503), the body is read completely (bounded by `max_body` and `body_timeout`)
+//! before a slot is taken, connections are capped at `max_connections`, and accept errors
+//! back off.
 //!
 //! No unsafe code.
 
@@ -80,6 +92,22 @@ pub struct GatewayStats {
     pub errors: AtomicU64,
     /// Descriptors that came back for a request already answered (timeout, crash).
     pub late: AtomicU64,
+    /// Answers refused: wrong slot, generation, request, route or sender for the request
+    /// they name.
+    pub refused: AtomicU64,
+    /// Times the receive path failed (a panic) and was restarted.
+    pub receive_restarts: AtomicU64,
+}
+
+/// What the gateway remembers of a request sent into the chain.
+pub(crate) struct Inflight {
+    /// Where its outcome goes.
+    pub tx: oneshot::Sender<Outcome>,
+    /// The slot and generation it was sent in; its answer must come back in the same.
+    pub slot: u32,
+    pub generation: u32,
+    /// The route it entered by.
+    pub route: u16,
 }
 
 /// The gateway of one chain.
@@ -89,9 +117,11 @@ pub struct Gateway {
     plan: Arc<Plan>,
     router: Router,
     config: GatewayConfig,
-    inflight: Mutex<HashMap<u32, oneshot::Sender<Outcome>>>,
+    inflight: Mutex<HashMap<u32, Inflight>>,
     next_request: AtomicU32,
     picker: Picker,
+    /// Per route, the functions that may answer it (ascending).
+    answerers: Vec<Vec<u8>>,
     stats: GatewayStats,
 }
 
@@ -106,6 +136,9 @@ impl Gateway {
         Arc::new(Self {
             router: Router::new(&plan),
             picker: Picker::new(&plan, 0),
+            answerers: (0..plan.routes.len())
+                .map(|r| plan.answerers(r as u16))
+                .collect(),
             pool,
             sender,
             plan,

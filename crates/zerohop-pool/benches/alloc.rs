@@ -35,7 +35,7 @@ fn bench(c: &mut Criterion) {
             let s = pool.alloc(me).expect("free slot");
             let d = s.descriptor(0, 0, 0);
             s.into_sent();
-            let (_, taken) = pool.take(&d, other, |o| o == me).expect("take");
+            let (_, taken, _) = pool.take(&d, other, |o| o == me).expect("take");
             drop(taken);
         })
     });

@@ -78,10 +78,10 @@ pub enum OwnershipError {
     StaleGeneration {
         /// Slot index.
         slot: u32,
-        /// Generation (low 16 bits) the caller expected.
-        expected: u16,
-        /// Generation (low 16 bits) found.
-        actual: u16,
+        /// Generation the caller expected.
+        expected: u32,
+        /// Generation found.
+        actual: u32,
     },
     /// The slot is owned by someone the caller did not expect (or is free).
     #[error("slot {slot} is owned by {actual:?}, not by an allowed party")]
@@ -157,15 +157,15 @@ impl<'a> OwnerTable<'a> {
         None
     }
 
-    /// Takes over `slot` for `me`, sent with generation `gen16`, if its current owner passes
-    /// `allowed`. Returns the previous owner and the full generation.
+    /// Takes over `slot` for `me`, sent with generation `generation`, if its current owner
+    /// passes `allowed`. Returns the previous owner.
     pub fn take(
         &self,
         slot: u32,
-        gen16: u16,
+        generation: u32,
         me: Owner,
         allowed: impl Fn(Owner) -> bool,
-    ) -> Result<(Owner, u32), OwnershipError> {
+    ) -> Result<Owner, OwnershipError> {
         let word = self
             .words
             .get(slot as usize)
@@ -174,11 +174,11 @@ impl<'a> OwnerTable<'a> {
         // its own take); the sender's payload writes are ordered before its queue publish,
         // which the transport's Acquire already covers; this keeps the word itself coherent.
         let cur = OwnerWord::unpack(word.load(Ordering::Acquire));
-        if cur.generation as u16 != gen16 {
+        if cur.generation != generation {
             return Err(OwnershipError::StaleGeneration {
                 slot,
-                expected: gen16,
-                actual: cur.generation as u16,
+                expected: generation,
+                actual: cur.generation,
             });
         }
         if cur.owner == Owner::FREE || cur.owner == me || !allowed(cur.owner) {
@@ -191,7 +191,7 @@ impl<'a> OwnerTable<'a> {
         // SYNC POINT: AcqRel pairs with the owner's earlier CAS and with a concurrent reclaim;
         // if reclaim wins, this fails and the descriptor is dropped.
         word.compare_exchange(cur.pack(), new.pack(), Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| (cur.owner, cur.generation))
+            .map(|_| cur.owner)
             .map_err(|w| OwnershipError::WrongOwner {
                 slot,
                 actual: OwnerWord::unpack(w).owner,
@@ -294,14 +294,14 @@ mod tests {
         let (gw, f1, f2) = (Owner::party(0), Owner::party(1), Owner::party(2));
         let (s, g) = t.alloc(gw).unwrap();
         assert!(matches!(
-            t.take(s, g as u16 + 1, f1, |_| true),
+            t.take(s, g + 1, f1, |_| true),
             Err(OwnershipError::StaleGeneration { .. })
         ));
         assert!(matches!(
-            t.take(s, g as u16, f1, |o| o == f2),
+            t.take(s, g, f1, |o| o == f2),
             Err(OwnershipError::WrongOwner { .. })
         ));
-        assert_eq!(t.take(s, g as u16, f1, |o| o == gw), Ok((gw, g)));
+        assert_eq!(t.take(s, g, f1, |o| o == gw), Ok(gw));
         assert_eq!(t.get(s).unwrap().owner, f1);
         // The old owner can no longer free it.
         assert!(t.free(s, gw).is_err());
@@ -318,7 +318,7 @@ mod tests {
         let (gw, f1) = (Owner::party(0), Owner::party(1));
         let (s, g) = t.alloc(gw).unwrap();
         // Taken by the receiver: the sender cannot revoke it.
-        t.take(s, g as u16, f1, |o| o == gw).unwrap();
+        t.take(s, g, f1, |o| o == gw).unwrap();
         assert!(!t.revoke(s, g, gw));
         t.free(s, f1).unwrap();
         // Reallocated by the sender for another request: the old generation does not match.
@@ -328,7 +328,7 @@ mod tests {
         // Never taken: revoked, and a late take of the old descriptor fails.
         assert!(t.revoke(s, g2, gw));
         assert_eq!(t.get(s).unwrap().owner, Owner::FREE);
-        assert!(t.take(s, g2 as u16, f1, |o| o == gw).is_err());
+        assert!(t.take(s, g2, f1, |o| o == gw).is_err());
     }
 
     #[test]
@@ -391,7 +391,7 @@ mod loom_tests {
             let (w2, c2) = (words.clone(), cursor.clone());
             let taker = loom::thread::spawn(move || {
                 OwnerTable::new(&w2, &c2)
-                    .take(slot, g as u16, Owner::party(2), |o| o == sender)
+                    .take(slot, g, Owner::party(2), |o| o == sender)
                     .is_ok()
             });
             let reclaimed = OwnerTable::new(&words, &cursor).free(slot, sender).is_ok();

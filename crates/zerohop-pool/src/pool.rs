@@ -11,7 +11,7 @@ use crate::{sys, Descriptor, PoolError};
 /// First 8 bytes of every pool region.
 pub const HEADER_MAGIC: [u8; 8] = *b"ZHPOOL\0\0";
 /// Version of the shared-memory protocol (`docs/protocol.md`).
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Bytes of [`SlotHeader`] at the start of every slot.
 pub const SLOT_HEADER_LEN: usize = 32;
 
@@ -161,7 +161,7 @@ fn round_up(x: usize, to: usize) -> usize {
 impl Pool {
     /// Creates, sizes, seals and maps a new pool.
     pub fn create(cfg: &PoolConfig) -> Result<Self, PoolError> {
-        if cfg.slots == 0 || cfg.slots > (1 << 24) {
+        if cfg.slots == 0 || cfg.slots > Descriptor::MAX_SLOT + 1 {
             return Err(PoolError::Geometry(format!(
                 "slots must be 1..=16777216, got {}",
                 cfg.slots
@@ -225,6 +225,11 @@ impl Pool {
     /// Maps a pool received as a file descriptor, checking magic, version and size.
     pub fn attach(fd: OwnedFd) -> Result<Self, PoolError> {
         let region = Region::attach(fd)?;
+        if !region.writable() {
+            return Err(PoolError::Geometry(
+                "the pool descriptor is read-only; every party maps the pool read-write".into(),
+            ));
+        }
         let (base, len) = (region.base(), region.len());
         if len < PAGE {
             return Err(PoolError::BadMagic);
@@ -356,13 +361,16 @@ impl Pool {
     }
 
     /// Takes over the slot named by `desc` for `me`, if it is currently held by an owner that
-    /// `allowed` accepts and the descriptor's length fits the slot.
+    /// `allowed` accepts and the descriptor's length fits the slot. Returns the previous
+    /// owner, the slot, and a copy of its header read once and validated (metadata and
+    /// payload fit the slot): callers use that copy, never the shared bytes again, since the
+    /// previous owner may still scribble on them.
     pub fn take(
         self: &Arc<Self>,
         desc: &Descriptor,
         me: Owner,
         allowed: impl Fn(Owner) -> bool,
-    ) -> Result<(Owner, OwnedSlot), TakeError> {
+    ) -> Result<(Owner, OwnedSlot, SlotHeader), TakeError> {
         if desc.slot >= self.slot_count() {
             return Err(TakeError::Ownership(OwnershipError::OutOfRange(desc.slot)));
         }
@@ -372,21 +380,19 @@ impl Pool {
                 capacity: self.slot_capacity(),
             });
         }
-        if desc.flags != 0 {
-            return Err(TakeError::Flags(desc.flags));
-        }
-        let (from, generation) = self
+        let from = self
             .owners()
             .take(desc.slot, desc.generation, me, allowed)
             .map_err(TakeError::Ownership)?;
         let slot = OwnedSlot {
             pool: self.clone(),
             index: desc.slot,
-            generation,
+            generation: desc.generation,
             owner: me,
             free_on_drop: true,
         };
-        let meta_len = slot.header().meta_len as usize;
+        let header = slot.header();
+        let meta_len = header.meta_len as usize;
         if meta_len + desc.len as usize > self.slot_capacity() {
             // The slot is ours now; dropping it frees it.
             return Err(TakeError::Length {
@@ -394,7 +400,7 @@ impl Pool {
                 capacity: self.slot_capacity(),
             });
         }
-        Ok((from, slot))
+        Ok((from, slot, header))
     }
 
     /// Reads the header of a slot held by a dead party (for reclaim, by the agent).
@@ -435,9 +441,6 @@ pub enum TakeError {
         /// Capacity of a slot.
         capacity: usize,
     },
-    /// Reserved flags set.
-    #[error("reserved descriptor flags {0:#x} set")]
-    Flags(u8),
 }
 
 /// A slot this process owns. Freed on drop unless sent on with [`OwnedSlot::into_sent`].
@@ -511,11 +514,10 @@ impl OwnedSlot {
     pub fn descriptor(&self, request: u32, len: u32, next: u8) -> Descriptor {
         Descriptor {
             slot: self.index,
+            next,
             len,
             request,
-            generation: self.generation as u16,
-            next,
-            flags: 0,
+            generation: self.generation,
         }
     }
 
@@ -561,7 +563,7 @@ mod tests {
         s.data_mut()[..5].copy_from_slice(b"hello");
         let d = s.descriptor(7, 5, 0);
         s.into_sent();
-        let (from, got) = b
+        let (from, got, _) = b
             .take(&d, Owner::party(1), |o| o == Owner::party(0))
             .unwrap();
         assert_eq!(from, Owner::party(0));
@@ -590,8 +592,12 @@ mod tests {
         ));
         let out_of_range = Descriptor { slot: 99, ..good };
         assert!(p.take(&out_of_range, me, any).is_err());
-        let flags = Descriptor { flags: 4, ..good };
-        assert!(matches!(p.take(&flags, me, any), Err(TakeError::Flags(4))));
+        // A generation 2^16 on (what a 16-bit compare would have let through).
+        let wrapped = Descriptor {
+            generation: good.generation + (1 << 16),
+            ..good
+        };
+        assert!(p.take(&wrapped, me, any).is_err());
         let stale = Descriptor {
             generation: 9,
             ..good

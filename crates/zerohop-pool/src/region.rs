@@ -1,15 +1,24 @@
 //! A sealed, shared memfd mapping: the building block of the pool and of shared-memory
 //! transports. Handed to other processes only as a file descriptor.
+//!
+//! A region is created read-write by the agent and handed to each party either read-write
+//! (the parties that must write it) or read-only ([`Region::readonly_fd`]: a separate
+//! read-only open file description, which cannot be mapped writable). The memfd's mode is
+//! set to 0400 at creation, so a party holding only the read-only descriptor cannot reopen
+//! it for writing through `/proc/self/fd` either (the agent's uid owns it; a party under
+//! another uid gets `EACCES`, and one under the same uid, inside a user namespace, is
+//! refused by the owner bits as long as it cannot `chmod`, which the seccomp filter forbids).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::{sys, PoolError};
 
-/// A memfd mapped read-write and shared, sealed against shrinking and growing.
+/// A memfd mapped shared (read-write or read-only), sealed against shrinking and growing.
 pub struct Region {
     fd: OwnedFd,
     base: *mut u8,
     len: usize,
+    writable: bool,
 }
 
 // SAFETY: the mapping is valid process-wide until drop; users synchronise through atomics
@@ -19,17 +28,24 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// Creates a zero-filled region of `len` bytes named `memfd:NAME`.
+    /// Creates a zero-filled region of `len` bytes named `memfd:NAME`, mapped read-write.
     pub fn create(name: &str, len: usize, hugetlb: bool) -> Result<Self, PoolError> {
         let fd = sys::memfd_create(name, hugetlb)?;
         sys::ftruncate(fd.as_fd(), len)?;
         sys::seal(fd.as_fd())?;
+        sys::fchmod(fd.as_fd(), 0o400)?;
         // Huge pages are populated up front so a shortage fails here, not as a SIGBUS later.
-        let base = sys::mmap_shared(fd.as_fd(), len, hugetlb)?;
-        Ok(Self { fd, base, len })
+        let base = sys::mmap_shared(fd.as_fd(), len, hugetlb, true)?;
+        Ok(Self {
+            fd,
+            base,
+            len,
+            writable: true,
+        })
     }
 
     /// Maps a region received as a file descriptor; it must be sealed against shrinking.
+    /// Mapped read-write if the descriptor was opened for writing, read-only otherwise.
     pub fn attach(fd: OwnedFd) -> Result<Self, PoolError> {
         let len = sys::file_len(fd.as_fd())?;
         let want = libc::F_SEAL_SHRINK;
@@ -41,8 +57,19 @@ impl Region {
         if len == 0 {
             return Err(PoolError::Geometry("shared memfd is empty".into()));
         }
-        let base = sys::mmap_shared(fd.as_fd(), len, false)?;
-        Ok(Self { fd, base, len })
+        let writable = sys::writable(fd.as_fd())?;
+        let base = sys::mmap_shared(fd.as_fd(), len, false, writable)?;
+        Ok(Self {
+            fd,
+            base,
+            len,
+            writable,
+        })
+    }
+
+    /// A read-only descriptor of this region, for a party that may only read it.
+    pub fn readonly_fd(&self) -> Result<OwnedFd, PoolError> {
+        sys::reopen_readonly(self.fd.as_fd())
     }
 
     /// The memfd.
@@ -50,9 +77,15 @@ impl Region {
         self.fd.as_fd()
     }
 
-    /// Start of the mapping (page aligned).
+    /// Start of the mapping (page aligned). Writing through it is allowed only if
+    /// [`Region::writable`].
     pub fn base(&self) -> *mut u8 {
         self.base
+    }
+
+    /// Whether this process mapped the region writable.
+    pub fn writable(&self) -> bool {
+        self.writable
     }
 
     /// Mapped bytes.
@@ -71,5 +104,27 @@ impl Drop for Region {
         // SAFETY: (base, len) is our mapping; borrowers hold the Region (or an Arc of what
         // owns it), so no reference into it outlives this.
         unsafe { sys::munmap(self.base, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readonly_descriptor_maps_read_only() {
+        let r = Region::create("ro-test", 4096, false).unwrap();
+        // SAFETY: fresh writable mapping of 4096 bytes.
+        unsafe { r.base().write(7) };
+        let ro = Region::attach(r.readonly_fd().unwrap()).unwrap();
+        assert!(!ro.writable());
+        // SAFETY: in bounds; reading a byte of a shared mapping.
+        assert_eq!(unsafe { ro.base().read_volatile() }, 7);
+        // The read-only description cannot be mapped writable.
+        let fd = r.readonly_fd().unwrap();
+        assert!(sys::mmap_shared(fd.as_fd(), 4096, false, true).is_err());
+        assert!(Region::attach(r.fd().try_clone_to_owned().unwrap())
+            .unwrap()
+            .writable());
     }
 }

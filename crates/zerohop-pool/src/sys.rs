@@ -68,27 +68,57 @@ pub(crate) fn file_len(fd: BorrowedFd<'_>) -> Result<usize, PoolError> {
     Ok(st.st_size as usize)
 }
 
-/// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED [| MAP_POPULATE], fd, 0)`.
+/// `fchmod(fd, mode)`.
+pub(crate) fn fchmod(fd: BorrowedFd<'_>, mode: libc::mode_t) -> Result<(), PoolError> {
+    // SAFETY: plain syscall on a valid fd.
+    if unsafe { libc::fchmod(fd.as_raw_fd(), mode) } < 0 {
+        return Err(last("fchmod"));
+    }
+    Ok(())
+}
+
+/// A new, read-only open file description of the file behind `fd` (through
+/// `/proc/self/fd`), close-on-exec. A process given only this one cannot map the file
+/// writable, and cannot reopen it for writing either while the file's mode forbids it.
+pub(crate) fn reopen_readonly(fd: BorrowedFd<'_>) -> Result<OwnedFd, PoolError> {
+    let path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+    // SAFETY: path is a valid NUL-terminated string for the duration of the call.
+    let r = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if r < 0 {
+        return Err(last("open(/proc/self/fd, O_RDONLY)"));
+    }
+    // SAFETY: r was just returned by open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
+/// Whether `fd` was opened for writing.
+pub(crate) fn writable(fd: BorrowedFd<'_>) -> Result<bool, PoolError> {
+    // SAFETY: plain fcntl on a valid fd.
+    let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if fl < 0 {
+        return Err(last("fcntl(F_GETFL)"));
+    }
+    Ok(fl & libc::O_ACCMODE != libc::O_RDONLY)
+}
+
+/// `mmap(NULL, len, PROT_READ[|PROT_WRITE], MAP_SHARED [| MAP_POPULATE], fd, 0)`.
 pub(crate) fn mmap_shared(
     fd: BorrowedFd<'_>,
     len: usize,
     populate: bool,
+    write: bool,
 ) -> Result<*mut u8, PoolError> {
     let mut flags = libc::MAP_SHARED;
     if populate {
         flags |= libc::MAP_POPULATE;
     }
-    // SAFETY: a fresh mapping chosen by the kernel; it aliases no Rust object.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            fd.as_raw_fd(),
-            0,
-        )
+    let prot = if write {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
     };
+    // SAFETY: a fresh mapping chosen by the kernel; it aliases no Rust object.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd.as_raw_fd(), 0) };
     if p == libc::MAP_FAILED {
         return Err(last("mmap"));
     }

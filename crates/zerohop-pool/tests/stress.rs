@@ -397,7 +397,7 @@ impl Child {
             });
             assert_eq!(n, Descriptor::LEN, "child {}: message size", self.k);
             let desc = Descriptor::from_bytes(b);
-            let (from, mut slot) = self
+            let (from, mut slot, _) = self
                 .pool
                 .take(&desc, self.me, |o| o == self.upstream)
                 .unwrap_or_else(|e| panic!("child {}: take {desc:?}: {e}", self.k));
@@ -614,7 +614,7 @@ fn victim_child() {
         let mut b = [0u8; Descriptor::LEN];
         ctl.recv(&mut b).expect("descriptor from the parent");
         let desc = Descriptor::from_bytes(b);
-        let (_, slot) = pool
+        let (_, slot, _) = pool
             .take(&desc, me, |o| o == Owner::party(0))
             .expect("take the parent's slot");
         held.push(slot);

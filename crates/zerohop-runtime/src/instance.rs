@@ -82,11 +82,11 @@ pub fn start() -> Result<Instance, StartError> {
     }
     let pool = Arc::new(Pool::attach(fds.remove(0))?);
     let backend: Backend = plan.transport.parse().map_err(StartError::HandOver)?;
-    let transport = zerohop_transport::attach(backend, plan.parties(), me, fds, plan.options())?;
     let policy = Arc::new(
         plan.policy()
             .map_err(|e| StartError::HandOver(e.to_string()))?,
     );
+    let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
     let function = policy
         .function_of(me)
         .filter(|&f| f != GATEWAY_FN)
@@ -164,15 +164,16 @@ impl Instance {
 
 impl Router {
     fn process<H: Handler + ?Sized>(&self, handler: &H, d: Delivery) {
-        let Delivery { desc, mut slot, .. } = d;
-        let mut header = slot.header();
+        // The header copy `take` validated (meta_len + len fit the slot); the shared one is
+        // never read again.
+        let Delivery {
+            desc,
+            mut slot,
+            mut header,
+            ..
+        } = d;
         header.request = desc.request;
         let plan = &*self.plan;
-        let capacity = slot.data().len();
-        if header.meta_len as usize + desc.len as usize > capacity {
-            // Take already checked this; keep the invariant local.
-            return;
-        }
         let mut req = Request {
             slot: &mut slot,
             header,

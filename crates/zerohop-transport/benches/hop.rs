@@ -17,7 +17,7 @@ use std::time::Duration;
 use criterion::Criterion;
 use zerohop_pool::Descriptor;
 use zerohop_test_support::{inherited_fds, spawn_with_fds};
-use zerohop_transport::{Backend, Options, Receiver, Sender};
+use zerohop_transport::{Backend, Options, Policy, Receiver, Sender};
 
 /// Set in the echo child: `"<backend> <spin_us> <number of fds>"`.
 const ECHO_ENV: &str = "ZEROHOP_BENCH_ECHO";
@@ -84,12 +84,12 @@ fn desc() -> Descriptor {
         request: 7,
         generation: 1,
         next: 0,
-        flags: 0,
     }
 }
 
 fn bench_threads(c: &mut Criterion, v: &Variant) {
-    let t = zerohop_transport::create(v.backend, "bench", 2, v.opts).expect("transport");
+    let t =
+        zerohop_transport::create(v.backend, "bench", &Policy::pair(), v.opts).expect("transport");
     let (tx0, mut rx0) = (
         t.sender(0).expect("sender"),
         t.receiver(0).expect("receiver"),
@@ -109,7 +109,8 @@ fn bench_threads(c: &mut Criterion, v: &Variant) {
 }
 
 fn bench_processes(c: &mut Criterion, v: &Variant) {
-    let t = zerohop_transport::create(v.backend, "bench", 2, v.opts).expect("transport");
+    let t =
+        zerohop_transport::create(v.backend, "bench", &Policy::pair(), v.opts).expect("transport");
     let fds: Vec<_> = t
         .fds_for(1)
         .expect("fds")
@@ -163,7 +164,8 @@ fn echo_child(spec: &str) {
             std::process::exit(0);
         }
     });
-    let t = zerohop_transport::attach(backend, 2, 1, inherited_fds(nfds), opts).expect("attach");
+    let t = zerohop_transport::attach(backend, &Policy::pair(), 1, inherited_fds(nfds), opts)
+        .expect("attach");
     let (tx, mut rx) = (
         t.sender(1).expect("sender"),
         t.receiver(1).expect("receiver"),

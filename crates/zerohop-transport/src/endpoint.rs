@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use zerohop_pool::{Descriptor, OwnedSlot, Owner, OwnershipError, Pool, TakeError};
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, OwnershipError, Pool, SlotHeader, TakeError};
 
 use crate::{PartyId, Policy, Raw, Receiver, Stop};
 
@@ -17,7 +17,7 @@ pub struct EndpointStats {
     pub dropped_wrong_function: AtomicU64,
     /// Slot out of range, stale generation, or held by a party not allowed to reach us.
     pub dropped_ownership: AtomicU64,
-    /// Length beyond the slot, or reserved flags set.
+    /// Length beyond the slot (or not a descriptor at all).
     pub dropped_malformed: AtomicU64,
 }
 
@@ -32,12 +32,16 @@ impl EndpointStats {
 
 /// A validated descriptor: the slot is now owned by this party.
 pub struct Delivery {
-    /// The party that sent it (from the owner record, cross-checked with the queue).
+    /// The party that sent it (the queue or socket it came in on, which the slot's owner
+    /// record named too).
     pub from: PartyId,
     /// The descriptor as received.
     pub desc: Descriptor,
     /// The slot, owned by us; freed when dropped.
     pub slot: OwnedSlot,
+    /// The slot's header, read once when the slot was taken, with `meta_len + desc.len`
+    /// within the slot. Use this copy, never the shared header: the sender may still write.
+    pub header: SlotHeader,
 }
 
 /// Receiver + validation for one party.
@@ -105,10 +109,11 @@ impl Endpoint {
             None => false,
         };
         match self.pool.take(&desc, Owner::party(me), allowed) {
-            Ok((from, slot)) => Some(Delivery {
+            Ok((from, slot, header)) => Some(Delivery {
                 from: from.as_party().expect("allowed owners are parties"),
                 desc,
                 slot,
+                header,
             }),
             Err(TakeError::Ownership(
                 OwnershipError::OutOfRange(_)
@@ -118,7 +123,7 @@ impl Endpoint {
                 self.stats.dropped_ownership.fetch_add(1, Ordering::Relaxed);
                 None
             }
-            Err(TakeError::Length { .. } | TakeError::Flags(_)) => {
+            Err(TakeError::Length { .. }) => {
                 self.stats.dropped_malformed.fetch_add(1, Ordering::Relaxed);
                 None
             }

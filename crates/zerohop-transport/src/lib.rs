@@ -4,12 +4,14 @@
 //! One trait pair, [`Sender`] and [`Receiver`], and one factory, [`Transport`], with two
 //! backends today:
 //!
-//! * [`Backend::Ring`] (default): bounded single-producer queues in a shared memfd, one per
-//!   (sender, receiver) pair, so a sender that dies mid-send wedges nobody else. The receiver
-//!   spins briefly, then sleeps on a futex word in the region; a sender makes the wake
-//!   syscall only when the receiver has said it sleeps.
-//! * [`Backend::Socket`]: one `SOCK_SEQPACKET` socketpair per receiving party, the reference
-//!   and fallback. Every party inherits the send ends; the receiver its receive end.
+//! * [`Backend::Ring`] (default): bounded single-producer queues in shared memory, one per
+//!   allowed edge (sender, receiver), so a sender that dies mid-send wedges nobody else; a
+//!   queue's tail and entries are in its producer's memfd, its head in its consumer's, and
+//!   every other party maps them read-only or not at all. The receiver spins briefly, then
+//!   sleeps on all its queues' tails at once; a sender makes the wake syscall only when the
+//!   receiver has said it sleeps.
+//! * [`Backend::Socket`]: one `SOCK_SEQPACKET` socketpair per allowed edge, the reference
+//!   and fallback. Each party inherits only the ends of its own edges.
 //!
 //! A transport never sees payloads. What it delivers is checked by an [`Endpoint`] against
 //! the pool (slot in range, length within the slot, generation, current owner) and against
@@ -125,6 +127,9 @@ pub enum SendError {
     /// The receiver's queue stayed full for the whole send timeout.
     #[error("receiver {0}'s queue is full")]
     Full(PartyId),
+    /// The chain's policy allows no edge from this party to the receiver.
+    #[error("the chain's routes allow no edge to party {0}")]
+    NotAllowed(PartyId),
     /// No such receiver.
     #[error("party {0} does not exist")]
     NoSuchParty(PartyId),
@@ -144,6 +149,8 @@ pub trait Sender: Send + Sync {
     /// Delivers `desc` to party `to`, waking it if it sleeps. Never blocks for long: a full
     /// queue is retried for a bounded time, then reported.
     fn send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError>;
+    /// Like [`Sender::send`], but never waits: a full queue is [`SendError::Full`] at once.
+    fn try_send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError>;
 }
 
 /// A descriptor as it came off the transport, not yet validated.
@@ -221,17 +228,17 @@ impl Default for Options {
     }
 }
 
-/// Creates the transport of a chain with `parties` parties (agent side).
+/// Creates the transport of a chain for the parties and edges of `policy` (agent side).
 #[cfg(not(loom))]
 pub fn create(
     backend: Backend,
     name: &str,
-    parties: u16,
+    policy: &Policy,
     opts: Options,
 ) -> Result<Box<dyn Transport>, TransportError> {
     Ok(match backend {
-        Backend::Ring => Box::new(ring::RingTransport::create(name, parties, opts)?),
-        Backend::Socket => Box::new(socket::SocketTransport::create(parties, opts)?),
+        Backend::Ring => Box::new(ring::RingTransport::create(name, policy, opts)?),
+        Backend::Socket => Box::new(socket::SocketTransport::create(policy, opts)?),
     })
 }
 
@@ -240,13 +247,13 @@ pub fn create(
 #[cfg(not(loom))]
 pub fn attach(
     backend: Backend,
-    parties: u16,
+    policy: &Policy,
     me: PartyId,
     fds: Vec<OwnedFd>,
     opts: Options,
 ) -> Result<Box<dyn Transport>, TransportError> {
     Ok(match backend {
-        Backend::Ring => Box::new(ring::RingTransport::attach(parties, fds, opts)?),
-        Backend::Socket => Box::new(socket::SocketTransport::attach(parties, me, fds, opts)?),
+        Backend::Ring => Box::new(ring::RingTransport::attach(policy, me, fds, opts)?),
+        Backend::Socket => Box::new(socket::SocketTransport::attach(policy, me, fds, opts)?),
     })
 }

@@ -86,16 +86,18 @@ impl Plan {
     }
 
     /// The allowed edges: along every route's sequence (gateway -> head -> ... -> gateway),
-    /// from every function to its dynamic `next` targets, and from those back to the gateway.
+    /// from every function of a sequence back to the gateway (a function may answer early,
+    /// with `Reply` or an error), from every function to its dynamic `next` targets, and
+    /// from those back to the gateway.
     pub fn edges(&self) -> Vec<(u8, u8)> {
         let mut e = Vec::new();
         for r in &self.routes {
             let mut prev = GATEWAY_FN;
             for &f in &r.sequence {
                 e.push((prev, f));
+                e.push((f, GATEWAY_FN));
                 prev = f;
             }
-            e.push((prev, GATEWAY_FN));
         }
         for (i, f) in self.functions.iter().enumerate() {
             for &t in &f.next {
@@ -168,6 +170,29 @@ impl Plan {
             .collect()
     }
 
+    /// The functions that may send the answer of a request that entered by `route`: every
+    /// function of its sequence (an early `Reply` or an error) and every function reachable
+    /// from them by dynamic routing. Empty for an unknown route.
+    pub fn answerers(&self, route: u16) -> Vec<u8> {
+        let Some(r) = self.routes.get(route as usize) else {
+            return Vec::new();
+        };
+        let mut out: Vec<u8> = r.sequence.clone();
+        let mut i = 0;
+        while i < out.len() {
+            if let Some(f) = self.functions.get(out[i] as usize) {
+                for &t in &f.next {
+                    if !out.contains(&t) {
+                        out.push(t);
+                    }
+                }
+            }
+            i += 1;
+        }
+        out.sort_unstable();
+        out
+    }
+
     /// Serialises for `ZEROHOP_PLAN`.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a plan always serialises")
@@ -214,13 +239,20 @@ mod tests {
     #[test]
     fn edges_follow_the_sequence() {
         let p = hello();
-        assert_eq!(p.edges(), vec![(0, 1), (1, GATEWAY_FN), (GATEWAY_FN, 0)]);
+        assert_eq!(
+            p.edges(),
+            vec![(0, 1), (0, GATEWAY_FN), (1, GATEWAY_FN), (GATEWAY_FN, 0)]
+        );
         let pol = p.policy().unwrap();
         assert!(pol.allows_parties(0, 1) && pol.allows_parties(1, 2) && pol.allows_parties(2, 0));
+        assert!(pol.allows_parties(1, 0), "upper may answer early");
         assert!(
-            !pol.allows_parties(1, 0),
-            "upper may not answer the gateway directly"
+            !pol.allows_parties(0, 2),
+            "the gateway may not skip to exclaim"
         );
+        assert!(!pol.allows_parties(2, 1), "no edge back");
+        assert_eq!(p.answerers(0), vec![0, 1]);
+        assert!(p.answerers(7).is_empty());
         assert_eq!(
             p.next_in_sequence(0, 0),
             Some(Hop::Function {

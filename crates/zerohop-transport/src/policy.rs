@@ -24,6 +24,10 @@ pub struct Policy {
     party_function: Vec<u8>,
     /// Allowed (from function, to function) pairs; the gateway is [`GATEWAY_FN`].
     edges: HashSet<(u8, u8)>,
+    /// Parties each party may send to, ascending.
+    targets: Vec<Vec<PartyId>>,
+    /// Parties that may send to each party, ascending.
+    senders: Vec<Vec<PartyId>>,
 }
 
 impl Policy {
@@ -37,10 +41,48 @@ impl Policy {
                 return Err(PolicyError::TooManyFunctions(max as usize + 1));
             }
         }
+        let edges: HashSet<(u8, u8)> = edges.into_iter().collect();
+        let n = party_function.len();
+        let allowed = |s: usize, r: usize| edges.contains(&(party_function[s], party_function[r]));
+        let targets = (0..n)
+            .map(|s| {
+                (0..n)
+                    .filter(|&r| allowed(s, r))
+                    .map(|r| r as PartyId)
+                    .collect()
+            })
+            .collect();
+        let senders = (0..n)
+            .map(|r| {
+                (0..n)
+                    .filter(|&s| allowed(s, r))
+                    .map(|s| s as PartyId)
+                    .collect()
+            })
+            .collect();
         Ok(Self {
             party_function,
-            edges: edges.into_iter().collect(),
+            edges,
+            targets,
+            senders,
         })
+    }
+
+    /// Two parties, the gateway and one function (index 0), each allowed to send to the
+    /// other: the smallest chain, for benchmarks and tests of the transports alone.
+    pub fn pair() -> Self {
+        Self::new(vec![GATEWAY_FN, 0], [(GATEWAY_FN, 0), (0, GATEWAY_FN)])
+            .expect("one function is within the limit")
+    }
+
+    /// Parties `party` may send to, ascending (empty for an unknown party).
+    pub fn targets(&self, party: PartyId) -> &[PartyId] {
+        self.targets.get(party as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// Parties that may send to `party`, ascending (empty for an unknown party).
+    pub fn senders(&self, party: PartyId) -> &[PartyId] {
+        self.senders.get(party as usize).map_or(&[], Vec::as_slice)
     }
 
     /// Number of parties.
@@ -100,5 +142,10 @@ mod tests {
         assert!(!p.allows_parties(3, 1), "no edge back");
         assert!(!p.allows_parties(9, 0), "unknown party");
         assert_eq!(p.parties_of(0).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(p.targets(0), [1, 2]);
+        assert_eq!(p.targets(1), [3]);
+        assert_eq!(p.senders(3), [1, 2]);
+        assert_eq!(p.senders(0), [3]);
+        assert!(p.targets(9).is_empty());
     }
 }

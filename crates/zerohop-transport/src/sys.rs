@@ -14,18 +14,74 @@ fn err(call: &'static str) -> TransportError {
     }
 }
 
-/// `FUTEX_WAIT` (shared, not private: the word lives in a region other processes map)
-/// while `*word == expected`. Returns on wake, on a value change, or on a signal.
-pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
-    // SAFETY: word points to a live, 4-aligned u32 in a shared mapping; a null timeout means
-    // wait without a deadline. Errors (EAGAIN, EINTR) just mean "look again".
+/// One entry of a `futex_waitv` call (`struct futex_waitv` of the kernel ABI).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FutexWaiter {
+    val: u64,
+    uaddr: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+/// `FUTEX2_SIZE_U32`: the word is 32 bits; no `FUTEX2_PRIVATE`, the words are shared.
+const FUTEX2_SIZE_U32: u32 = 0x02;
+/// Most waiters one `futex_waitv` call takes (`FUTEX_WAITV_MAX`).
+const FUTEX_WAITV_MAX: usize = 128;
+
+impl FutexWaiter {
+    /// Wait while `*word == expected`.
+    pub(crate) fn new(word: &AtomicU32, expected: u32) -> Self {
+        Self {
+            val: u64::from(expected),
+            uaddr: word.as_ptr() as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        }
+    }
+}
+
+/// Waits until one of `waiters`' words differs from its expected value or is woken (or a
+/// signal arrives). The last waiter must be the caller's own stop word. With more waiters
+/// than the kernel takes at once, waits on the first ones and the stop word only, for at
+/// most 10 ms, so the queues beyond are still looked at (documented in `docs/protocol.md`).
+pub(crate) fn futex_waitv(waiters: &[FutexWaiter]) {
+    let mut timeout = None;
+    let mut buf;
+    let list: &[FutexWaiter] = if waiters.len() <= FUTEX_WAITV_MAX {
+        waiters
+    } else {
+        buf = waiters[..FUTEX_WAITV_MAX - 1].to_vec();
+        buf.push(*waiters.last().expect("non-empty"));
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: now is a valid out pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        now.tv_nsec += 10_000_000;
+        if now.tv_nsec >= 1_000_000_000 {
+            now.tv_sec += 1;
+            now.tv_nsec -= 1_000_000_000;
+        }
+        timeout = Some(now);
+        &buf
+    };
+    let tp = timeout
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `list` is a valid array of `list.len()` (<= 128) futex_waitv structs whose
+    // addresses point to live, 4-aligned u32 words in shared mappings held by the caller;
+    // the timeout, when given, is a valid absolute CLOCK_MONOTONIC time. Errors (EAGAIN: a
+    // word changed; EINTR; ETIMEDOUT) all mean "look again".
     unsafe {
         libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            std::ptr::null::<libc::timespec>(),
+            libc::SYS_futex_waitv,
+            list.as_ptr(),
+            list.len() as libc::c_uint,
+            0 as libc::c_uint,
+            tp,
+            libc::CLOCK_MONOTONIC,
         );
     }
 }
@@ -82,11 +138,12 @@ pub(crate) fn set_send_timeout(fd: BorrowedFd<'_>, ms: u32) -> Result<(), Transp
     Ok(())
 }
 
-/// Sends one 16-byte message (blocking up to the socket's send timeout).
-pub(crate) fn send16(fd: BorrowedFd<'_>, b: &[u8; 16]) -> Result<(), io::Error> {
+/// Sends one 16-byte message, blocking up to the socket's send timeout unless `nonblocking`.
+pub(crate) fn send16(fd: BorrowedFd<'_>, b: &[u8; 16], nonblocking: bool) -> Result<(), io::Error> {
+    let flags = libc::MSG_NOSIGNAL | if nonblocking { libc::MSG_DONTWAIT } else { 0 };
     loop {
         // SAFETY: b is a valid 16-byte buffer.
-        let r = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), 16, libc::MSG_NOSIGNAL) };
+        let r = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), 16, flags) };
         if r == 16 {
             return Ok(());
         }

@@ -78,8 +78,8 @@ fn policy_with_a_disallowed_party() -> Arc<Policy> {
     )
 }
 
-fn create(backend: Backend, parties: u16, opts: Options) -> Box<dyn Transport> {
-    zerohop_transport::create(backend, "conformance", parties, opts)
+fn create(backend: Backend, policy: &Policy, opts: Options) -> Box<dyn Transport> {
+    zerohop_transport::create(backend, "conformance", policy, opts)
         .unwrap_or_else(|e| panic!("[{backend}] create transport: {e}"))
 }
 
@@ -265,12 +265,12 @@ fn env_parse<T: std::str::FromStr>(key: &str) -> T {
 }
 
 /// In a child: the pool and the transport rebuilt from the inherited descriptors.
-fn attach_in_child(parties: u16, me: PartyId) -> (Backend, Arc<Pool>, Box<dyn Transport>) {
+fn attach_in_child(policy: &Policy, me: PartyId) -> (Backend, Arc<Pool>, Box<dyn Transport>) {
     let backend: Backend = env_parse(BACKEND_ENV);
     let n: usize = env_parse(TRANSPORT_FDS_ENV);
     let mut fds = inherited_fds(1 + n);
     let pool = Arc::new(Pool::attach(fds.remove(0)).expect("attach pool in child"));
-    let t = zerohop_transport::attach(backend, parties, me, fds, Options::default())
+    let t = zerohop_transport::attach(backend, policy, me, fds, Options::default())
         .unwrap_or_else(|e| panic!("[{backend}] attach transport in child: {e}"));
     (backend, pool, t)
 }
@@ -287,7 +287,7 @@ fn delivers_in_order_between_threads() {
     for backend in Backend::ALL {
         let pool = new_pool(256, 256);
         let policy = two_party_policy();
-        let t = create(backend, 2, Options::default());
+        let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
         let dog = Watchdog::new(ep.stopper(), PHASE);
         let tx = t.sender(0).expect("sender");
@@ -337,7 +337,7 @@ fn fan_in_delivers_each_descriptor_exactly_once() {
     for backend in Backend::ALL {
         let pool = new_pool(512, 256);
         let policy = fan_in_policy();
-        let t = create(backend, 4, Options::default());
+        let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
         let dog = Watchdog::new(ep.stopper(), PHASE);
         let deadline = Instant::now() + PHASE;
@@ -402,7 +402,7 @@ fn invalid_descriptors_are_dropped_and_counted() {
     for backend in Backend::ALL {
         let pool = new_pool(64, 256);
         let policy = policy_with_a_disallowed_party();
-        let t = create(backend, 3, Options::default());
+        let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
         let stats = ep.stats();
         let stopper = ep.stopper();
@@ -465,7 +465,7 @@ fn invalid_descriptors_are_dropped_and_counted() {
             },
             "free slot",
         );
-        // Malformed: length beyond the slot, reserved flags.
+        // Malformed: length beyond the slot.
         let too_long = pool.slot_capacity() as u32 + 1;
         send(
             &*gw,
@@ -475,7 +475,15 @@ fn invalid_descriptors_are_dropped_and_counted() {
             },
             "too long",
         );
-        send(&*gw, Descriptor { flags: 1, ..good }, "flags");
+        // A generation 2^16 on: what a 16-bit compare (protocol version 1) let through.
+        send(
+            &*gw,
+            Descriptor {
+                generation: good.generation.wrapping_add(1 << 16),
+                ..good
+            },
+            "wrapped generation",
+        );
         // Addressed to another function, or to the gateway.
         send(&*gw, Descriptor { next: 1, ..good }, "wrong function");
         send(
@@ -487,7 +495,11 @@ fn invalid_descriptors_are_dropped_and_counted() {
             "to the gateway",
         );
         // A slot legitimately held by party 2, whose function has no edge to function 0.
-        send(&*rogue, rogue_desc, "disallowed edge");
+        // The transport itself has no lane for it.
+        assert!(
+            matches!(rogue.send(1, rogue_desc), Err(SendError::NotAllowed(1))),
+            "[{backend}] a disallowed edge is refused at the sender"
+        );
         // The valid descriptor, then its replay, then a second valid one.
         send(&*gw, good, "valid");
         valid.into_sent();
@@ -495,7 +507,7 @@ fn invalid_descriptors_are_dropped_and_counted() {
         send(&*gw, good2, "second valid");
         second.into_sent();
 
-        let (want_wrong_fn, want_ownership, want_malformed, want_accepted) = (2, 5, 2, 2);
+        let (want_wrong_fn, want_ownership, want_malformed, want_accepted) = (2, 5, 1, 2);
         let counted = |s: &EndpointStats| {
             (
                 s.dropped_wrong_function.load(Ordering::Relaxed),
@@ -543,7 +555,7 @@ fn stop_unblocks_a_waiting_receiver() {
     for backend in Backend::ALL {
         let pool = new_pool(16, 256);
         let policy = two_party_policy();
-        let t = create(backend, 2, Options::default());
+        let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
         let stopper = ep.stopper();
         let (done_tx, done) = mpsc::channel();
@@ -587,7 +599,7 @@ fn receiver_without_senders_yields_nothing() {
     for backend in Backend::ALL {
         let pool = new_pool(16, 256);
         let policy = two_party_policy();
-        let t = create(backend, 2, Options::default());
+        let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
         drop(t);
         let stopper = ep.stopper();
@@ -629,7 +641,7 @@ fn full_queue_reports_full_instead_of_blocking() {
             send_timeout_ms: 50,
             ..Options::default()
         };
-        let t = create(backend, 2, opts);
+        let t = create(backend, &two_party_policy(), opts);
         let tx = t.sender(0).expect("sender");
         let raw = |n: u32| Descriptor {
             slot: n,
@@ -688,7 +700,7 @@ fn zero_send_timeout_never_blocks() {
             send_timeout_ms: 0,
             ..Options::default()
         };
-        let t = create(backend, 2, opts);
+        let t = create(backend, &two_party_policy(), opts);
         let tx: Arc<dyn Sender> = Arc::from(t.sender(0).expect("sender"));
         let (res_tx, res) = mpsc::channel();
         // On a thread, so a send that blocks forever fails this test instead of hanging it.
@@ -738,7 +750,7 @@ fn sleeping_receivers_never_miss_a_wakeup() {
         };
         let pool = new_pool(16, 256);
         let policy = two_party_policy();
-        let t = create(backend, 2, opts);
+        let t = create(backend, &policy, opts);
         let mut gw = endpoint(backend, &pool, &policy, &*t, 0);
         let mut fun = endpoint(backend, &pool, &policy, &*t, 1);
         let dogs = [
@@ -794,7 +806,7 @@ fn delivers_across_processes() {
     }
     for backend in Backend::ALL {
         let pool = new_pool(256, 256);
-        let t = create(backend, 2, Options::default());
+        let t = create(backend, &two_party_policy(), Options::default());
         let mut child = spawn_self(
             "delivers_across_processes",
             "receiver",
@@ -823,7 +835,7 @@ fn delivers_across_processes() {
 }
 
 fn receiver_child() {
-    let (backend, pool, t) = attach_in_child(2, 1);
+    let (backend, pool, t) = attach_in_child(&two_party_policy(), 1);
     let n: u64 = env_parse(COUNT_ENV);
     let mut ep = endpoint(backend, &pool, &two_party_policy(), &*t, 1);
     let dog = Watchdog::new(ep.stopper(), PHASE);
@@ -868,7 +880,7 @@ fn killed_sender_does_not_disturb_others() {
     for backend in Backend::ALL {
         let pool = new_pool(2048, 256);
         let policy = fan_in_policy();
-        let t = create(backend, 4, Options::default());
+        let t = create(backend, &policy, Options::default());
         let mut victim = spawn_self(
             "killed_sender_does_not_disturb_others",
             "victim",
@@ -968,7 +980,7 @@ fn killed_sender_does_not_disturb_others() {
 
 /// Child: sends to party 1 as party 2 as fast as it can until killed (or 60 s pass).
 fn victim_child() {
-    let (backend, pool, t) = attach_in_child(4, 2);
+    let (backend, pool, t) = attach_in_child(&fan_in_policy(), 2);
     let tx = t.sender(2).expect("sender");
     let deadline = Instant::now() + 3 * PHASE;
     let mut request = 0u32;
@@ -994,7 +1006,7 @@ fn idle_receiver_process_sleeps() {
     }
     for backend in Backend::ALL {
         let pool = new_pool(16, 256);
-        let t = create(backend, 2, Options::default());
+        let t = create(backend, &two_party_policy(), Options::default());
         let mut child = spawn_self(
             "idle_receiver_process_sleeps",
             "idle",
@@ -1031,7 +1043,7 @@ fn idle_receiver_process_sleeps() {
 }
 
 fn idle_child() {
-    let (backend, pool, t) = attach_in_child(2, 1);
+    let (backend, pool, t) = attach_in_child(&two_party_policy(), 1);
     let mut ep = endpoint(backend, &pool, &two_party_policy(), &*t, 1);
     let dog = Watchdog::new(ep.stopper(), PHASE);
     println!("READY");
@@ -1053,7 +1065,7 @@ fn receiver_death_between_peek_and_consume_loses_nothing() {
     for backend in Backend::ALL {
         let pool = new_pool(8, 256);
         let policy = two_party_policy();
-        let t = create(backend, 2, Options::default());
+        let t = create(backend, &policy, Options::default());
         let tx = t.sender(0).unwrap();
         let gw = Owner::party(0);
         let send = |request: u32| {
@@ -1086,7 +1098,7 @@ fn receiver_death_between_peek_and_consume_loses_nothing() {
         let second = send(2);
         let mut rx = t.receiver(1).unwrap();
         let raw = rx.peek().expect("queued");
-        let (_, taken) = pool
+        let (_, taken, _) = pool
             .take(&raw.desc, Owner::party(1), |o| o == gw)
             .unwrap_or_else(|e| panic!("[{backend}] take: {e}"));
         assert_eq!(raw.desc, second);

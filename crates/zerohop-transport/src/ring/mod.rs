@@ -1,37 +1,43 @@
-//! The `ring` backend: per-(sender, receiver) single-producer single-consumer queues in one
-//! shared memfd, with a spin-then-futex wakeup that never loses a wakeup and makes no
-//! syscall while the receiver is busy.
+//! The `ring` backend: one single-producer single-consumer queue per allowed edge (sender,
+//! receiver), in shared memory split so that each word has exactly one writer: a queue's
+//! tail and entries live in its producer's *outbox*, its head in its consumer's *inbox*.
+//! Each party maps its own outbox and inbox read-write and, read-only, the inboxes of the
+//! parties it sends to and the outboxes of the parties that send to it.
 //!
 //! ```text
-//!  0          64                                  64 + P*inbox_stride
-//!  +----------+----------------------------------+-----
-//!  | header   | inbox of party 0                 | inbox of party 1 ...
-//!  +----------+----------------------------------+-----
-//!
-//!  inbox:  +---------------+---------------------+---------------------+-----
-//!          | seq | sleeping| queue from party 0  | queue from party 1  | ...
-//!          | 64 B control  |                     |                     |
-//!          +---------------+---------------------+---------------------+-----
-//!
-//!  queue:  +-------------+-------------+----------------------------------+
-//!          | head (64 B) | tail (64 B) | capacity x 16 B entries          |
-//!          | consumer    | producer    | [u64; 2] each, a Descriptor      |
-//!          +-------------+-------------+----------------------------------+
+//!  outbox of party s (written by s only)          inbox of party r (written by r only)
+//!  +----------------+                              +----------------+
+//!  | header  64 B   | magic ZHOUTBOX, version 2,   | header  64 B   | magic ZHINBOX, version 2,
+//!  |                | party, queues, capacity      |                | party, senders
+//!  +----------------+                              +----------------+
+//!  | tail  (64 B)   | queue to targets(s)[0]       | sleeping, stop | control line (64 B)
+//!  | entries        | capacity x 16 B              +----------------+
+//!  +----------------+                              | head (64 B)    | of the queue from
+//!  | tail  (64 B)   | queue to targets(s)[1]       |                | senders(r)[0]
+//!  | entries        |                              +----------------+
+//!  +----------------+ ...                          | head (64 B)    | senders(r)[1] ...
 //! ```
 //!
-//! Wakeup rule (Dekker-style, both sides use SeqCst fences):
-//! * receiver: finds every queue empty, spins for `spin_us`, then reads `seq`, sets
-//!   `sleeping = 1`, fence, re-checks the queues, and only then `FUTEX_WAIT(seq, read)`.
+//! `targets(s)` and `senders(r)` are the chain's allowed edges (its routes) in ascending
+//! party order, so memory grows with the edges, not with the square of the instances.
+//!
+//! Wakeup rule (Dekker-style, both sides use SeqCst fences); the futex words are the queues'
+//! tails, each written by its producer only, waited on together with `futex_waitv`:
+//! * receiver: finds every queue empty, spins for `spin_us`, then sets `sleeping = 1`,
+//!   fence, reads every tail again, and only if all queues are still empty calls
+//!   `futex_waitv` on every tail with the value it read (plus its own stop word).
 //! * sender: publishes the entry (`tail` Release), fence, reads `sleeping`; only if set it
-//!   bumps `seq` and `FUTEX_WAKE`s.
+//!   calls `FUTEX_WAKE` on the tail it just wrote.
 //!
 //! One of the two fences comes second, so either the receiver sees the new entry on its
-//! re-check or the sender sees `sleeping` and wakes it; a bumped `seq` makes a late
-//! `FUTEX_WAIT` return at once.
+//! re-check or the sender sees `sleeping` and wakes it; a tail that moved after the receiver
+//! read it makes `futex_waitv` return at once.
 //!
-//! A sender that dies mid-send leaves at most an unpublished entry in its own queue; no
-//! other sender shares that queue. A restarted party continues from the indices in the
-//! region.
+//! Everything read from another party's memory is input: a tail more than `capacity` ahead
+//! of the head makes the receiver skip that queue's entries, a head that is not behind the
+//! tail makes the sender report the queue full; descriptors are validated by the
+//! [`Endpoint`](crate::Endpoint). A sender that dies mid-send leaves at most an unpublished
+//! entry in its own queue; a restarted party continues from the indices in the regions.
 
 #[cfg(not(loom))]
 mod recv;
@@ -123,6 +129,11 @@ impl<'a> Spsc<'a> {
         ]))
     }
 
+    /// Consumer: the head index (the consumer's own word).
+    pub fn head_value(&self) -> u32 {
+        self.head.load(Ordering::Relaxed)
+    }
+
     /// Whether the queue looks empty now.
     pub fn is_empty(&self) -> bool {
         // SYNC POINT: Acquire pairs with the Release store of `tail` in `push`.
@@ -150,9 +161,8 @@ mod loom_tests {
             slot: n,
             len: n * 10,
             request: n,
-            generation: n as u16,
+            generation: n,
             next: 1,
-            flags: 0,
         }
     }
 

@@ -1,5 +1,5 @@
-//! Receiving on the ring: scan the per-sender queues round-robin, spin briefly when all are
-//! empty, then sleep on the inbox futex.
+//! Receiving on the ring: scan the queues from our senders round-robin, spin briefly when all
+//! are empty, then sleep on all their tails at once (`futex_waitv`).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -8,20 +8,32 @@ use std::time::{Duration, Instant};
 use zerohop_pool::sync::{fence, spin_hint, Ordering};
 
 use super::transport::RingShared;
+use super::Spsc;
 use crate::{sys, PartyId, Raw, Receiver, Stop};
+
+/// One queue into this receiver.
+#[derive(Clone, Copy)]
+struct Lane {
+    from: PartyId,
+    /// Queue index in the sender's outbox.
+    out: usize,
+}
 
 /// The ring receiver of one party.
 pub struct RingReceiver {
     shared: Arc<RingShared>,
     me: PartyId,
-    next_sender: PartyId,
-    /// The sender whose queue holds the descriptor the last `peek` returned.
-    peeked: Option<PartyId>,
+    lanes: Vec<Lane>,
+    next_lane: usize,
+    /// The lane whose queue holds the descriptor the last `peek` returned.
+    peeked: Option<usize>,
     /// Spin budget before sleeping: the configured one, or zero when this thread may run on
     /// one CPU only. Spinning then only keeps the sender (which needs that very CPU) from
     /// running, so the receiver sleeps at once.
     spin: Duration,
     stop: Arc<RingStop>,
+    /// Reused futex_waitv argument (tails, then the stop word).
+    waiters: Vec<sys::FutexWaiter>,
 }
 
 /// Stops a [`RingReceiver`].
@@ -34,13 +46,14 @@ pub struct RingStop {
 impl Stop for RingStop {
     fn stop(&self) {
         // SYNC POINT: SeqCst pairs with the SeqCst load of `stopped` in `peek` after its
-        // fence: either the receiver sees the flag before it waits, or it waits on the `seq`
-        // value read before our bump below, and the wake ends that wait.
+        // fence: either the receiver sees the flag before it waits, or it waits on the stop
+        // word's value read before our bump below, and the wake ends that wait.
         self.stopped.store(true, Ordering::SeqCst);
-        let seq = self.shared.seq(self.me);
-        // SYNC POINT: as a sender's wake: pairs with the Acquire load of `seq` in `recv`.
-        seq.fetch_add(1, Ordering::Release);
-        sys::futex_wake(seq);
+        let word = self.shared.stop_word(self.me);
+        // SYNC POINT: pairs with the receiver's Acquire load of the stop word before it
+        // waits; the changed value makes a racing wait return at once.
+        word.fetch_add(1, Ordering::Release);
+        sys::futex_wake(word);
     }
 }
 
@@ -51,6 +64,19 @@ impl RingReceiver {
         } else {
             Duration::ZERO
         };
+        let lanes = shared
+            .policy
+            .senders(me)
+            .iter()
+            .map(|&from| Lane {
+                from,
+                out: shared
+                    .policy
+                    .targets(from)
+                    .binary_search(&me)
+                    .expect("an edge is in both lists"),
+            })
+            .collect();
         let stop = Arc::new(RingStop {
             shared: shared.clone(),
             me,
@@ -59,24 +85,31 @@ impl RingReceiver {
         Self {
             shared,
             me,
-            next_sender: 0,
+            lanes,
+            next_lane: 0,
             peeked: None,
             spin,
             stop,
+            waiters: Vec::new(),
         }
     }
 
-    /// One round-robin pass over the senders' queues; the descriptor found stays queued.
+    fn queue(&self, i: usize) -> Spsc<'_> {
+        let l = self.lanes[i];
+        self.shared.queue(l.from, l.out, self.me, i)
+    }
+
+    /// One round-robin pass over the queues; the descriptor found stays queued.
     fn poll_once(&mut self) -> Option<Raw> {
-        let n = self.shared.parties;
+        let n = self.lanes.len();
         // The descriptor peeked last comes first until it is consumed.
-        let first = self.peeked.unwrap_or(self.next_sender);
+        let first = self.peeked.unwrap_or(self.next_lane);
         for k in 0..n {
-            let from = (first + k) % n;
-            if let Some(desc) = self.shared.queue(self.me, from).peek() {
-                self.peeked = Some(from);
+            let i = (first + k) % n;
+            if let Some(desc) = self.queue(i).peek() {
+                self.peeked = Some(i);
                 return Some(Raw {
-                    from: Some(from),
+                    from: Some(self.lanes[i].from),
                     desc,
                 });
             }
@@ -84,16 +117,33 @@ impl RingReceiver {
         None
     }
 
-    fn all_empty(&self) -> bool {
-        (0..self.shared.parties).all(|from| self.shared.queue(self.me, from).is_empty())
+    /// Fills `waiters` with every tail's current value; false if some queue holds work.
+    fn arm(&mut self, stop_seen: u32) -> bool {
+        self.waiters.clear();
+        for i in 0..self.lanes.len() {
+            let l = self.lanes[i];
+            let tail = self.shared.tail(l.from, l.out);
+            // SYNC POINT: Acquire pairs with the Release store of `tail` in `Spsc::push`; the
+            // value read is the one the wait compares against.
+            let seen = tail.load(Ordering::Acquire);
+            if self.queue(i).head_value() != seen {
+                return false;
+            }
+            self.waiters.push(sys::FutexWaiter::new(tail, seen));
+        }
+        self.waiters.push(sys::FutexWaiter::new(
+            self.shared.stop_word(self.me),
+            stop_seen,
+        ));
+        true
     }
 }
 
 impl Receiver for RingReceiver {
     fn consume(&mut self) {
-        if let Some(from) = self.peeked.take() {
-            self.shared.queue(self.me, from).advance();
-            self.next_sender = (from + 1) % self.shared.parties;
+        if let Some(i) = self.peeked.take() {
+            self.queue(i).advance();
+            self.next_lane = (i + 1) % self.lanes.len();
         }
     }
 
@@ -119,16 +169,16 @@ impl Receiver for RingReceiver {
                 }
             }
             // Sleep phase.
-            let seq = self.shared.seq(self.me);
-            let sleeping = self.shared.sleeping(self.me);
-            // SYNC POINT: Acquire pairs with the Release `fetch_add` of a waking sender.
-            let seen = seq.load(Ordering::Acquire);
+            // SYNC POINT: Acquire pairs with the Release `fetch_add` of the stopper.
+            let stop_seen = self.shared.stop_word(self.me).load(Ordering::Acquire);
+            let shared = self.shared.clone();
+            let sleeping = shared.sleeping(self.me);
             sleeping.store(1, Ordering::Relaxed);
             // SYNC POINT: this SeqCst fence pairs with the sender's fence between publishing
             // `tail` and reading `sleeping`.
             fence(Ordering::SeqCst);
-            if self.all_empty() && !self.stop.stopped.load(Ordering::SeqCst) {
-                sys::futex_wait(seq, seen);
+            if self.arm(stop_seen) && !self.stop.stopped.load(Ordering::SeqCst) {
+                sys::futex_waitv(&self.waiters);
             }
             sleeping.store(0, Ordering::Relaxed);
             spin_start = None;

@@ -1,5 +1,5 @@
-//! Sending on the ring: push into our own queue of the receiver's inbox, wake it only if it
-//! said it sleeps.
+//! Sending on the ring: push into our own queue to the receiver (in our outbox), wake it only
+//! if it said it sleeps.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,38 +10,74 @@ use zerohop_pool::Descriptor;
 use super::transport::RingShared;
 use crate::{sys, PartyId, SendError, Sender};
 
+/// Where the queue to one receiver is: our outbox queue index and its inbox head index.
+#[derive(Clone, Copy)]
+struct Lane {
+    out: usize,
+    in_: usize,
+}
+
 /// The ring sender of one party.
 pub struct RingSender {
     shared: Arc<RingShared>,
     me: PartyId,
+    /// Per receiver party: the lane, `None` when the policy does not allow the edge.
+    lanes: Vec<Option<Lane>>,
     /// The queues are single-producer: threads of this party take turns per receiver.
     locks: Vec<Mutex<()>>,
 }
 
 impl RingSender {
     pub(crate) fn new(shared: Arc<RingShared>, me: PartyId) -> Self {
-        let locks = (0..shared.parties).map(|_| Mutex::new(())).collect();
-        Self { shared, me, locks }
+        let parties = shared.policy.parties();
+        let mut lanes = vec![None; parties as usize];
+        for (out, &to) in shared.policy.targets(me).iter().enumerate() {
+            let in_ = shared
+                .policy
+                .senders(to)
+                .binary_search(&me)
+                .expect("an edge is in both lists");
+            lanes[to as usize] = Some(Lane { out, in_ });
+        }
+        let locks = (0..parties).map(|_| Mutex::new(())).collect();
+        Self {
+            shared,
+            me,
+            lanes,
+            locks,
+        }
     }
-}
 
-impl Sender for RingSender {
-    fn send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError> {
-        let lock = self
-            .locks
-            .get(to as usize)
-            .ok_or(SendError::NoSuchParty(to))?;
-        let q = self.shared.queue(to, self.me);
+    fn lane(&self, to: PartyId) -> Result<Lane, SendError> {
+        match self.lanes.get(to as usize) {
+            None => Err(SendError::NoSuchParty(to)),
+            Some(None) => Err(SendError::NotAllowed(to)),
+            Some(Some(l)) => Ok(*l),
+        }
+    }
+
+    fn push(
+        &self,
+        to: PartyId,
+        lane: Lane,
+        desc: Descriptor,
+        wait: Duration,
+    ) -> Result<(), SendError> {
+        let q = self.shared.queue(self.me, lane.out, to, lane.in_);
         {
-            let _turn = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _turn = self.locks[to as usize]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             if !q.push(desc) {
+                if wait.is_zero() {
+                    return Err(SendError::Full(to));
+                }
                 // Full: the receiver is behind. Back off (yielding the core it may need)
                 // for a bounded time.
-                let deadline =
-                    Instant::now() + Duration::from_millis(self.shared.opts.send_timeout_ms as u64);
+                let deadline = Instant::now() + wait;
                 let mut pause = Duration::from_micros(1);
                 loop {
-                    self.wake(to);
+                    self.wake(lane);
                     std::thread::sleep(pause);
                     if q.push(desc) {
                         break;
@@ -54,21 +90,30 @@ impl Sender for RingSender {
             }
         }
         // SYNC POINT: this SeqCst fence pairs with the receiver's fence between setting
-        // `sleeping` and re-checking its queues (see the module docs).
+        // `sleeping` and re-reading the tails (see the module docs).
         fence(Ordering::SeqCst);
         if self.shared.sleeping(to).load(Ordering::Relaxed) != 0 {
-            self.wake(to);
+            self.wake(lane);
         }
         Ok(())
     }
+
+    fn wake(&self, lane: Lane) {
+        // The tail we published is the futex word the receiver waits on; a FUTEX_WAIT that
+        // races with us sees the changed value and returns at once.
+        sys::futex_wake(self.shared.tail(self.me, lane.out));
+    }
 }
 
-impl RingSender {
-    fn wake(&self, to: PartyId) {
-        let seq = self.shared.seq(to);
-        // SYNC POINT: Release pairs with the receiver's Acquire load of `seq` before it
-        // waits; the changed value makes a FUTEX_WAIT that races with us return at once.
-        seq.fetch_add(1, Ordering::Release);
-        sys::futex_wake(seq);
+impl Sender for RingSender {
+    fn send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError> {
+        let lane = self.lane(to)?;
+        let wait = Duration::from_millis(self.shared.opts.send_timeout_ms as u64);
+        self.push(to, lane, desc, wait)
+    }
+
+    fn try_send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError> {
+        let lane = self.lane(to)?;
+        self.push(to, lane, desc, Duration::ZERO)
     }
 }

@@ -1,80 +1,206 @@
-//! Creating and attaching the ring region.
+//! Creating and attaching the ring regions (outboxes and inboxes).
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use zerohop_pool::region::Region;
 use zerohop_pool::sync::{AtomicU32, AtomicU64};
 
 use super::{RingReceiver, RingSender, Spsc};
-use crate::{Backend, Options, PartyId, Receiver, Sender, Transport, TransportError};
+use crate::{Backend, Options, PartyId, Policy, Receiver, Sender, Transport, TransportError};
 
-const MAGIC: [u8; 8] = *b"ZHRING\0\0";
-const VERSION: u32 = 1;
+const OUTBOX_MAGIC: [u8; 8] = *b"ZHOUTBOX";
+const INBOX_MAGIC: [u8; 8] = *b"ZHINBOX\0";
+const VERSION: u32 = 2;
 const HEADER: usize = 64;
-const CONTROL: usize = 64;
+const LINE: usize = 64;
 
+/// Header of an outbox or inbox (64 bytes, written once by the agent before sharing).
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct RingHeader {
+struct RegionHeader {
     magic: [u8; 8],
     version: u32,
-    parties: u32,
+    party: u32,
+    /// Queues in an outbox, heads in an inbox.
+    count: u32,
+    /// Entries per queue (outbox), 0 in an inbox.
     capacity: u32,
-    _pad: [u8; 44],
+    _pad: [u8; 40],
 }
-const _: () = assert!(core::mem::size_of::<RingHeader>() == HEADER);
+const _: () = assert!(core::mem::size_of::<RegionHeader>() == HEADER);
 
-/// The mapped region plus its geometry; shared by the sender and receiver handles.
-pub(crate) struct RingShared {
+fn queue_stride(capacity: u32) -> usize {
+    LINE + capacity as usize * 16
+}
+
+fn outbox_len(queues: usize, capacity: u32) -> usize {
+    HEADER + queues * queue_stride(capacity)
+}
+
+fn inbox_len(senders: usize) -> usize {
+    HEADER + LINE + senders * LINE
+}
+
+/// One mapped region with its two descriptors (agent side) or its one (party side).
+struct Mapped {
     region: Region,
-    pub(crate) parties: u16,
-    capacity: u32,
-    pub(crate) opts: Options,
+    /// A read-only descriptor for the parties that only read it (agent side only).
+    readonly: Option<OwnedFd>,
 }
 
-impl RingShared {
-    fn queue_stride(capacity: u32) -> usize {
-        128 + capacity as usize * 16
-    }
-    fn inbox_stride(parties: u16, capacity: u32) -> usize {
-        CONTROL + parties as usize * Self::queue_stride(capacity)
-    }
-    fn inbox_offset(&self, receiver: PartyId) -> usize {
-        HEADER + receiver as usize * Self::inbox_stride(self.parties, self.capacity)
-    }
-
+impl Mapped {
     fn word32(&self, offset: usize) -> &AtomicU32 {
         debug_assert!(offset + 4 <= self.region.len() && offset % 4 == 0);
         // SAFETY: offsets come from the geometry checked at create/attach, so they are inside
         // the mapping and 4-aligned; AtomicU32 has the layout of u32 and any bit pattern is
-        // valid; the region lives as long as &self.
+        // valid; the region lives as long as &self. A read-only mapping is only loaded from
+        // (the callers write only the regions this party maps writable).
         unsafe { &*self.region.base().add(offset).cast::<AtomicU32>() }
     }
 
-    /// The futex sequence word of `receiver`'s inbox.
-    pub(crate) fn seq(&self, receiver: PartyId) -> &AtomicU32 {
-        self.word32(self.inbox_offset(receiver))
+    fn words64(&self, offset: usize, n: usize) -> &[AtomicU64] {
+        debug_assert!(offset + n * 8 <= self.region.len() && offset % 8 == 0);
+        // SAFETY: as in word32, for n 8-aligned u64 words inside the mapping.
+        unsafe { std::slice::from_raw_parts(self.region.base().add(offset).cast::<AtomicU64>(), n) }
+    }
+}
+
+/// The mapped regions plus the chain's edges; shared by the sender and receiver handles.
+pub(crate) struct RingShared {
+    pub(crate) policy: Policy,
+    capacity: u32,
+    /// Outbox of each party (`None` where this process does not map it).
+    outboxes: Vec<Option<Mapped>>,
+    /// Inbox of each party.
+    inboxes: Vec<Option<Mapped>>,
+    pub(crate) opts: Options,
+}
+
+impl RingShared {
+    fn outbox(&self, p: PartyId) -> &Mapped {
+        self.outboxes[p as usize]
+            .as_ref()
+            .expect("the handles only ask for regions this party maps")
     }
 
-    /// The "I am going to sleep" flag of `receiver`'s inbox.
+    fn inbox(&self, p: PartyId) -> &Mapped {
+        self.inboxes[p as usize]
+            .as_ref()
+            .expect("the handles only ask for regions this party maps")
+    }
+
+    /// Whether `receiver` sleeps (in its inbox; read by its senders).
     pub(crate) fn sleeping(&self, receiver: PartyId) -> &AtomicU32 {
-        self.word32(self.inbox_offset(receiver) + 4)
+        self.inbox(receiver).word32(HEADER)
     }
 
-    /// The queue from `sender` into `receiver`.
-    pub(crate) fn queue(&self, receiver: PartyId, sender: PartyId) -> Spsc<'_> {
-        let q = self.inbox_offset(receiver)
-            + CONTROL
-            + sender as usize * Self::queue_stride(self.capacity);
-        let n = self.capacity as usize * 2;
-        // SAFETY: as in word32; the entry array starts 64-aligned at q + 128 and spans
-        // capacity*16 bytes, inside the inbox.
-        let entries = unsafe {
-            std::slice::from_raw_parts(self.region.base().add(q + 128).cast::<AtomicU64>(), n)
-        };
-        Spsc::new(self.word32(q), self.word32(q + 64), entries)
+    /// The stop word of `receiver` (in its inbox; bumped by its own stopper).
+    pub(crate) fn stop_word(&self, receiver: PartyId) -> &AtomicU32 {
+        self.inbox(receiver).word32(HEADER + 4)
     }
+
+    /// The tail of the `i`-th queue of `sender`'s outbox (the futex word of that queue).
+    pub(crate) fn tail(&self, sender: PartyId, i: usize) -> &AtomicU32 {
+        self.outbox(sender)
+            .word32(HEADER + i * queue_stride(self.capacity))
+    }
+
+    /// The queue from `sender` (its `out`-th target) into `receiver` (whose `in_`-th sender
+    /// it is).
+    pub(crate) fn queue(
+        &self,
+        sender: PartyId,
+        out: usize,
+        receiver: PartyId,
+        in_: usize,
+    ) -> Spsc<'_> {
+        let q = HEADER + out * queue_stride(self.capacity);
+        let entries = self
+            .outbox(sender)
+            .words64(q + LINE, self.capacity as usize * 2);
+        let head = self.inbox(receiver).word32(HEADER + LINE + in_ * LINE);
+        Spsc::new(head, self.tail(sender, out), entries)
+    }
+}
+
+fn create_region(name: String, header: RegionHeader, len: usize) -> Result<Mapped, TransportError> {
+    let region = Region::create(&name, len, false)?;
+    // SAFETY: fresh mapping of at least HEADER bytes, not yet shared; the rest is zero,
+    // which is the empty state of every queue, head and flag.
+    unsafe { region.base().cast::<RegionHeader>().write(header) };
+    let readonly = Some(region.readonly_fd()?);
+    Ok(Mapped { region, readonly })
+}
+
+/// What a region handed to a party must look like.
+struct Expected {
+    what: &'static str,
+    magic: [u8; 8],
+    party: PartyId,
+    count: usize,
+    capacity: u32,
+    len: usize,
+    writable: bool,
+}
+
+fn attach_region(fd: OwnedFd, e: Expected) -> Result<Mapped, TransportError> {
+    let Expected {
+        what,
+        magic,
+        party,
+        count,
+        capacity,
+        len,
+        writable,
+    } = e;
+    let region = Region::attach(fd)?;
+    if region.len() != len {
+        return Err(TransportError::Layout(format!(
+            "{what} of party {party} is {} bytes, expected {len}",
+            region.len()
+        )));
+    }
+    if region.writable() != writable {
+        return Err(TransportError::Layout(format!(
+            "{what} of party {party} is handed over {}, expected {}",
+            if region.writable() {
+                "writable"
+            } else {
+                "read-only"
+            },
+            if writable { "writable" } else { "read-only" }
+        )));
+    }
+    // SAFETY: at least HEADER bytes are mapped (len checked); plain data written before
+    // sharing, valid for any bit pattern.
+    let h = unsafe { region.base().cast::<RegionHeader>().read() };
+    if h.magic != magic
+        || h.version != VERSION
+        || h.party != party as u32
+        || h.count as usize != count
+        || h.capacity != capacity
+    {
+        return Err(TransportError::Layout(format!(
+            "{what} of party {party} is not a zerohop ring region of protocol version {VERSION} \
+             for this chain"
+        )));
+    }
+    Ok(Mapped {
+        region,
+        readonly: None,
+    })
+}
+
+/// A region as the agent holds it (with its read-only descriptor).
+fn agent_side(m: &Option<Mapped>) -> Result<&Mapped, TransportError> {
+    m.as_ref()
+        .filter(|m| m.readonly.is_some())
+        .ok_or_else(|| TransportError::Layout("only the agent hands out ring regions".into()))
+}
+
+fn readonly(m: &Mapped) -> BorrowedFd<'_> {
+    m.readonly.as_ref().expect("agent side").as_fd()
 }
 
 /// The ring transport of one chain.
@@ -83,77 +209,163 @@ pub struct RingTransport {
 }
 
 impl RingTransport {
-    /// Creates the region for `parties` parties.
-    pub fn create(name: &str, parties: u16, opts: Options) -> Result<Self, TransportError> {
+    /// Creates every party's outbox and inbox for the edges of `policy` (agent side).
+    pub fn create(name: &str, policy: &Policy, opts: Options) -> Result<Self, TransportError> {
+        let parties = policy.parties();
         if parties == 0 {
             return Err(TransportError::Layout(
                 "a chain needs at least one party".into(),
             ));
         }
         let capacity = opts.queue_capacity.clamp(2, 1 << 16).next_power_of_two();
-        let len = HEADER + parties as usize * RingShared::inbox_stride(parties, capacity);
-        let region = Region::create(&format!("zerohop-ring:{name}"), len, false)?;
-        let header = RingHeader {
-            magic: MAGIC,
-            version: VERSION,
-            parties: parties as u32,
-            capacity,
-            _pad: [0; 44],
-        };
-        // SAFETY: fresh mapping of at least HEADER bytes, not yet shared; the rest is zero,
-        // which is the empty state of every queue and inbox.
-        unsafe { region.base().cast::<RingHeader>().write(header) };
+        let mut outboxes = Vec::new();
+        let mut inboxes = Vec::new();
+        for p in 0..parties {
+            let header = |magic, count: usize, capacity| RegionHeader {
+                magic,
+                version: VERSION,
+                party: p as u32,
+                count: count as u32,
+                capacity,
+                _pad: [0; 40],
+            };
+            let targets = policy.targets(p).len();
+            let senders = policy.senders(p).len();
+            outboxes.push(Some(create_region(
+                format!("zerohop-outbox:{name}:{p}"),
+                header(OUTBOX_MAGIC, targets, capacity),
+                outbox_len(targets, capacity),
+            )?));
+            inboxes.push(Some(create_region(
+                format!("zerohop-inbox:{name}:{p}"),
+                header(INBOX_MAGIC, senders, 0),
+                inbox_len(senders),
+            )?));
+        }
         Ok(Self {
             shared: Arc::new(RingShared {
-                region,
-                parties,
+                policy: policy.clone(),
                 capacity,
+                outboxes,
+                inboxes,
                 opts,
             }),
         })
     }
 
-    /// Maps the region from the single fd [`Transport::fds_for`] hands out.
-    pub fn attach(parties: u16, fds: Vec<OwnedFd>, opts: Options) -> Result<Self, TransportError> {
-        let [fd]: [OwnedFd; 1] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
-            TransportError::Layout(format!("ring expects 1 fd, got {}", v.len()))
-        })?;
-        let region = Region::attach(fd)?;
-        if region.len() < HEADER {
-            return Err(TransportError::Layout("ring region too small".into()));
+    /// Maps the regions of party `me` from the fds [`Transport::fds_for`] handed out, in
+    /// that order: own outbox and inbox (read-write), the inboxes of its targets and the
+    /// outboxes of its senders (read-only).
+    pub fn attach(
+        policy: &Policy,
+        me: PartyId,
+        fds: Vec<OwnedFd>,
+        opts: Options,
+    ) -> Result<Self, TransportError> {
+        let parties = policy.parties();
+        if me >= parties {
+            return Err(TransportError::NoSuchParty { party: me, parties });
         }
-        // SAFETY: at least HEADER bytes are mapped; plain data written before sharing.
-        let header = unsafe { region.base().cast::<RingHeader>().read() };
-        if header.magic != MAGIC || header.version != VERSION {
-            return Err(TransportError::Layout(
-                "not a zerohop ring region of protocol version 1".into(),
-            ));
-        }
-        let capacity = header.capacity;
-        let want = HEADER + parties as usize * RingShared::inbox_stride(parties, capacity);
-        if header.parties != parties as u32 || !capacity.is_power_of_two() || region.len() != want {
+        let (targets, senders) = (policy.targets(me), policy.senders(me));
+        let want = 2 + targets.len() + senders.len();
+        if fds.len() != want {
             return Err(TransportError::Layout(format!(
-                "ring region holds {} parties x capacity {capacity} in {} bytes, expected {parties} parties",
-                header.parties,
-                region.len()
+                "ring expects {want} fds for party {me}, got {}",
+                fds.len()
             )));
+        }
+        let capacity = opts.queue_capacity.clamp(2, 1 << 16).next_power_of_two();
+        let mut outboxes: Vec<Option<Mapped>> = (0..parties).map(|_| None).collect();
+        let mut inboxes: Vec<Option<Mapped>> = (0..parties).map(|_| None).collect();
+        let mut fds = fds.into_iter();
+        let mut next = || fds.next().expect("count checked");
+        let out = |p: PartyId, fd, writable| {
+            let count = policy.targets(p).len();
+            let len = outbox_len(count, capacity);
+            let (what, magic) = ("outbox", OUTBOX_MAGIC);
+            attach_region(
+                fd,
+                Expected {
+                    what,
+                    magic,
+                    party: p,
+                    count,
+                    capacity,
+                    len,
+                    writable,
+                },
+            )
+        };
+        let inb = |p: PartyId, fd, writable| {
+            let count = policy.senders(p).len();
+            let (what, magic, capacity, len) = ("inbox", INBOX_MAGIC, 0, inbox_len(count));
+            attach_region(
+                fd,
+                Expected {
+                    what,
+                    magic,
+                    party: p,
+                    count,
+                    capacity,
+                    len,
+                    writable,
+                },
+            )
+        };
+        outboxes[me as usize] = Some(out(me, next(), true)?);
+        inboxes[me as usize] = Some(inb(me, next(), true)?);
+        for &t in targets {
+            if t != me {
+                inboxes[t as usize] = Some(inb(t, next(), false)?);
+            } else {
+                drop(next());
+            }
+        }
+        for &s in senders {
+            if s != me {
+                outboxes[s as usize] = Some(out(s, next(), false)?);
+            } else {
+                drop(next());
+            }
         }
         Ok(Self {
             shared: Arc::new(RingShared {
-                region,
-                parties,
+                policy: policy.clone(),
                 capacity,
+                outboxes,
+                inboxes,
                 opts,
             }),
         })
     }
 
     fn check(&self, p: PartyId) -> Result<(), TransportError> {
-        if p >= self.shared.parties {
-            return Err(TransportError::NoSuchParty {
-                party: p,
-                parties: self.shared.parties,
-            });
+        let parties = self.shared.policy.parties();
+        if p >= parties {
+            return Err(TransportError::NoSuchParty { party: p, parties });
+        }
+        Ok(())
+    }
+
+    fn mapped(&self, p: PartyId) -> Result<(), TransportError> {
+        self.check(p)?;
+        let s = &self.shared;
+        let writable = |m: &Option<Mapped>| m.as_ref().is_some_and(|m| m.region.writable());
+        let readable = |m: &Option<Mapped>| m.is_some();
+        let ok = writable(&s.outboxes[p as usize])
+            && writable(&s.inboxes[p as usize])
+            && s.policy
+                .targets(p)
+                .iter()
+                .all(|&t| readable(&s.inboxes[t as usize]))
+            && s.policy
+                .senders(p)
+                .iter()
+                .all(|&f| readable(&s.outboxes[f as usize]));
+        if !ok {
+            return Err(TransportError::Layout(format!(
+                "this process does not hold party {p}'s ring regions"
+            )));
         }
         Ok(())
     }
@@ -165,21 +377,32 @@ impl Transport for RingTransport {
     }
 
     fn parties(&self) -> u16 {
-        self.shared.parties
+        self.shared.policy.parties()
     }
 
     fn fds_for(&self, party: PartyId) -> Result<Vec<BorrowedFd<'_>>, TransportError> {
         self.check(party)?;
-        Ok(vec![self.shared.region.fd()])
+        let s = &self.shared;
+        let mut v = vec![
+            agent_side(&s.outboxes[party as usize])?.region.fd(),
+            agent_side(&s.inboxes[party as usize])?.region.fd(),
+        ];
+        for &t in s.policy.targets(party) {
+            v.push(readonly(agent_side(&s.inboxes[t as usize])?));
+        }
+        for &f in s.policy.senders(party) {
+            v.push(readonly(agent_side(&s.outboxes[f as usize])?));
+        }
+        Ok(v)
     }
 
     fn sender(&self, me: PartyId) -> Result<Box<dyn Sender>, TransportError> {
-        self.check(me)?;
+        self.mapped(me)?;
         Ok(Box::new(RingSender::new(self.shared.clone(), me)))
     }
 
     fn receiver(&self, me: PartyId) -> Result<Box<dyn Receiver>, TransportError> {
-        self.check(me)?;
+        self.mapped(me)?;
         Ok(Box::new(RingReceiver::new(self.shared.clone(), me)))
     }
 }

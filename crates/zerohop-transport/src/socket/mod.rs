@@ -1,93 +1,121 @@
-//! The `socket` backend: one unix `SOCK_SEQPACKET` socketpair per receiving party. The agent
-//! keeps both ends of every pair, so a restarted party inherits the very same socket (with
-//! whatever was queued in it); every party inherits all send ends and its own receive end.
+//! The `socket` backend: one unix `SOCK_SEQPACKET` socketpair per allowed edge (sender,
+//! receiver). The agent keeps both ends of every pair, so a restarted party inherits the
+//! very same sockets (with whatever was queued in them); each party inherits the receive
+//! ends of the edges into it and the send ends of the edges out of it, nothing else.
 //!
 //! ```text
-//!  fds handed to party p:  [ rx(p), tx(0), tx(1), ..., tx(P-1) ]
+//!  fds handed to party p:  [ rx(s, p) for s in senders(p) ] ++ [ tx(p, t) for t in targets(p) ]
 //! ```
 //!
-//! Messages are exactly 16 bytes; `SOCK_SEQPACKET` keeps them whole even with many writers
-//! on one send end. The sender is not known from the socket; the endpoint learns it from
-//! the slot's owner record.
+//! Messages are exactly 16 bytes; `SOCK_SEQPACKET` keeps them whole. The receiver knows the
+//! sender from the socket a message came in on, and a sender that shuts its end down only
+//! closes its own edge.
 
 mod recv;
 mod send;
 
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 pub use self::recv::SocketReceiver;
 pub use self::send::SocketSender;
-use crate::{sys, Backend, Options, PartyId, Receiver, Sender, Transport, TransportError};
+use crate::{sys, Backend, Options, PartyId, Policy, Receiver, Sender, Transport, TransportError};
+
+/// The two ends of one edge; a party's process holds only its own end.
+#[derive(Default)]
+struct Edge {
+    rx: Option<Arc<OwnedFd>>,
+    tx: Option<Arc<OwnedFd>>,
+}
 
 /// The socket transport of one chain (all ends, agent side; or one party's ends).
 pub struct SocketTransport {
-    parties: u16,
-    /// Receive end per party (`None` for other parties in a party's process).
-    rx: Vec<Option<Arc<OwnedFd>>>,
-    /// Send end per party.
-    tx: Arc<Vec<OwnedFd>>,
+    policy: Policy,
+    edges: BTreeMap<(PartyId, PartyId), Edge>,
     opts: Options,
 }
 
 impl SocketTransport {
-    /// Creates one socketpair per party.
-    pub fn create(parties: u16, opts: Options) -> Result<Self, TransportError> {
-        if parties == 0 {
+    /// Creates one socketpair per allowed edge of `policy`.
+    pub fn create(policy: &Policy, opts: Options) -> Result<Self, TransportError> {
+        if policy.parties() == 0 {
             return Err(TransportError::Layout(
                 "a chain needs at least one party".into(),
             ));
         }
-        let mut rx = Vec::new();
-        let mut tx = Vec::new();
-        for _ in 0..parties {
-            let (r, t) = sys::seqpacket_pair()?;
-            sys::set_send_timeout(t.as_fd(), opts.send_timeout_ms)?;
-            rx.push(Some(Arc::new(r)));
-            tx.push(t);
+        let mut edges = BTreeMap::new();
+        for s in 0..policy.parties() {
+            for &r in policy.targets(s) {
+                let (rx, tx) = sys::seqpacket_pair()?;
+                sys::set_send_timeout(tx.as_fd(), opts.send_timeout_ms)?;
+                edges.insert(
+                    (s, r),
+                    Edge {
+                        rx: Some(Arc::new(rx)),
+                        tx: Some(Arc::new(tx)),
+                    },
+                );
+            }
         }
         Ok(Self {
-            parties,
-            rx,
-            tx: Arc::new(tx),
+            policy: policy.clone(),
+            edges,
             opts,
         })
     }
 
     /// Takes the fds of party `me`, in the order of [`Transport::fds_for`].
     pub fn attach(
-        parties: u16,
+        policy: &Policy,
         me: PartyId,
         fds: Vec<OwnedFd>,
         opts: Options,
     ) -> Result<Self, TransportError> {
-        if fds.len() != parties as usize + 1 || me >= parties {
+        let (senders, targets) = (policy.senders(me), policy.targets(me));
+        if me >= policy.parties() || fds.len() != senders.len() + targets.len() {
             return Err(TransportError::Layout(format!(
-                "socket transport of {parties} parties expects {} fds, got {}",
-                parties as usize + 1,
+                "socket transport: party {me} expects {} fds, got {}",
+                senders.len() + targets.len(),
                 fds.len()
             )));
         }
         let mut fds = fds.into_iter();
-        let own_rx = fds.next().expect("checked length");
-        let mut rx: Vec<Option<Arc<OwnedFd>>> = (0..parties).map(|_| None).collect();
-        rx[me as usize] = Some(Arc::new(own_rx));
+        let mut edges: BTreeMap<(PartyId, PartyId), Edge> = BTreeMap::new();
+        for &s in senders {
+            edges.entry((s, me)).or_default().rx = Some(Arc::new(fds.next().expect("counted")));
+        }
+        for &t in targets {
+            edges.entry((me, t)).or_default().tx = Some(Arc::new(fds.next().expect("counted")));
+        }
         Ok(Self {
-            parties,
-            rx,
-            tx: Arc::new(fds.collect()),
+            policy: policy.clone(),
+            edges,
             opts,
         })
     }
 
     fn check(&self, p: PartyId) -> Result<(), TransportError> {
-        if p >= self.parties {
+        if p >= self.policy.parties() {
             return Err(TransportError::NoSuchParty {
                 party: p,
-                parties: self.parties,
+                parties: self.policy.parties(),
             });
         }
         Ok(())
+    }
+
+    fn end(
+        &self,
+        edge: (PartyId, PartyId),
+        pick: impl Fn(&Edge) -> Option<&Arc<OwnedFd>>,
+    ) -> Result<&Arc<OwnedFd>, TransportError> {
+        self.edges.get(&edge).and_then(pick).ok_or_else(|| {
+            TransportError::Layout(format!(
+                "this process does not hold the socket of edge {} -> {}",
+                edge.0, edge.1
+            ))
+        })
     }
 }
 
@@ -97,30 +125,36 @@ impl Transport for SocketTransport {
     }
 
     fn parties(&self) -> u16 {
-        self.parties
+        self.policy.parties()
     }
 
     fn fds_for(&self, party: PartyId) -> Result<Vec<BorrowedFd<'_>>, TransportError> {
         self.check(party)?;
-        let own = self.rx[party as usize].as_ref().ok_or_else(|| {
-            TransportError::Layout(format!("this process does not hold party {party}'s socket"))
-        })?;
-        let mut v = vec![own.as_fd()];
-        v.extend(self.tx.iter().map(|t| t.as_fd()));
+        let mut v = Vec::new();
+        for &s in self.policy.senders(party) {
+            v.push(self.end((s, party), |e| e.rx.as_ref())?.as_fd());
+        }
+        for &t in self.policy.targets(party) {
+            v.push(self.end((party, t), |e| e.tx.as_ref())?.as_fd());
+        }
         Ok(v)
     }
 
     fn sender(&self, me: PartyId) -> Result<Box<dyn Sender>, TransportError> {
         self.check(me)?;
-        let _ = self.opts;
-        Ok(Box::new(SocketSender::new(self.tx.clone())))
+        let mut tx = vec![None; self.policy.parties() as usize];
+        for &t in self.policy.targets(me) {
+            tx[t as usize] = Some(self.end((me, t), |e| e.tx.as_ref())?.clone());
+        }
+        Ok(Box::new(SocketSender::new(tx, self.opts)))
     }
 
     fn receiver(&self, me: PartyId) -> Result<Box<dyn Receiver>, TransportError> {
         self.check(me)?;
-        let rx = self.rx[me as usize].clone().ok_or_else(|| {
-            TransportError::Layout(format!("this process does not hold party {me}'s socket"))
-        })?;
-        Ok(Box::new(SocketReceiver::new(rx)?))
+        let mut lanes = Vec::new();
+        for &s in self.policy.senders(me) {
+            lanes.push((s, self.end((s, me), |e| e.rx.as_ref())?.clone()));
+        }
+        Ok(Box::new(SocketReceiver::new(lanes)?))
     }
 }

@@ -1,5 +1,5 @@
-//! Receiving on the socket backend: non-blocking `recv` first (no extra syscall when busy),
-//! `poll` on the socket and a stop eventfd when empty.
+//! Receiving on the socket backend: non-blocking `recv` on each edge first (no extra syscall
+//! when busy), `poll` on the edges and a stop eventfd when all are empty.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,13 +7,22 @@ use std::sync::Arc;
 
 use zerohop_pool::Descriptor;
 
-use crate::{sys, Raw, Receiver, Stop, TransportError};
+use crate::{sys, PartyId, Raw, Receiver, Stop, TransportError};
+
+/// One edge into this receiver.
+struct Lane {
+    from: PartyId,
+    rx: Arc<OwnedFd>,
+    /// The sender shut its end down (or the socket failed): nothing can arrive any more.
+    closed: bool,
+}
 
 /// The socket receiver of one party.
 pub struct SocketReceiver {
-    rx: Arc<OwnedFd>,
-    /// A message was peeked and is still queued.
-    peeked: bool,
+    lanes: Vec<Lane>,
+    next_lane: usize,
+    /// The lane whose message was peeked and is still queued.
+    peeked: Option<usize>,
     stop: Arc<SocketStop>,
 }
 
@@ -32,24 +41,70 @@ impl Stop for SocketStop {
     }
 }
 
+/// What a message that is not a descriptor is surfaced as: a length no slot holds, so the
+/// endpoint drops and counts it.
+const NOT_A_DESCRIPTOR: Descriptor = Descriptor {
+    slot: 0,
+    next: 0,
+    len: u32::MAX,
+    request: 0,
+    generation: 0,
+};
+
 impl SocketReceiver {
-    pub(crate) fn new(rx: Arc<OwnedFd>) -> Result<Self, TransportError> {
+    pub(crate) fn new(lanes: Vec<(PartyId, Arc<OwnedFd>)>) -> Result<Self, TransportError> {
         Ok(Self {
-            rx,
-            peeked: false,
+            lanes: lanes
+                .into_iter()
+                .map(|(from, rx)| Lane {
+                    from,
+                    rx,
+                    closed: false,
+                })
+                .collect(),
+            next_lane: 0,
+            peeked: None,
             stop: Arc::new(SocketStop {
                 efd: sys::eventfd()?,
                 stopped: AtomicBool::new(false),
             }),
         })
     }
+
+    /// Looks at lane `i` without blocking.
+    fn try_lane(&mut self, i: usize) -> Option<Raw> {
+        let lane = &mut self.lanes[i];
+        if lane.closed {
+            return None;
+        }
+        let raw = |desc| Raw {
+            from: Some(lane.from),
+            desc,
+        };
+        match sys::recv16_nonblocking(lane.rx.as_fd(), true) {
+            Ok(Some((b, 16))) => Some(raw(Descriptor::from_bytes(b))),
+            // A zero-length read is either an empty message (invalid, below) or the end of
+            // the stream: once the sender shut its end down, recv returns 0 at once, forever.
+            Ok(Some((_, 0))) if sys::hung_up(lane.rx.as_fd()) => {
+                lane.closed = true;
+                None
+            }
+            Ok(Some(_)) => Some(raw(NOT_A_DESCRIPTOR)),
+            Ok(None) => None,
+            Err(_) => {
+                lane.closed = true;
+                None
+            }
+        }
+    }
 }
 
 impl Receiver for SocketReceiver {
     fn consume(&mut self) {
-        if std::mem::take(&mut self.peeked) {
+        if let Some(i) = self.peeked.take() {
             // Only this thread reads the socket, so the message removed is the one peeked.
-            let _ = sys::recv16_nonblocking(self.rx.as_fd(), false);
+            let _ = sys::recv16_nonblocking(self.lanes[i].rx.as_fd(), false);
+            self.next_lane = (i + 1) % self.lanes.len();
         }
     }
 
@@ -58,36 +113,23 @@ impl Receiver for SocketReceiver {
             if self.stop.stopped.load(Ordering::SeqCst) {
                 return None;
             }
-            let got = sys::recv16_nonblocking(self.rx.as_fd(), true);
-            self.peeked = matches!(got, Ok(Some(_)));
-            match got {
-                // A message of the wrong size is not a descriptor; it is skipped. The
-                // endpoint cannot count it (it never sees it), so it is surfaced as a
-                // descriptor addressed nowhere, which the endpoint drops and counts.
-                Ok(Some((b, 16))) => {
-                    return Some(Raw {
-                        from: None,
-                        desc: Descriptor::from_bytes(b),
-                    })
+            let n = self.lanes.len();
+            let first = self.peeked.unwrap_or(self.next_lane);
+            for k in 0..n {
+                let i = (first + k) % n;
+                if let Some(raw) = self.try_lane(i) {
+                    self.peeked = Some(i);
+                    return Some(raw);
                 }
-                // A zero-length read is either an empty message (invalid, below) or the
-                // end of the stream: once every send end is closed or shut down, recv
-                // returns 0 at once, forever, and poll never blocks again.
-                Ok(Some((_, 0))) if sys::hung_up(self.rx.as_fd()) => return None,
-                Ok(Some(_)) => {
-                    return Some(Raw {
-                        from: None,
-                        desc: Descriptor {
-                            next: Descriptor::GATEWAY ^ 0x80,
-                            flags: 0xFF,
-                            ..Descriptor::default()
-                        },
-                    })
-                }
-                Ok(None) => sys::poll_readable(&[self.rx.as_fd(), self.stop.efd.as_fd()]),
-                // The socket is unusable: nothing will ever arrive.
-                Err(_) => return None,
             }
+            let mut fds: Vec<_> = self
+                .lanes
+                .iter()
+                .filter(|l| !l.closed)
+                .map(|l| l.rx.as_fd())
+                .collect();
+            fds.push(self.stop.efd.as_fd());
+            sys::poll_readable(&fds);
         }
     }
 
