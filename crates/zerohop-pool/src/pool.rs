@@ -413,6 +413,23 @@ impl Pool {
         Some(unsafe { self.slot_ptr(slot).cast::<SlotHeader>().read_volatile() })
     }
 
+    /// Rewrites the header of `slot` whoever owns it, as a hostile party of the chain can:
+    /// for tests that check the other parties survive it. Not part of the protocol.
+    #[doc(hidden)]
+    pub fn scribble_header(&self, slot: u32, f: impl FnOnce(&mut SlotHeader)) {
+        if slot >= self.slot_count() {
+            return;
+        }
+        let p = self.slot_ptr(slot).cast::<SlotHeader>();
+        // SAFETY: in bounds and aligned; volatile, because another party may be using the
+        // bytes right now (which is the point: the readers must cope).
+        unsafe {
+            let mut h = p.read_volatile();
+            f(&mut h);
+            p.write_volatile(h);
+        }
+    }
+
     /// Frees every slot `dead` holds; returns the headers they carried.
     pub fn reclaim(&self, dead: Owner) -> Vec<(u32, SlotHeader)> {
         let owners = self.owners();
