@@ -107,6 +107,24 @@ impl Gateway {
         let _ = tokio::time::timeout(self.config.timeout, graceful.shutdown()).await;
     }
 
+    /// Serves one connection over any byte stream (the fuzz target of the HTTP ingress feeds
+    /// it arbitrary bytes this way); returns when the connection ends.
+    pub async fn serve_io<I>(self: &Arc<Self>, io: I)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let gw = self.clone();
+        let svc = service_fn(move |req| {
+            let gw = gw.clone();
+            async move { Ok::<_, Infallible>(gw.handle(req).await) }
+        });
+        let _ = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .serve_connection(TokioIo::new(io), svc)
+            .await;
+    }
+
     /// Answers one HTTP request.
     pub(crate) async fn handle(&self, req: Request<Incoming>) -> Answer {
         match self.handle_inner(req).await {
