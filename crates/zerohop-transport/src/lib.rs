@@ -57,7 +57,7 @@ pub enum Backend {
     /// Shared-memory queues with spin-then-futex wakeup (default).
     #[default]
     Ring,
-    /// Unix `SOCK_SEQPACKET` per receiving party.
+    /// Unix `SOCK_SEQPACKET` socketpair per allowed edge.
     Socket,
 }
 
