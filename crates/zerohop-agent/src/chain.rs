@@ -6,16 +6,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
-use tokio::process::Child;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use zerohop_gateway::{Gateway, GatewayConfig};
 use zerohop_pool::{PartyState, Pool, PoolConfig, PoolError};
 use zerohop_transport::{Backend, Endpoint, TransportError};
 
+use crate::confine::{CgroupMode, Domain, Program, UidRange};
 use crate::plan::plan_from_spec;
 use crate::spec::{ChainSpec, SpecError};
-use crate::supervise::{self, InstanceSpec, Shared};
+use crate::supervise::{self, Instance, InstanceSpec, PartyControl, Shared};
+use crate::watchdog;
 
 /// How to bring a chain up.
 #[derive(Clone, Debug)]
@@ -28,6 +29,10 @@ pub struct UpOptions {
     pub ready_timeout: Duration,
     /// Ring receiver spin budget in microseconds (default: the transport's).
     pub spin_us: Option<u32>,
+    /// Uids chains may run under when the agent is root (one per chain, locked).
+    pub uid_range: UidRange,
+    /// Which cgroup hierarchy instances are put in.
+    pub cgroups: CgroupMode,
 }
 
 impl Default for UpOptions {
@@ -37,6 +42,8 @@ impl Default for UpOptions {
             transport: None,
             ready_timeout: Duration::from_secs(10),
             spin_us: None,
+            uid_range: UidRange::default(),
+            cgroups: CgroupMode::Auto,
         }
     }
 }
@@ -60,6 +67,17 @@ pub enum AgentError {
         addr: SocketAddr,
         /// OS error.
         source: std::io::Error,
+    },
+    /// The chain's security domain could not be set up.
+    #[error("{0}")]
+    Confine(String),
+    /// A function's program could not be prepared.
+    #[error("function '{function}': {message}")]
+    Program {
+        /// Function name.
+        function: String,
+        /// What is wrong.
+        message: String,
     },
     /// An instance could not be started.
     #[error("starting function '{function}' ({program}): {source}")]
@@ -103,6 +121,7 @@ pub struct Running {
     instance_stop: watch::Sender<bool>,
     server: JoinHandle<()>,
     supervisors: Vec<JoinHandle<()>>,
+    watchdog: JoinHandle<()>,
     receiving: Option<zerohop_gateway::Receiving>,
     summary: String,
 }
@@ -133,6 +152,26 @@ impl Running {
         &self.shared.pool
     }
 
+    /// The uid the chain's instances run as (seen from outside their namespace).
+    pub fn uid(&self) -> u32 {
+        self.shared.domain.uid()
+    }
+
+    /// Pid of party `party`'s running instance (it leads its own process group), from the
+    /// agent's own records; `None` when it has none right now.
+    pub fn instance_pid(&self, party: u16) -> Option<u32> {
+        self.shared
+            .parties
+            .get(party as usize)
+            .map(|c| c.pgid.load(std::sync::atomic::Ordering::Acquire))
+            .filter(|&p| p != 0)
+    }
+
+    /// One line: who instances run as, and their cgroup.
+    pub fn confinement(&self) -> String {
+        self.shared.domain.describe()
+    }
+
     /// Stops accepting, lets open requests finish (up to the chain timeout), stops every
     /// instance (SIGTERM, then SIGKILL), stops the receive thread and releases the pool.
     pub async fn shutdown(mut self) {
@@ -142,23 +181,31 @@ impl Running {
         for s in self.supervisors.drain(..) {
             let _ = s.await;
         }
+        let _ = (&mut self.watchdog).await;
         if let Some(r) = self.receiving.take() {
             r.stop();
         }
     }
 }
 
-/// Checks that a function's program exists before anything is started.
-fn check_program(spec: &ChainSpec, f: &crate::spec::FunctionSpec) -> Result<(), SpecError> {
+/// Finds a function's program before anything is started: a path with a `/` as given, a
+/// bare name in the agent's `PATH`.
+fn check_program(
+    spec: &ChainSpec,
+    f: &crate::spec::FunctionSpec,
+) -> Result<std::path::PathBuf, SpecError> {
     let prog = &f.command[0];
     let found = if prog.contains('/') {
-        Path::new(prog).is_file()
+        Some(Path::new(prog).to_owned()).filter(|p| p.is_file())
     } else {
-        std::env::var_os("PATH")
-            .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(prog).is_file()))
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(prog))
+                .find(|p| p.is_file())
+        })
     };
-    if found {
-        return Ok(());
+    if let Some(path) = found {
+        return Ok(path);
     }
     Err(SpecError {
         file: spec.file.display().to_string(),
@@ -173,9 +220,23 @@ fn check_program(spec: &ChainSpec, f: &crate::spec::FunctionSpec) -> Result<(), 
 /// Brings `spec` up: pool, transport, gateway, instances; returns once every instance is
 /// attached and the gateway listens.
 pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError> {
+    let mut paths = Vec::new();
     for f in &spec.functions {
-        check_program(&spec, f)?;
+        paths.push(check_program(&spec, f)?);
     }
+    let domain =
+        Domain::new(&spec.name, opts.uid_range, opts.cgroups).map_err(AgentError::Confine)?;
+    let programs = spec
+        .functions
+        .iter()
+        .zip(&paths)
+        .map(|(f, path)| {
+            Program::open(path, &f.syscalls, &domain).map_err(|message| AgentError::Program {
+                function: f.name.clone(),
+                message,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let backend = match opts.transport {
         Some(b) => b,
         None => spec.transport.parse().map_err(|message| SpecError {
@@ -230,19 +291,23 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         addr: opts.listen,
         source,
     })?;
+    tracing::info!(chain = %spec.name, "{}", domain.describe());
     let shared = Arc::new(Shared {
         pool,
         transport,
         gateway,
         plan_json,
+        domain,
+        programs,
+        parties: (0..parties).map(|_| PartyControl::default()).collect(),
     });
 
     // Start every instance, then wait until all have attached. On failure every instance
     // already started is stopped and reaped before the error is returned: nothing is left.
-    let mut instances: Vec<(InstanceSpec, Child)> = Vec::new();
+    let mut instances: Vec<(InstanceSpec, Instance)> = Vec::new();
     if let Err(e) = start_instances(&spec, &shared, &opts, &mut instances).await {
-        for (_, child) in &mut instances {
-            supervise::terminate(child).await;
+        for (inst, instance) in &mut instances {
+            supervise::terminate(&shared, inst.party, instance).await;
         }
         if let Some(r) = receiving.take() {
             r.stop();
@@ -253,15 +318,16 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     let (instance_stop, stop_rx) = watch::channel(false);
     let supervisors = instances
         .into_iter()
-        .map(|(inst, child)| {
+        .map(|(inst, instance)| {
             tokio::spawn(supervise::supervise(
                 shared.clone(),
                 inst,
-                child,
+                instance,
                 stop_rx.clone(),
             ))
         })
         .collect();
+    let watchdog = tokio::spawn(watchdog::watch(shared.clone(), spec.timeout, stop_rx));
     let (http_stop, http_rx) = watch::channel(false);
     let server = tokio::spawn(shared.gateway.clone().serve(listener, http_rx));
     let summary = format!(
@@ -279,6 +345,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         instance_stop,
         server,
         supervisors,
+        watchdog,
         receiving,
         summary,
     })
@@ -289,13 +356,14 @@ async fn start_instances(
     spec: &ChainSpec,
     shared: &Arc<Shared>,
     opts: &UpOptions,
-    instances: &mut Vec<(InstanceSpec, Child)>,
+    instances: &mut Vec<(InstanceSpec, Instance)>,
 ) -> Result<(), AgentError> {
     let mut party = 1u16;
-    for f in &spec.functions {
+    for (index, f) in spec.functions.iter().enumerate() {
         for _ in 0..f.instances {
             let inst = InstanceSpec {
                 party,
+                index,
                 function: f.name.clone(),
                 command: f.command.clone(),
                 env: f.env.clone(),
@@ -312,8 +380,8 @@ async fn start_instances(
     let deadline = Instant::now() + opts.ready_timeout;
     loop {
         let mut all_ready = true;
-        for (inst, child) in instances.iter_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
+        for (inst, instance) in instances.iter_mut() {
+            if let Ok(Some(status)) = instance.child.try_wait() {
                 return Err(AgentError::NotReady {
                     function: inst.function.clone(),
                     party: inst.party,

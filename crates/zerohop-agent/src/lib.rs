@@ -7,16 +7,30 @@
 //! in-flight requests answered 502, the instance restarted with backoff), and on shutdown
 //! stops everything with nothing left behind.
 //!
+//! Every instance is confined by the agent before its program runs ([`confine`]): a uid
+//! of the chain's own (or a user namespace), no supplementary groups, `no_new_privs`, not
+//! dumpable, a seccomp allow-list, an allow-listed environment, only the hand-over
+//! descriptors, its own process group and cgroup, and a parent-death signal; a watchdog
+//! kills instances that hang on a request ([`watchdog`](crate::watchdog)).
+//!
 //! The gateway runs inside the agent process, so crash handling needs no extra hop.
-//! No unsafe code.
+//!
+//! `unsafe` is denied everywhere except `confine::sys`: what a child runs between `fork`
+//! and `execve` (`pre_exec` is unsafe by nature: only async-signal-safe calls are allowed
+//! there), `close_range`, and the fork of the reaper process. Needs Linux 5.11 for
+//! `close_range` (older kernels fall back to one `fcntl` per descriptor) and 5.14 for
+//! `cgroup.kill` (else v1 or no cgroups).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod chain;
+pub mod confine;
 mod plan;
 pub mod spec;
 mod supervise;
+mod watchdog;
 
 pub use chain::{up, AgentError, Running, UpOptions};
+pub use confine::{CgroupMode, UidRange};
 pub use plan::plan_from_spec;

@@ -16,6 +16,7 @@
 //! functions:
 //!   upper:   { command: ["./upper"], instances: 1, concurrency: 1 }
 //!   exclaim: { command: ["./exclaim"], env: { K: v }, headers: [X-Trace], next: [upper] }
+//!   tracer:  { command: ["./tracer"], syscalls: [ptrace] }   # beyond the seccomp allow-list
 //! routes:
 //!   - http: POST /hello
 //!     sequence: [upper, exclaim]
@@ -87,6 +88,8 @@ pub struct FunctionSpec {
     pub headers: Vec<String>,
     /// Functions it may forward to by dynamic routing.
     pub next: Vec<String>,
+    /// System calls allowed beyond the default seccomp allow-list (validated names).
+    pub syscalls: Vec<String>,
 }
 
 /// One route into the chain.
@@ -577,6 +580,7 @@ impl Cx {
                     "env",
                     "headers",
                     "next",
+                    "syscalls",
                 ],
             )?;
             let cmd_node = self.required(k, &f, "command", &p)?;
@@ -642,6 +646,27 @@ impl Cx {
                 None => Vec::new(),
                 Some(n) => self.strings(n, &format!("{p}next"))?,
             };
+            let syscalls = match get(&f, "syscalls") {
+                None => Vec::new(),
+                Some(n) => {
+                    let names = self.strings(n, &format!("{p}syscalls"))?;
+                    let items = self.sequence(n, &format!("{p}syscalls"))?;
+                    for (i, (name, node)) in names.iter().zip(items).enumerate() {
+                        if crate::confine::seccomp::number(name).is_none() {
+                            return Err(self.err(
+                                line(node),
+                                &format!("{p}syscalls[{i}]"),
+                                format!(
+                                    "unknown system call `{name}` (on {}); use Linux system call \
+                                     names such as ptrace, bpf, setsid (see docs/spec.md)",
+                                    std::env::consts::ARCH
+                                ),
+                            ));
+                        }
+                    }
+                    names
+                }
+            };
             out.push(FunctionSpec {
                 name,
                 line: line(k),
@@ -651,6 +676,7 @@ impl Cx {
                 env,
                 headers,
                 next,
+                syscalls,
             });
         }
         // Dynamic routing targets must exist.
@@ -811,6 +837,7 @@ functions:
     env: { MODE: loud, N: 3 }
     headers: [X-Trace]
     next: [upper]
+    syscalls: [ptrace, setsid]
 routes:
   - http: POST /hello
     sequence: [upper, exclaim]
@@ -846,6 +873,8 @@ routes:
         );
         assert_eq!(ex.headers, vec!["x-trace".to_owned()]);
         assert_eq!(ex.next, vec!["upper".to_owned()]);
+        assert_eq!(ex.syscalls, vec!["ptrace".to_owned(), "setsid".to_owned()]);
+        assert!(up.syscalls.is_empty());
         assert_eq!(s.routes.len(), 1);
         assert_eq!(
             (s.routes[0].method.as_str(), s.routes[0].path.as_str()),
@@ -861,11 +890,13 @@ routes:
             (HELLO.replace("timeout: 2s", "timeout: soon"), "c.yaml:3: timeout: `soon` is not a duration"),
             (HELLO.replace("instances: 2", "instances: two"), "c.yaml:5: functions.upper.instances: expected a whole number, found a string"),
             (HELLO.replace("instances: 2", "instances: 0"), "c.yaml:5: functions.upper.instances: 0 is out of range"),
-            (HELLO.replace("[upper, exclaim]", "[upper, shout]"), "c.yaml:13: routes[0].sequence[1]: unknown function `shout`; known functions: upper, exclaim"),
+            (HELLO.replace("[ptrace, setsid]", "[ptrace, ptracee]"), "c.yaml:11: functions.exclaim.syscalls[1]: unknown system call `ptracee`"),
+            (HELLO.replace("[ptrace, setsid]", "ptrace"), "c.yaml:11: functions.exclaim.syscalls: expected a list"),
+            (HELLO.replace("[upper, exclaim]", "[upper, shout]"), "c.yaml:14: routes[0].sequence[1]: unknown function `shout`; known functions: upper, exclaim"),
             (HELLO.replace("next: [upper]", "next: [nobody]"), "c.yaml:10: functions.exclaim.next[0]: unknown function `nobody`"),
             (HELLO.replace("    command: [/bin/exclaim]\n", ""), "c.yaml:6: functions.exclaim.command: missing"),
             (HELLO.replace("[/bin/exclaim]", "[]"), "c.yaml:7: functions.exclaim.command: empty"),
-            (HELLO.replace("POST /hello", "post hello"), "c.yaml:12: routes[0].http: `post hello` is not `METHOD /path`"),
+            (HELLO.replace("POST /hello", "post hello"), "c.yaml:13: routes[0].http: `post hello` is not `METHOD /path`"),
             (HELLO.replace("slot_size: 8KiB", "slot_size: 8 lots"), "c.yaml:2: pool.slot_size: `8 lots` is not a size"),
             (HELLO.replace("slot_size: 8KiB", "slot_size: 1000"), "c.yaml:2: pool.slot_size: must be a multiple of 64"),
             (HELLO.replace("timeout: 2s", "max_body: 1MiB"), "c.yaml:3: max_body: 1048576 bytes do not fit a slot of 8192 bytes"),
@@ -874,7 +905,7 @@ routes:
             (HELLO.replace("timeout: 2s", "transport: carrier-pigeon"), "c.yaml:3: transport: unknown transport `carrier-pigeon`; use one of: ring, socket"),
             (HELLO.replace("env: { MODE: loud, N: 3 }", "env: [MODE]"), "c.yaml:8: functions.exclaim.env: expected a mapping"),
             (HELLO.replace("{ slots: 64,", "{ slots: 64, hugepages: maybe,"), "c.yaml:2: pool.hugepages: expected true or false"),
-            (format!("{HELLO}  - http: POST /hello\n    sequence: [upper]\n"), "c.yaml:14: routes[1].http: `POST /hello` is already routed"),
+            (format!("{HELLO}  - http: POST /hello\n    sequence: [upper]\n"), "c.yaml:15: routes[1].http: `POST /hello` is already routed"),
             ("name: x\nfunctions: {\n".into(), "c.yaml:3: (yaml): not valid YAML"),
             ("".into(), "c.yaml:1: (spec): the spec is empty"),
             ("- a\n".into(), "c.yaml:1: (spec): expected a mapping"),

@@ -1,19 +1,23 @@
-//! Spawning and supervising one instance: restart with backoff after a crash, after the
-//! gateway has reclaimed its slots and answered its requests.
+//! Spawning and supervising one instance: every exit (crash, stop, hang) kills the whole
+//! instance (its process group and cgroup) before the gateway reclaims its slots and
+//! answers its requests; then the instance is restarted with backoff.
 
 use std::os::fd::OwnedFd;
-use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use command_fds::{CommandFdExt, FdMapping};
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::watch;
 use zerohop_gateway::Gateway;
 use zerohop_pool::{PartyState, Pool};
 use zerohop_transport::{handover, PartyId, Transport};
+
+use crate::confine::cgroup::InstanceCgroup;
+use crate::confine::{self, Domain, Program};
 
 /// What all supervisors of a chain share.
 pub(crate) struct Shared {
@@ -21,14 +25,38 @@ pub(crate) struct Shared {
     pub transport: Box<dyn Transport>,
     pub gateway: Arc<Gateway>,
     pub plan_json: String,
+    pub domain: Domain,
+    /// Per function, in spec order.
+    pub programs: Vec<Program>,
+    /// Per party (index = party; 0, the gateway, unused): the agent's own record of each
+    /// instance, never read back from shared memory.
+    pub parties: Vec<PartyControl>,
+}
+
+/// What the agent knows about one party's current instance.
+#[derive(Default)]
+pub(crate) struct PartyControl {
+    /// Process group (= pid) of the running instance, 0 when none.
+    pub pgid: AtomicU32,
+    /// Set by the watchdog when it kills the instance for hanging: what to report.
+    pub hung: Mutex<Option<String>>,
 }
 
 /// One instance to keep running.
 pub(crate) struct InstanceSpec {
     pub party: PartyId,
+    /// Index of the function in the spec.
+    pub index: usize,
     pub function: String,
     pub command: Vec<String>,
     pub env: Vec<(String, String)>,
+}
+
+/// A started instance: its leader process and its cgroup.
+pub(crate) struct Instance {
+    pub child: Child,
+    pgid: u32,
+    cgroup: Option<InstanceCgroup>,
 }
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -38,7 +66,7 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 /// How long an instance gets to exit after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
-pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Child> {
+pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Instance> {
     let mut fds: Vec<OwnedFd> = vec![shared.pool.fd().try_clone_to_owned()?];
     let transport_fds = shared
         .transport
@@ -47,33 +75,40 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Chi
     for fd in transport_fds {
         fds.push(fd.try_clone_to_owned()?);
     }
-    let n = fds.len();
-    let mappings = fds
-        .into_iter()
-        .enumerate()
-        .map(|(i, fd)| FdMapping {
-            parent_fd: fd,
-            child_fd: handover::FIRST_FD + i as i32,
-        })
-        .collect();
-    let mut cmd = Command::new(&inst.command[0]);
-    cmd.args(&inst.command[1..])
-        .envs(inst.env.iter().map(|(k, v)| (k, v)))
-        .env(handover::PLAN, &shared.plan_json)
-        .env(handover::PARTY, inst.party.to_string())
-        .env(handover::FDS, n.to_string())
-        .env(handover::AGENT_PID, std::process::id().to_string())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    cmd.fd_mappings(mappings).map_err(std::io::Error::other)?;
+    let handover_env = [
+        (handover::PLAN, shared.plan_json.clone()),
+        (handover::PARTY, inst.party.to_string()),
+        (handover::FDS, fds.len().to_string()),
+        (handover::AGENT_PID, std::process::id().to_string()),
+    ];
+    let env = confine::environment(&inst.env, &handover_env);
+    let cgroup = shared.domain.instance_cgroup(&inst.function, inst.party);
+    let mut cmd = confine::command(
+        &shared.domain,
+        &shared.programs[inst.index],
+        &inst.command[1..],
+        env,
+        fds,
+        cgroup.as_ref(),
+    )?;
     if let Some(rec) = shared.pool.party(inst.party) {
         rec.set_state(PartyState::Starting);
     }
-    let child = cmd.spawn()?;
+    let child = cmd.spawn().map_err(confine::explain)?;
+    let pid = child.id().unwrap_or(0);
     if let Some(rec) = shared.pool.party(inst.party) {
-        rec.set_pid(child.id().unwrap_or(0));
+        rec.set_pid(pid);
     }
-    Ok(child)
+    // The child leads its own group (process_group(0)): pgid = pid.
+    shared.domain.started(pid);
+    if let Some(c) = shared.parties.get(inst.party as usize) {
+        c.pgid.store(pid, Ordering::Release);
+    }
+    Ok(Instance {
+        child,
+        pgid: pid,
+        cgroup,
+    })
 }
 
 fn describe(status: std::io::Result<ExitStatus>) -> String {
@@ -88,15 +123,35 @@ fn describe(status: std::io::Result<ExitStatus>) -> String {
     }
 }
 
-/// Stops a child: SIGTERM, then SIGKILL after a grace period; always reaped.
-pub(crate) async fn terminate(child: &mut Child) {
-    if let Some(pid) = child.id() {
-        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-        if tokio::time::timeout(TERM_GRACE, child.wait()).await.is_ok() {
-            return;
-        }
+/// Kills whatever is left of an instance whose leader has exited (or is being stopped):
+/// its process group, then its cgroup (which also catches anything that left the group),
+/// removes the cgroup and tells the reaper the group is gone.
+async fn kill_rest(shared: &Shared, party: PartyId, inst: &mut Instance) {
+    if inst.pgid != 0 {
+        let _ = killpg(Pid::from_raw(inst.pgid as i32), Signal::SIGKILL);
     }
-    let _ = child.kill().await;
+    if let Some(cg) = inst.cgroup.take() {
+        // Killing and removing a cgroup may wait for its members to go: off the runtime.
+        let _ = tokio::task::spawn_blocking(move || drop(cg)).await;
+    }
+    if inst.pgid != 0 {
+        shared.domain.gone(inst.pgid);
+        inst.pgid = 0;
+    }
+    if let Some(c) = shared.parties.get(party as usize) {
+        c.pgid.store(0, Ordering::Release);
+    }
+}
+
+/// Stops an instance: SIGTERM to its process group, then after a grace period SIGKILL to
+/// the group and its cgroup; the leader is always reaped.
+pub(crate) async fn terminate(shared: &Shared, party: PartyId, inst: &mut Instance) {
+    if inst.pgid != 0 {
+        let _ = killpg(Pid::from_raw(inst.pgid as i32), Signal::SIGTERM);
+        let _ = tokio::time::timeout(TERM_GRACE, inst.child.wait()).await;
+    }
+    kill_rest(shared, party, inst).await;
+    let _ = inst.child.kill().await;
 }
 
 /// Resolves once `stop` turns true (or its sender is gone).
@@ -111,29 +166,35 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     }
 }
 
-/// Keeps `inst` running until `stop` turns true, starting from an already spawned `child`.
+/// Keeps `inst` running until `stop` turns true, starting from an already spawned
+/// `instance`.
 pub(crate) async fn supervise(
     shared: Arc<Shared>,
     inst: InstanceSpec,
-    mut child: Child,
+    mut instance: Instance,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = BACKOFF_MIN;
     loop {
         let started = Instant::now();
         let status = tokio::select! {
-            s = child.wait() => s,
+            s = instance.child.wait() => s,
             _ = stopped(&mut stop) => {
-                terminate(&mut child).await;
+                terminate(&shared, inst.party, &mut instance).await;
                 return;
             }
         };
+        // Nothing of the instance may run on while its slots are reclaimed.
+        kill_rest(&shared, inst.party, &mut instance).await;
         if *stop.borrow() {
             return;
         }
-        let what = describe(status);
-        let rec = shared.pool.party(inst.party);
-        if let Some(rec) = rec {
+        let hung = shared
+            .parties
+            .get(inst.party as usize)
+            .and_then(|c| c.hung.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let what = hung.unwrap_or_else(|| describe(status));
+        if let Some(rec) = shared.pool.party(inst.party) {
             rec.set_state(PartyState::Dead);
             rec.count_restart();
         }
@@ -153,8 +214,8 @@ pub(crate) async fn supervise(
             }
             backoff = (backoff * 2).min(BACKOFF_MAX);
             match spawn(&shared, &inst) {
-                Ok(c) => {
-                    child = c;
+                Ok(i) => {
+                    instance = i;
                     break;
                 }
                 Err(e) => tracing::error!(

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
-use zerohop_agent::{spec, up, UpOptions};
+use zerohop_agent::{spec, up, UidRange, UpOptions};
 use zerohop_transport::Backend;
 
 #[derive(Parser)]
@@ -39,6 +39,10 @@ enum Command {
         /// Ring transport: how long an idle receiver spins before it sleeps (microseconds).
         #[arg(long)]
         spin_us: Option<u32>,
+        /// As root: the uids chains may run under, START-END (one per chain, never shared
+        /// between agents).
+        #[arg(long, default_value = "100000-165535")]
+        uid_range: UidRange,
     },
     /// Validates a chain spec and exits (2 when invalid).
     Check {
@@ -79,12 +83,13 @@ fn main() -> ExitCode {
             listen,
             transport,
             spin_us,
+            uid_range,
         } => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("tokio runtime");
-            runtime.block_on(run_up(path, listen, transport, spin_us))
+            runtime.block_on(run_up(path, listen, transport, spin_us, uid_range))
         }
     }
 }
@@ -94,6 +99,7 @@ async fn run_up(
     listen: SocketAddr,
     transport: Option<Backend>,
     spin_us: Option<u32>,
+    uid_range: UidRange,
 ) -> ExitCode {
     let spec = match spec::load(&path) {
         Ok(s) => s,
@@ -115,6 +121,7 @@ async fn run_up(
         listen,
         transport,
         spin_us,
+        uid_range,
         ..UpOptions::default()
     };
     let running = match up(spec, opts).await {

@@ -1,0 +1,340 @@
+//! Confinement: a chain is a security domain, enforced by the agent when it starts an
+//! instance (the function itself is never trusted to do any of it).
+//!
+//! Per chain ([`Domain`]): an identity ([`identity`]: a uid of its own when the agent is
+//! root, a user namespace otherwise), a cgroup folder where the host allows one
+//! ([`cgroup`]), and a [`reaper`] that kills every instance's process group if the agent
+//! dies. Per function ([`Program`]): the program opened once by the agent (so the chain's
+//! uid need not reach the folder it lives in) and its seccomp filter compiled once
+//! ([`seccomp`]). Per instance, in the child between `fork` and `execve` ([`sys`]): join
+//! its cgroup, drop to the chain's ids (no supplementary groups), arm the parent-death
+//! signal and check the agent is still there, `no_new_privs`, not dumpable, every
+//! descriptor but 0-2 and the hand-over set close-on-exec, and the seccomp filter last. The
+//! environment is rebuilt from an allow-list ([`environment`]), and the instance leads a
+//! process group of its own.
+
+pub(crate) mod cgroup;
+pub(crate) mod identity;
+pub(crate) mod reaper;
+pub mod seccomp;
+mod sys;
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use cgroup::CgroupMode;
+pub use identity::{no_userns_message, IdentityError, UidRange};
+
+use self::cgroup::{ChainCgroup, InstanceCgroup, Version};
+use self::identity::Identity;
+use self::reaper::Reaper;
+use self::seccomp::Filters;
+use self::sys::{ChildIds, ChildPlan};
+
+/// Variables passed from the agent's environment when set (`LC_*` by prefix).
+pub const ENV_ALLOWED: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+];
+/// `PATH` when the agent has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The chain's security domain; lives as long as the chain.
+#[derive(Debug)]
+pub(crate) struct Domain {
+    identity: Identity,
+    cgroup: Option<ChainCgroup>,
+    reaper: Reaper,
+    agent_pid: i32,
+}
+
+impl Domain {
+    /// Sets up the domain of chain `name`.
+    pub fn new(name: &str, uids: UidRange, cgroups: CgroupMode) -> Result<Domain, String> {
+        let identity = identity::acquire(uids).map_err(|e| e.to_string())?;
+        let cgroup = ChainCgroup::create(name, cgroups);
+        let kill = cgroup
+            .as_ref()
+            .filter(|c| c.version() == Version::V2)
+            .map(|c| c.dir().join("cgroup.kill"));
+        let reaper = Reaper::start(kill.as_deref())
+            .map_err(|e| format!("cannot start the reaper process: {e}"))?;
+        Ok(Domain {
+            identity,
+            cgroup,
+            reaper,
+            agent_pid: std::process::id() as i32,
+        })
+    }
+
+    /// The uid instances run as (seen from outside).
+    pub fn uid(&self) -> u32 {
+        self.identity.uid()
+    }
+
+    /// One line for the log: who instances run as, and how they are grouped.
+    pub fn describe(&self) -> String {
+        let who = match &self.identity {
+            Identity::Uid { uid, gid, .. } => format!("uid {uid}, gid {gid}"),
+            Identity::UserNs { .. } => format!("a user namespace (uid {})", self.uid()),
+        };
+        let cg = match &self.cgroup {
+            Some(c) => format!("cgroup {:?} {}", c.version(), c.dir().display()),
+            None => "no cgroup (process groups only)".into(),
+        };
+        format!("instances run as {who}; {cg}")
+    }
+
+    /// A cgroup for one instance, if the chain has cgroups (failures are logged at debug
+    /// level; the process group still holds the instance together).
+    pub fn instance_cgroup(&self, function: &str, party: u16) -> Option<InstanceCgroup> {
+        let c = self.cgroup.as_ref()?;
+        match c.instance(function, party) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                tracing::debug!(function, party, "no cgroup for this instance: {e}");
+                None
+            }
+        }
+    }
+
+    /// Records a started instance's process group with the reaper.
+    pub fn started(&self, pgid: u32) {
+        self.reaper.add(pgid);
+    }
+
+    /// The group is gone.
+    pub fn gone(&self, pgid: u32) {
+        self.reaper.remove(pgid);
+    }
+}
+
+/// A function's program, opened once, and its compiled filter.
+#[derive(Debug)]
+pub(crate) struct Program {
+    /// The path as given (arg0, messages).
+    pub path: PathBuf,
+    /// `O_PATH` descriptor of a program in a folder the chain's uid cannot search,
+    /// executed through `/proc/self/fd/N` (ELF only: a `#!` script's interpreter reopens
+    /// the script by name); `None`: executed by path.
+    exec_fd: Option<OwnedFd>,
+    filters: Arc<Filters>,
+}
+
+impl Program {
+    /// Opens `path` (as the agent) and compiles the filter widened by `syscalls`.
+    pub fn open(path: &Path, syscalls: &[String], domain: &Domain) -> Result<Program, String> {
+        let filters = seccomp::build(syscalls).map_err(|e| e.to_string())?;
+        let mut head = [0u8; 2];
+        let mut f = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let script = f.read_exact(&mut head).is_ok() && head == *b"#!";
+        // By path when the chain's uid can reach it (the process then shows its own name in
+        // ps and top); else by descriptor, which needs no search permission on the folders.
+        let exec_fd = match unreachable_dir(path, domain) {
+            None => None,
+            Some(dir) if script => {
+                return Err(format!(
+                    "the chain's uid {} cannot reach the script {}: {} is not searchable by \
+                     others (o+x), and a `#!` script is reopened by name by its interpreter; \
+                     move the script or open up that folder",
+                    domain.uid(),
+                    path.display(),
+                    dir.display()
+                ));
+            }
+            Some(_) => {
+                let fd = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+                    .open(path)
+                    .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                Some(OwnedFd::from(fd))
+            }
+        };
+        Ok(Program {
+            path: path.to_owned(),
+            exec_fd,
+            filters: Arc::new(filters),
+        })
+    }
+}
+
+/// The first ancestor folder of `path` that the chain's uid cannot search (only checked as
+/// root: in a user namespace the instances keep the agent's uid).
+fn unreachable_dir(path: &Path, domain: &Domain) -> Option<PathBuf> {
+    let Identity::Uid { uid, gid, .. } = &domain.identity else {
+        return None;
+    };
+    let abs = std::path::absolute(path).ok()?;
+    abs.ancestors().skip(1).find_map(|dir| {
+        let m = std::fs::metadata(dir).ok()?;
+        let ok = if m.uid() == *uid {
+            m.mode() & 0o100 != 0
+        } else if m.gid() == *gid {
+            m.mode() & 0o010 != 0
+        } else {
+            m.mode() & 0o001 != 0
+        };
+        (!ok).then(|| dir.to_owned())
+    })
+}
+
+/// The environment an instance starts with: the allow-listed variables of the agent's
+/// (`PATH`, `LANG`, `LANGUAGE`, `LC_*`, `TZ`, `RUST_LOG`, `RUST_BACKTRACE`), `HOME=/`, then
+/// the spec's `env`, then `handover` (the `ZEROHOP_*` variables).
+pub(crate) fn environment(
+    spec_env: &[(String, String)],
+    handover: &[(&str, String)],
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| {
+            k.to_str()
+                .is_some_and(|k| ENV_ALLOWED.contains(&k) || k.starts_with("LC_"))
+        })
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    env.push(("HOME".into(), "/".into()));
+    env.extend(spec_env.iter().map(|(k, v)| (k.into(), v.into())));
+    env.extend(handover.iter().map(|(k, v)| ((*k).into(), v.into())));
+    env
+}
+
+/// Prepares `program` for one instance: the command to spawn (descriptors `fds` mapped to
+/// 3, 4, ..., then the program's own descriptor and the cgroup's `cgroup.procs` above them,
+/// both closed at `execve`), confined.
+pub(crate) fn command(
+    domain: &Domain,
+    program: &Program,
+    args: &[String],
+    env: Vec<(OsString, OsString)>,
+    mut fds: Vec<OwnedFd>,
+    cgroup: Option<&InstanceCgroup>,
+) -> std::io::Result<tokio::process::Command> {
+    use command_fds::{CommandFdExt, FdMapping};
+    let first = zerohop_transport::handover::FIRST_FD;
+    let handed = fds.len() as i32;
+    let mut next = first + handed;
+    let mut cmd = match &program.exec_fd {
+        Some(fd) => {
+            fds.push(fd.try_clone()?);
+            let c = tokio::process::Command::new(format!("/proc/self/fd/{next}"));
+            next += 1;
+            c
+        }
+        None => tokio::process::Command::new(&program.path),
+    };
+    let cgroup_procs = match cgroup {
+        Some(g) => {
+            fds.push(OwnedFd::from(g.procs_fd().try_clone()?));
+            next += 1;
+            Some(next - 1)
+        }
+        None => None,
+    };
+    let mappings = fds
+        .into_iter()
+        .enumerate()
+        .map(|(i, fd)| FdMapping {
+            parent_fd: fd,
+            child_fd: first + i as i32,
+        })
+        .collect();
+    cmd.arg0(&program.path)
+        .args(args)
+        .env_clear()
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd.fd_mappings(mappings).map_err(std::io::Error::other)?;
+    let ids = match &domain.identity {
+        Identity::Uid { uid, gid, .. } => ChildIds::Uid {
+            uid: *uid,
+            gid: *gid,
+            real_gid: identity::REAL_GID,
+        },
+        Identity::UserNs { uid_map, gid_map } => ChildIds::UserNs {
+            uid_map: uid_map.clone(),
+            gid_map: gid_map.clone(),
+        },
+    };
+    sys::confine(
+        &mut cmd,
+        ChildPlan {
+            cgroup_procs,
+            ids,
+            agent_pid: domain.agent_pid,
+            first_private_fd: (first + handed) as u32,
+            filters: program.filters.clone(),
+        },
+    );
+    Ok(cmd)
+}
+
+/// Turns a spawn error into one that says which confinement step failed, when it was one.
+pub(crate) fn explain(e: std::io::Error) -> std::io::Error {
+    match e.raw_os_error().and_then(sys::decode) {
+        Some((sys::Step::Unshare, what, os)) => std::io::Error::other(format!(
+            "{what}: {os}; {}",
+            no_userns_message("unshare(CLONE_NEWUSER) failed")
+        )),
+        Some((_, what, os)) => std::io::Error::new(os.kind(), format!("{what}: {os}")),
+        None => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_is_the_allow_list_plus_spec_and_handover() {
+        let env = environment(
+            &[("MODE".into(), "x".into())],
+            &[("ZEROHOP_PARTY", "1".into())],
+        );
+        let keys: Vec<String> = env
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        for k in &keys {
+            assert!(
+                ENV_ALLOWED.contains(&k.as_str())
+                    || k.starts_with("LC_")
+                    || ["HOME", "MODE", "ZEROHOP_PARTY"].contains(&k.as_str()),
+                "{k} leaked"
+            );
+        }
+        assert!(keys.contains(&"PATH".to_owned()));
+        assert!(keys.contains(&"ZEROHOP_PARTY".to_owned()));
+    }
+
+    #[test]
+    fn step_errors_decode() {
+        let e = explain(std::io::Error::from_raw_os_error(
+            sys::Step::Unshare as i32 * sys::STEP + libc::EPERM,
+        ));
+        let msg = e.to_string();
+        assert!(msg.starts_with("unshare(CLONE_NEWUSER): "), "{msg}");
+        assert!(msg.contains("not running as root"), "{msg}");
+        let e = explain(std::io::Error::from_raw_os_error(
+            sys::Step::Seccomp as i32 * sys::STEP + libc::EINVAL,
+        ));
+        assert!(e.to_string().starts_with("installing the seccomp filter"));
+        assert_eq!(
+            explain(std::io::Error::from_raw_os_error(libc::ENOENT)).kind(),
+            std::io::ErrorKind::NotFound
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! The only unsafe code of the agent: what runs in a forked child before `execve` (the
+//! instance's confinement, and the reaper), where only async-signal-safe calls are
+//! allowed. Everything these functions use is allocated by the parent before the fork;
+//! the child only makes system calls on it.
+
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::signal::{SigHandler, Signal};
+use nix::unistd::{Gid, Pid, Uid};
+
+use super::seccomp::Filters;
+
+/// The ids a child takes on.
+#[derive(Clone, Debug)]
+pub(crate) enum ChildIds {
+    /// Root: real gid [`REAL_GID`](super::identity::REAL_GID), effective and saved gid and
+    /// every uid the chain's; no supplementary groups.
+    Uid { uid: u32, gid: u32, real_gid: u32 },
+    /// Not root: a new user namespace with these maps (setgroups denied first).
+    UserNs { uid_map: Vec<u8>, gid_map: Vec<u8> },
+}
+
+/// Everything the child does between `fork` and `execve`, prepared by the parent.
+pub(crate) struct ChildPlan {
+    /// Descriptor (in the child) of the instance cgroup's `cgroup.procs`.
+    pub cgroup_procs: Option<RawFd>,
+    pub ids: ChildIds,
+    /// The agent's pid: the child checks it is still its parent once the parent-death
+    /// signal is armed.
+    pub agent_pid: i32,
+    /// Descriptors from here up are closed at `execve` (0..=2 and the hand-over set below
+    /// stay open).
+    pub first_private_fd: u32,
+    pub filters: Arc<Filters>,
+}
+
+/// Which step of the child's set-up failed; travels to the parent inside the errno of the
+/// spawn error (`step * STEP + errno`), since a child after `fork` cannot allocate a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub(crate) enum Step {
+    CgroupJoin = 1,
+    Setgroups,
+    Setresgid,
+    Setresuid,
+    Unshare,
+    SetgroupsDeny,
+    UidMap,
+    GidMap,
+    Pdeathsig,
+    AgentGone,
+    NoNewPrivs,
+    Dumpable,
+    CloseRange,
+    Seccomp,
+}
+
+/// Multiplier of [`Step`] in an encoded errno.
+pub(crate) const STEP: i32 = 100_000;
+
+const STEPS: [(Step, &str); 14] = [
+    (Step::CgroupJoin, "joining the instance's cgroup"),
+    (Step::Setgroups, "dropping supplementary groups"),
+    (Step::Setresgid, "setresgid to the chain's gid"),
+    (Step::Setresuid, "setresuid to the chain's uid"),
+    (Step::Unshare, "unshare(CLONE_NEWUSER)"),
+    (Step::SetgroupsDeny, "writing /proc/self/setgroups"),
+    (Step::UidMap, "writing /proc/self/uid_map"),
+    (Step::GidMap, "writing /proc/self/gid_map"),
+    (Step::Pdeathsig, "prctl(PR_SET_PDEATHSIG)"),
+    (Step::AgentGone, "checking the agent is still the parent"),
+    (Step::NoNewPrivs, "prctl(PR_SET_NO_NEW_PRIVS)"),
+    (Step::Dumpable, "prctl(PR_SET_DUMPABLE)"),
+    (Step::CloseRange, "close_range(CLOSE_RANGE_CLOEXEC)"),
+    (Step::Seccomp, "installing the seccomp filter"),
+];
+
+/// Splits an encoded spawn errno into the failed step and the OS error.
+pub(crate) fn decode(code: i32) -> Option<(Step, &'static str, std::io::Error)> {
+    let (step, errno) = (code / STEP, code % STEP);
+    STEPS
+        .iter()
+        .find(|(s, _)| *s as i32 == step)
+        .map(|&(s, what)| (s, what, std::io::Error::from_raw_os_error(errno)))
+}
+
+fn fail(step: Step, e: Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(step as i32 * STEP + e as i32)
+}
+
+fn write_file(path: &CStr, data: &[u8], step: Step) -> std::io::Result<()> {
+    let fd = nix::fcntl::open(
+        path,
+        OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| fail(step, e))?;
+    match nix::unistd::write(&fd, data) {
+        Ok(n) if n == data.len() => Ok(()),
+        Ok(_) => Err(fail(step, Errno::EIO)),
+        Err(e) => Err(fail(step, e)),
+    }
+}
+
+/// Runs in the child after `fork`, after the hand-over descriptors are in place, as the
+/// last thing before `execve`. Async-signal-safe: system calls on data the parent prepared,
+/// no allocation, no locks.
+fn in_child(plan: &ChildPlan) -> std::io::Result<()> {
+    if let Some(fd) = plan.cgroup_procs {
+        // SAFETY: the parent mapped the cgroup's `cgroup.procs` to this number for the
+        // child (it stays open until execve); borrowed for this one write only.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        nix::unistd::write(fd, b"0").map_err(|e| fail(Step::CgroupJoin, e))?;
+    }
+    match &plan.ids {
+        ChildIds::Uid { uid, gid, real_gid } => {
+            nix::unistd::setgroups(&[]).map_err(|e| fail(Step::Setgroups, e))?;
+            let (g, rg) = (Gid::from_raw(*gid), Gid::from_raw(*real_gid));
+            nix::unistd::setresgid(rg, g, g).map_err(|e| fail(Step::Setresgid, e))?;
+            let u = Uid::from_raw(*uid);
+            nix::unistd::setresuid(u, u, u).map_err(|e| fail(Step::Setresuid, e))?;
+        }
+        ChildIds::UserNs { uid_map, gid_map } => {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
+                .map_err(|e| fail(Step::Unshare, e))?;
+            write_file(c"/proc/self/setgroups", b"deny", Step::SetgroupsDeny)?;
+            write_file(c"/proc/self/uid_map", uid_map, Step::UidMap)?;
+            write_file(c"/proc/self/gid_map", gid_map, Step::GidMap)?;
+        }
+    }
+    // After the last credential change, which would clear it.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| fail(Step::Pdeathsig, e))?;
+    if nix::unistd::getppid() != Pid::from_raw(plan.agent_pid) {
+        return Err(fail(Step::AgentGone, Errno::ESRCH));
+    }
+    nix::sys::prctl::set_no_new_privs().map_err(|e| fail(Step::NoNewPrivs, e))?;
+    nix::sys::prctl::set_dumpable(false).map_err(|e| fail(Step::Dumpable, e))?;
+    cloexec_from(plan.first_private_fd)?;
+    for program in &plan.filters.programs {
+        seccompiler::apply_filter(program).map_err(|_| fail(Step::Seccomp, Errno::last()))?;
+    }
+    Ok(())
+}
+
+/// Marks every descriptor from `first` up close-on-exec.
+fn cloexec_from(first: u32) -> std::io::Result<()> {
+    // SAFETY: close_range only changes flags of this process's descriptors; no memory is
+    // passed.
+    let rc = unsafe { libc::close_range(first, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = Errno::last();
+    if err != Errno::ENOSYS && err != Errno::EINVAL {
+        return Err(fail(Step::CloseRange, err));
+    }
+    // Kernel < 5.11: one descriptor at a time, up to the limit.
+    let (_, max) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_err(|e| fail(Step::CloseRange, e))?;
+    for fd in first as i64..(max.min(1 << 20) as i64) {
+        // SAFETY: F_SETFD on a number that may or may not be open; EBADF is ignored.
+        unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
+}
+
+/// Arms `cmd` to run [`in_child`] with `plan` just before `execve`. Call it after every
+/// other `pre_exec` user (the descriptor mappings), so the seccomp filter comes last.
+pub(crate) fn confine(cmd: &mut tokio::process::Command, plan: ChildPlan) {
+    // SAFETY: the closure is async-signal-safe (see `in_child`): it only reads `plan`,
+    // built before the fork, and makes system calls.
+    unsafe {
+        cmd.pre_exec(move || in_child(&plan));
+    }
+}
+
+/// Starts the reaper: a process, detached from the agent (double fork, so it is nobody's
+/// child), that reads `i32` process group ids from `rx` (positive: an instance's group,
+/// negative: that group is gone) and, once `rx` reports end of file because the agent is
+/// gone, SIGKILLs every group still listed and writes `1` into `cgroup_kill` (the chain's
+/// v2 `cgroup.kill`) when given. Returns once the intermediate child is reaped.
+pub(crate) fn spawn_reaper(rx: OwnedFd, cgroup_kill: Option<OwnedFd>) -> std::io::Result<()> {
+    let rx_raw = rx.as_raw_fd();
+    let kill_raw = cgroup_kill.as_ref().map(AsRawFd::as_raw_fd);
+    // SAFETY: the child only makes async-signal-safe system calls (fork, dup2, close_range,
+    // sigaction, prctl, read, kill, write, _exit) on values computed before the fork.
+    match unsafe { nix::unistd::fork() }.map_err(std::io::Error::from)? {
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(rx);
+            drop(cgroup_kill);
+            nix::sys::wait::waitpid(child, None).map_err(std::io::Error::from)?;
+            Ok(())
+        }
+        nix::unistd::ForkResult::Child => {
+            // SAFETY: as above.
+            if let Ok(nix::unistd::ForkResult::Child) = unsafe { nix::unistd::fork() } {
+                reaper_main(rx_raw, kill_raw);
+            }
+            // SAFETY: _exit is async-signal-safe and skips the parent's atexit handlers.
+            unsafe { libc::_exit(0) }
+        }
+    }
+}
+
+fn reaper_main(rx: RawFd, cgroup_kill: Option<RawFd>) -> ! {
+    // SAFETY: dup2 and close_range on this process's own descriptor table; afterwards only
+    // 0 (the pipe) and 1 (cgroup.kill, if any) stay open.
+    unsafe {
+        libc::dup2(rx, 0);
+        match cgroup_kill {
+            Some(k) => {
+                libc::dup2(k, 1);
+            }
+            None => {
+                libc::close(1);
+            }
+        }
+        libc::close_range(2, u32::MAX, 0);
+    }
+    // Ctrl-C reaches the whole foreground group; the reaper leaves only at end of file.
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGPIPE,
+    ] {
+        // SAFETY: SIG_IGN installs no handler code.
+        let _ = unsafe { nix::sys::signal::signal(sig, SigHandler::SigIgn) };
+    }
+    let _ = nix::sys::prctl::set_name(c"zerohop-reaper");
+    let mut groups = [0i32; 4096];
+    // SAFETY: descriptor 0 is the pipe, open for this process's lifetime.
+    let input = unsafe { BorrowedFd::borrow_raw(0) };
+    let mut buf = [0u8; 4];
+    let mut have = 0;
+    loop {
+        match nix::unistd::read(input, &mut buf[have..]) {
+            Ok(0) => break,
+            Ok(n) => have += n,
+            Err(Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+        if have < 4 {
+            continue;
+        }
+        have = 0;
+        let v = i32::from_ne_bytes(buf);
+        if v > 0 {
+            if let Some(free) = groups.iter_mut().find(|g| **g == 0) {
+                *free = v;
+            }
+        } else if let Some(g) = groups.iter_mut().find(|g| **g == -v) {
+            *g = 0;
+        }
+    }
+    for &g in groups.iter().filter(|&&g| g > 0) {
+        let _ = nix::sys::signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
+    }
+    if cgroup_kill.is_some() {
+        // SAFETY: descriptor 1 is the cgroup.kill file, open for this process's lifetime.
+        let out = unsafe { BorrowedFd::borrow_raw(1) };
+        let _ = nix::unistd::write(out, b"1");
+    }
+    // SAFETY: see above.
+    unsafe { libc::_exit(0) }
+}

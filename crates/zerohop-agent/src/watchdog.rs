@@ -1,0 +1,135 @@
+//! Hung instances: an instance that holds a slot far past the chain's timeout is killed
+//! (with its process group and cgroup), which makes its supervisor reclaim its slots,
+//! answer its requests and restart it, as after a crash.
+//!
+//! Detected from the pool's owner table alone: while the gateway has requests in flight,
+//! every [`SAMPLE`] the watchdog reads each slot's owner word and remembers since when each
+//! (slot, owner, generation) has been unchanged. A function party holding the same slot and
+//! generation for longer than [`limit`] (the chain's timeout plus a grace of
+//! max(1 s, timeout / 2)) is hung: any request it holds has been answered 504 by the
+//! gateway long before. The owner words are input from shared memory: the watchdog only
+//! compares them and maps a party number to the agent's own record of that party's process
+//! group, never to anything read back from the pool.
+//!
+//! Idle, the watchdog looks at the gateway's in-flight count once per [`IDLE_CHECK`] (one
+//! timer wake-up in the agent; no instance is woken), so a slot held since before a sample
+//! is noticed at most that much late: a hang is detected within limit + IDLE_CHECK +
+//! SAMPLE.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::sync::watch;
+use zerohop_pool::OwnerWord;
+
+use crate::supervise::Shared;
+
+/// Sampling period while requests are in flight.
+pub const SAMPLE: Duration = Duration::from_millis(300);
+/// How often an idle chain is checked for requests in flight.
+pub const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// How long an instance may hold one slot: the chain's timeout plus max(1 s, timeout / 2).
+pub fn limit(timeout: Duration) -> Duration {
+    timeout + (timeout / 2).max(Duration::from_secs(1))
+}
+
+/// Runs until `stop` turns true.
+pub(crate) async fn watch(shared: Arc<Shared>, timeout: Duration, mut stop: watch::Receiver<bool>) {
+    let limit = limit(timeout);
+    // slot -> (owner word, first seen)
+    let mut seen: HashMap<u32, (OwnerWord, Instant)> = HashMap::new();
+    loop {
+        let busy = shared.gateway.inflight() > 0 || !seen.is_empty();
+        let pause = if busy { SAMPLE } else { IDLE_CHECK };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            r = stop.changed() => if r.is_err() || *stop.borrow() { return },
+        }
+        if shared.gateway.inflight() == 0 && seen.is_empty() {
+            continue;
+        }
+        sample(&shared, limit, timeout, &mut seen);
+    }
+}
+
+fn sample(
+    shared: &Shared,
+    limit: Duration,
+    timeout: Duration,
+    seen: &mut HashMap<u32, (OwnerWord, Instant)>,
+) {
+    let now = Instant::now();
+    let owners = shared.pool.owners();
+    let mut hung: Vec<(u16, u32, Duration)> = Vec::new();
+    for slot in 0..owners.len() {
+        let Some(word) = owners.get(slot) else {
+            continue;
+        };
+        let party = word.owner.as_party().filter(|&p| p != 0);
+        let Some(party) = party else {
+            seen.remove(&slot);
+            continue;
+        };
+        match seen.get(&slot) {
+            Some((w, since)) if *w == word => {
+                let held = now - *since;
+                if held > limit && !hung.iter().any(|(p, _, _)| *p == party) {
+                    hung.push((party, slot, held));
+                }
+            }
+            _ => {
+                seen.insert(slot, (word, now));
+            }
+        }
+    }
+    for (party, slot, held) in hung {
+        seen.retain(|_, (w, _)| w.owner.as_party() != Some(party));
+        let Some(control) = shared.parties.get(party as usize) else {
+            continue;
+        };
+        let pgid = control.pgid.load(Ordering::Acquire);
+        if pgid == 0 {
+            continue;
+        }
+        let function = shared
+            .gateway
+            .plan()
+            .party_function
+            .get(party as usize)
+            .map_or("unknown", |&f| shared.gateway.plan().function_name(f))
+            .to_owned();
+        tracing::warn!(
+            function = %function,
+            instance = party,
+            "function '{function}' instance {party} hung: held slot {slot} for {:.1}s \
+             (chain timeout {timeout:?} + grace {:?}); killing it and its process group",
+            held.as_secs_f64(),
+            limit - timeout,
+        );
+        *control.hung.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+            "hung (held a request for {:.1}s, past the chain timeout of {timeout:?}) and was killed",
+            held.as_secs_f64()
+        ));
+        let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grace_is_half_the_timeout_at_least_a_second() {
+        assert_eq!(limit(Duration::from_secs(1)), Duration::from_secs(2));
+        assert_eq!(limit(Duration::from_secs(30)), Duration::from_secs(45));
+        assert_eq!(
+            limit(Duration::from_millis(100)),
+            Duration::from_millis(1100)
+        );
+    }
+}
