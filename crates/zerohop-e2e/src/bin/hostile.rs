@@ -1,0 +1,219 @@
+//! A hostile function for the isolation tests: what it tries is chosen by `HOSTILE_MODE`.
+//! Every answer is plain text, one fact per line, so the tests can assert on each.
+//!
+//! * `grandchild`: forks a grandchild that tries `setsid` (to leave the instance's process
+//!   group) and then sleeps forever; answers `grandchild PID` and `setsid ERRNO|ok` (the
+//!   grandchild's attempt).
+//! * `pdeathsig`: clears its own parent-death signal; answers `pdeathsig N` (now).
+//! * `procfd`: given a victim pid as the request body, tries to open `/proc/PID/fd/3`,
+//!   `/proc/PID/mem` and `/proc/PID/environ`, to ptrace-attach it, to read its memory with
+//!   `process_vm_readv` and to SIGKILL it; answers `NAME ERRNO|ok` per attempt.
+//! * `hang`: never answers (sleeps in the handler).
+//! * `env`: answers its environment (`env KEY`), open descriptors (`fd N TARGET`), ids
+//!   (`uid R E S`, `gid R E S`, `groups ...`), `no_new_privs`, `dumpable`, `seccomp`
+//!   (mode from /proc/self/status), and probes of system calls (`call NAME ERRNO|ok`):
+//!   `bpf`, `setpgid`, `ptrace`, `personality`, `fchmod` (of a memfd of its own), `unshare`.
+//!
+//! `unsafe` for the raw system calls it abuses; this is a test fixture, never a function to
+//! copy.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use zerohop_runtime::{run, HandlerError, Next, Request};
+
+fn errno_of(rc: i64) -> String {
+    if rc >= 0 {
+        "ok".into()
+    } else {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .map_or("?".into(), |e| format!("{e}"))
+    }
+}
+
+fn grandchild() -> String {
+    let mut pipe = [0 as libc::c_int; 2];
+    // SAFETY: pipe writes two descriptors into the array.
+    unsafe { libc::pipe(pipe.as_mut_ptr()) };
+    // SAFETY: the forked child only calls setsid, write and pause (async-signal-safe) and
+    // never returns into Rust code of the parent.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: as above; `rc` is a local.
+        unsafe {
+            let rc: i32 = if libc::setsid() < 0 {
+                *libc::__errno_location()
+            } else {
+                0
+            };
+            libc::write(pipe[1], (&rc as *const i32).cast(), 4);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    let mut rc: i32 = -1;
+    // SAFETY: reads 4 bytes into a local, then closes our ends.
+    unsafe {
+        libc::close(pipe[1]);
+        libc::read(pipe[0], (&mut rc as *mut i32).cast(), 4);
+        libc::close(pipe[0]);
+    }
+    let setsid = if rc == 0 { "ok".into() } else { rc.to_string() };
+    format!("grandchild {pid}\nsetsid {setsid}\n")
+}
+
+fn pdeathsig() -> String {
+    // SAFETY: prctl with integer arguments; the second call writes to a local int.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0);
+        let mut now: libc::c_int = -1;
+        libc::prctl(
+            libc::PR_GET_PDEATHSIG,
+            &mut now as *mut libc::c_int,
+            0,
+            0,
+            0,
+        );
+        format!("pdeathsig {now}\n")
+    }
+}
+
+fn procfd(victim: i32) -> String {
+    let mut out = String::new();
+    for what in ["fd/3", "mem", "environ"] {
+        let r = std::fs::File::open(format!("/proc/{victim}/{what}"));
+        let _ = writeln!(
+            out,
+            "open_{} {}",
+            what.replace('/', ""),
+            match r {
+                Ok(_) => "ok".into(),
+                Err(e) => e.raw_os_error().map_or("?".into(), |e| e.to_string()),
+            }
+        );
+    }
+    // SAFETY: ptrace attach to a pid; no memory passed.
+    let rc = unsafe { libc::ptrace(libc::PTRACE_ATTACH, victim, 0, 0) };
+    let _ = writeln!(out, "ptrace {}", errno_of(rc));
+    if rc == 0 {
+        // SAFETY: detach what was attached.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, victim, 0, 0) };
+    }
+    let mut buf = [0u8; 64];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Somewhere mapped in every x86_64 process is not knowable; the stack of any process
+    // is near the top, but EFAULT vs EPERM is all the test needs: permission is checked
+    // before the address.
+    let remote = libc::iovec {
+        iov_base: 0x1000 as *mut libc::c_void,
+        iov_len: 64,
+    };
+    // SAFETY: `local` points at `buf`, valid for 64 bytes; the kernel checks `remote`.
+    let rc = unsafe { libc::process_vm_readv(victim, &local, 1, &remote, 1, 0) };
+    let _ = writeln!(out, "process_vm_readv {}", errno_of(rc as i64));
+    // SAFETY: kill with integer arguments.
+    let rc = unsafe { libc::kill(victim, libc::SIGKILL) };
+    let _ = writeln!(out, "kill {}", errno_of(rc as i64));
+    out
+}
+
+fn env_report() -> String {
+    let mut out = String::new();
+    for (k, _) in std::env::vars_os() {
+        let _ = writeln!(out, "env {}", k.to_string_lossy());
+    }
+    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        for e in dir.flatten() {
+            let target = std::fs::read_link(e.path())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let _ = writeln!(out, "fd {} {target}", e.file_name().to_string_lossy());
+        }
+    }
+    let (mut r, mut e, mut s) = (0, 0, 0);
+    // SAFETY: writes three ids into locals.
+    unsafe { libc::getresuid(&mut r, &mut e, &mut s) };
+    let _ = writeln!(out, "uid {r} {e} {s}");
+    // SAFETY: as above.
+    unsafe { libc::getresgid(&mut r, &mut e, &mut s) };
+    let _ = writeln!(out, "gid {r} {e} {s}");
+    let mut groups = [0 as libc::gid_t; 64];
+    // SAFETY: room for 64 groups.
+    let n = unsafe { libc::getgroups(64, groups.as_mut_ptr()) };
+    let list: Vec<String> = groups[..n.max(0) as usize]
+        .iter()
+        .map(|g| g.to_string())
+        .collect();
+    let _ = writeln!(out, "groups {}", list.join(" "));
+    // SAFETY: prctl queries with integer arguments.
+    let nnp = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
+    // SAFETY: as above.
+    let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) };
+    let _ = writeln!(out, "no_new_privs {nnp}\ndumpable {dumpable}");
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let seccomp = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .unwrap_or("?")
+        .trim();
+    let _ = writeln!(out, "seccomp {seccomp}");
+    // SAFETY: bpf with a null attribute pointer and size 0: the kernel rejects it without
+    // touching memory (EFAULT/EINVAL when allowed, EPERM when filtered).
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, 0, std::ptr::null::<u8>(), 0) };
+    let _ = writeln!(out, "call bpf {}", errno_of(rc));
+    // SAFETY: integer arguments. The instance already leads its group, so the kernel
+    // would accept this no-op (0); only the filter refuses it.
+    let rc = unsafe { libc::syscall(libc::SYS_setpgid, 0, 0) };
+    let _ = writeln!(out, "call setpgid {}", errno_of(rc));
+    // SAFETY: an invalid request on pid 0: ESRCH/EIO when allowed, EPERM when filtered.
+    let rc = unsafe { libc::syscall(libc::SYS_ptrace, 0x7fff, 0, 0, 0) };
+    let _ = writeln!(out, "call ptrace {}", errno_of(rc));
+    // SAFETY: 0xffffffff only queries the current persona.
+    let rc = unsafe { libc::syscall(libc::SYS_personality, 0xffff_ffffu64) };
+    let _ = writeln!(out, "call personality {}", errno_of(rc));
+    // SAFETY: a memfd of our own, then fchmod of it; closed right after.
+    unsafe {
+        let fd = libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC);
+        let rc = libc::fchmod(fd, 0o400) as i64;
+        let _ = writeln!(out, "call fchmod {}", errno_of(rc));
+        libc::close(fd);
+    }
+    // SAFETY: unshare of a UTS namespace: EPERM unprivileged or filtered; if it ever
+    // worked it only affects this process.
+    let rc = unsafe { libc::syscall(libc::SYS_unshare, libc::CLONE_NEWUTS) };
+    let _ = writeln!(out, "call unshare {}", errno_of(rc));
+    out
+}
+
+fn main() {
+    let mode = std::env::var("HOSTILE_MODE").unwrap_or_else(|_| "env".into());
+    run(move |req: &mut Request<'_>| {
+        let out = match mode.as_str() {
+            "grandchild" => grandchild(),
+            "pdeathsig" => pdeathsig(),
+            "procfd" => {
+                let victim: i32 = String::from_utf8_lossy(req.body())
+                    .trim()
+                    .parse()
+                    .map_err(|_| HandlerError::new(400, "body: a victim pid"))?;
+                procfd(victim)
+            }
+            "hang" => loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            },
+            "env" => env_report(),
+            other => {
+                return Err(HandlerError::internal(format!(
+                    "unknown HOSTILE_MODE {other}"
+                )))
+            }
+        };
+        req.set_body(out.as_bytes())?;
+        Ok(Next::Continue)
+    })
+}
