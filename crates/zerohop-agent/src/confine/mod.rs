@@ -62,12 +62,12 @@ impl Domain {
     pub fn new(name: &str, uids: UidRange, cgroups: CgroupMode) -> Result<Domain, String> {
         let identity = identity::acquire(uids).map_err(|e| e.to_string())?;
         let cgroup = ChainCgroup::create(name, cgroups);
-        let kill = cgroup
-            .as_ref()
-            .filter(|c| c.version() == Version::V2)
-            .map(|c| c.dir().join("cgroup.kill"));
-        let reaper = Reaper::start(kill.as_deref())
-            .map_err(|e| format!("cannot start the reaper process: {e}"))?;
+        let reaper = Reaper::start(
+            cgroup
+                .as_ref()
+                .map(|c| (c.dir(), c.version() == Version::V2)),
+        )
+        .map_err(|e| format!("cannot start the reaper process: {e}"))?;
         Ok(Domain {
             identity,
             cgroup,

@@ -8,12 +8,14 @@
 //! process group into it as it starts, and its removal once it is gone. When the agent goes
 //! away, however it goes, the kernel closes the write end, the reaper reads end of file,
 //! SIGKILLs every group still listed (seccomp keeps instances from leaving their group),
-//! kills the chain's v2 cgroup if there is one, and exits. It blocks in `read` all along:
+//! kills the chain's v2 cgroup if there is one, removes the chain's cgroup folders, and
+//! exits. It blocks in `read` all along:
 //! no CPU while the chain runs.
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Mutex;
@@ -28,18 +30,37 @@ pub(crate) struct Reaper {
 }
 
 impl Reaper {
-    /// Starts a reaper; `cgroup_kill` is the chain's v2 `cgroup.kill`, if any.
-    pub fn start(cgroup_kill: Option<&Path>) -> std::io::Result<Reaper> {
+    /// Starts a reaper for a chain with cgroup folder `cgroup` (and a v2 `cgroup.kill` in
+    /// it when `v2`), if any.
+    pub fn start(cgroup: Option<(&Path, bool)>) -> std::io::Result<Reaper> {
         let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-        let kill: Option<OwnedFd> = cgroup_kill.and_then(|p| {
-            OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(p)
-                .ok()
-                .map(OwnedFd::from)
+        let cgroup = cgroup.and_then(|(dir, v2)| {
+            let open_dir = |p: &Path| {
+                OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                    .open(p)
+                    .ok()
+                    .map(OwnedFd::from)
+            };
+            let kill = v2
+                .then(|| {
+                    OpenOptions::new()
+                        .write(true)
+                        .custom_flags(libc::O_CLOEXEC)
+                        .open(dir.join("cgroup.kill"))
+                        .ok()
+                        .map(OwnedFd::from)
+                })
+                .flatten();
+            Some(super::sys::ReaperCgroup {
+                kill,
+                dir: open_dir(dir)?,
+                parent: open_dir(dir.parent()?)?,
+                name: std::ffi::CString::new(dir.file_name()?.as_bytes()).ok()?,
+            })
         });
-        super::sys::spawn_reaper(rx, kill)?;
+        super::sys::spawn_reaper(rx, cgroup)?;
         Ok(Reaper {
             tx: Mutex::new(std::fs::File::from(tx)),
         })

@@ -180,27 +180,46 @@ pub(crate) fn confine(cmd: &mut tokio::process::Command, plan: ChildPlan) {
     }
 }
 
+/// What the reaper cleans up besides process groups: the chain's cgroup folder.
+pub(crate) struct ReaperCgroup {
+    /// The chain's v2 `cgroup.kill` (v1 has none).
+    pub kill: Option<OwnedFd>,
+    /// The chain's cgroup folder (`O_DIRECTORY`).
+    pub dir: OwnedFd,
+    /// Its parent folder, and the chain folder's name in it.
+    pub parent: OwnedFd,
+    pub name: std::ffi::CString,
+}
+
 /// Starts the reaper: a process, detached from the agent (double fork, so it is nobody's
 /// child), that reads `i32` process group ids from `rx` (positive: an instance's group,
 /// negative: that group is gone) and, once `rx` reports end of file because the agent is
-/// gone, SIGKILLs every group still listed and writes `1` into `cgroup_kill` (the chain's
-/// v2 `cgroup.kill`) when given. Returns once the intermediate child is reaped.
-pub(crate) fn spawn_reaper(rx: OwnedFd, cgroup_kill: Option<OwnedFd>) -> std::io::Result<()> {
+/// gone, SIGKILLs every group still listed, kills the chain's v2 cgroup, and removes the
+/// chain's cgroup folders. Returns once the intermediate child is reaped.
+pub(crate) fn spawn_reaper(rx: OwnedFd, cgroup: Option<ReaperCgroup>) -> std::io::Result<()> {
     let rx_raw = rx.as_raw_fd();
-    let kill_raw = cgroup_kill.as_ref().map(AsRawFd::as_raw_fd);
+    let raw = cgroup.as_ref().map(|c| {
+        (
+            c.kill.as_ref().map(AsRawFd::as_raw_fd),
+            c.dir.as_raw_fd(),
+            c.parent.as_raw_fd(),
+            c.name.as_c_str(),
+        )
+    });
     // SAFETY: the child only makes async-signal-safe system calls (fork, dup2, close_range,
-    // sigaction, prctl, read, kill, write, _exit) on values computed before the fork.
+    // sigaction, prctl, read, kill, write, getdents64, unlinkat, nanosleep, _exit) on values
+    // computed before the fork.
     match unsafe { nix::unistd::fork() }.map_err(std::io::Error::from)? {
         nix::unistd::ForkResult::Parent { child } => {
             drop(rx);
-            drop(cgroup_kill);
+            drop(cgroup);
             nix::sys::wait::waitpid(child, None).map_err(std::io::Error::from)?;
             Ok(())
         }
         nix::unistd::ForkResult::Child => {
             // SAFETY: as above.
             if let Ok(nix::unistd::ForkResult::Child) = unsafe { nix::unistd::fork() } {
-                reaper_main(rx_raw, kill_raw);
+                reaper_main(rx_raw, raw);
             }
             // SAFETY: _exit is async-signal-safe and skips the parent's atexit handlers.
             unsafe { libc::_exit(0) }
@@ -208,20 +227,35 @@ pub(crate) fn spawn_reaper(rx: OwnedFd, cgroup_kill: Option<OwnedFd>) -> std::io
     }
 }
 
-fn reaper_main(rx: RawFd, cgroup_kill: Option<RawFd>) -> ! {
-    // SAFETY: dup2 and close_range on this process's own descriptor table; afterwards only
-    // 0 (the pipe) and 1 (cgroup.kill, if any) stay open.
+/// Descriptor numbers in the reaper.
+const R_PIPE: RawFd = 0;
+const R_KILL: RawFd = 1;
+const R_DIR: RawFd = 3;
+const R_PARENT: RawFd = 4;
+
+type RawCgroup<'a> = (Option<RawFd>, RawFd, RawFd, &'a CStr);
+
+fn reaper_main(rx: RawFd, cgroup: Option<RawCgroup<'_>>) -> ! {
+    // SAFETY: fcntl, dup2, close and close_range on this process's own descriptor table.
+    // Every source is first copied above 100, so moving them down to the R_* numbers can
+    // never overwrite a source not yet moved; afterwards only the R_* numbers stay open.
     unsafe {
-        libc::dup2(rx, 0);
-        match cgroup_kill {
-            Some(k) => {
-                libc::dup2(k, 1);
+        let high = |fd: RawFd| libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100);
+        let rx = high(rx);
+        let cgroup = cgroup.map(|(kill, dir, parent, _)| (kill.map(high), high(dir), high(parent)));
+        libc::dup2(rx, R_PIPE);
+        let mut keep_until = R_PIPE;
+        libc::close(1);
+        libc::close(2);
+        if let Some((kill, dir, parent)) = cgroup {
+            if let Some(k) = kill {
+                libc::dup2(k, R_KILL);
             }
-            None => {
-                libc::close(1);
-            }
+            libc::dup2(dir, R_DIR);
+            libc::dup2(parent, R_PARENT);
+            keep_until = R_PARENT;
         }
-        libc::close_range(2, u32::MAX, 0);
+        libc::close_range(keep_until as u32 + 1, u32::MAX, 0);
     }
     // Ctrl-C reaches the whole foreground group; the reaper leaves only at end of file.
     for sig in [
@@ -235,8 +269,8 @@ fn reaper_main(rx: RawFd, cgroup_kill: Option<RawFd>) -> ! {
     }
     let _ = nix::sys::prctl::set_name(c"zerohop-reaper");
     let mut groups = [0i32; 4096];
-    // SAFETY: descriptor 0 is the pipe, open for this process's lifetime.
-    let input = unsafe { BorrowedFd::borrow_raw(0) };
+    // SAFETY: R_PIPE is the pipe, open for this process's lifetime.
+    let input = unsafe { BorrowedFd::borrow_raw(R_PIPE) };
     let mut buf = [0u8; 4];
     let mut have = 0;
     loop {
@@ -262,11 +296,58 @@ fn reaper_main(rx: RawFd, cgroup_kill: Option<RawFd>) -> ! {
     for &g in groups.iter().filter(|&&g| g > 0) {
         let _ = nix::sys::signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
     }
-    if cgroup_kill.is_some() {
-        // SAFETY: descriptor 1 is the cgroup.kill file, open for this process's lifetime.
-        let out = unsafe { BorrowedFd::borrow_raw(1) };
-        let _ = nix::unistd::write(out, b"1");
+    if let Some((kill, _, _, name)) = cgroup {
+        if kill.is_some() {
+            // SAFETY: R_KILL is the cgroup.kill file, open for this process's lifetime.
+            let out = unsafe { BorrowedFd::borrow_raw(R_KILL) };
+            let _ = nix::unistd::write(out, b"1");
+        }
+        remove_cgroups(name);
     }
     // SAFETY: see above.
     unsafe { libc::_exit(0) }
+}
+
+/// Removes every folder in R_DIR, then R_DIR itself (`name` in R_PARENT), retrying for
+/// about two seconds while killed members finish exiting.
+fn remove_cgroups(name: &CStr) {
+    let mut buf = [0u8; 4096];
+    for _ in 0..100 {
+        // SAFETY: lseek, getdents64 into a local buffer of the given length, unlinkat of
+        // names inside that buffer (NUL-terminated by the kernel), nanosleep of a local.
+        unsafe {
+            libc::lseek(R_DIR, 0, libc::SEEK_SET);
+            loop {
+                let n = libc::syscall(libc::SYS_getdents64, R_DIR, buf.as_mut_ptr(), buf.len());
+                if n <= 0 {
+                    break;
+                }
+                let mut at = 0usize;
+                while at + 19 < n as usize {
+                    // struct linux_dirent64 { u64 ino; i64 off; u16 reclen; u8 type; char name[]; }
+                    let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+                    let kind = buf[at + 18];
+                    let name_ptr = buf.as_ptr().add(at + 19).cast::<libc::c_char>();
+                    let entry = CStr::from_ptr(name_ptr).to_bytes();
+                    if kind == libc::DT_DIR && entry != b"." && entry != b".." {
+                        libc::unlinkat(R_DIR, name_ptr, libc::AT_REMOVEDIR);
+                    }
+                    if reclen == 0 {
+                        break;
+                    }
+                    at += reclen;
+                }
+            }
+            if libc::unlinkat(R_PARENT, name.as_ptr(), libc::AT_REMOVEDIR) == 0
+                || Errno::last() == Errno::ENOENT
+            {
+                return;
+            }
+            let pause = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 20_000_000,
+            };
+            libc::nanosleep(&pause, std::ptr::null_mut());
+        }
+    }
 }
