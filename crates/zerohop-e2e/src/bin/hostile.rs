@@ -8,8 +8,10 @@
 //! * `procfd`: given a victim pid as the request body, tries to open `/proc/PID/fd/3`,
 //!   `/proc/PID/mem` and `/proc/PID/environ`, to ptrace-attach it, to read its memory with
 //!   `process_vm_readv` and to SIGKILL it; answers `NAME ERRNO|ok` per attempt.
-//! * `hang`: never answers (sleeps in the handler).
-//! * `env`: answers its environment (`env KEY`), open descriptors (`fd N TARGET`), ids
+//! * `hang`: given the body `hang`, never answers (sleeps in the handler); else answers
+//!   `alive`.
+//! * `env`: answers its environment (`env KEY`, and `handover_fds N` from `ZEROHOP_FDS`),
+//!   open descriptors (`fd N TARGET`), ids
 //!   (`uid R E S`, `gid R E S`, `groups ...`), `no_new_privs`, `dumpable`, `seccomp`
 //!   (mode from /proc/self/status), and probes of system calls (`call NAME ERRNO|ok`):
 //!   `bpf`, `setpgid`, `ptrace`, `personality`, `fchmod` (of a memfd of its own), `unshare`.
@@ -124,8 +126,11 @@ fn procfd(victim: i32) -> String {
 
 fn env_report() -> String {
     let mut out = String::new();
-    for (k, _) in std::env::vars_os() {
+    for (k, v) in std::env::vars_os() {
         let _ = writeln!(out, "env {}", k.to_string_lossy());
+        if k == "ZEROHOP_FDS" {
+            let _ = writeln!(out, "handover_fds {}", v.to_string_lossy());
+        }
     }
     if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
         for e in dir.flatten() {
@@ -203,9 +208,10 @@ fn main() {
                     .map_err(|_| HandlerError::new(400, "body: a victim pid"))?;
                 procfd(victim)
             }
-            "hang" => loop {
+            "hang" if req.body() == b"hang" => loop {
                 std::thread::sleep(Duration::from_secs(3600));
             },
+            "hang" => "alive\n".to_owned(),
             "env" => env_report(),
             other => {
                 return Err(HandlerError::internal(format!(
