@@ -617,3 +617,64 @@ fn unprivileged_agent_confines_with_user_namespaces() {
     assert_eq!(guard.wait_timeout(Duration::from_secs(30)), Some(0));
     assert!(wait_until(Duration::from_secs(5), || !alive(inst)));
 }
+
+/// A checkout under /root (mode 0700) or anywhere the chain's uid cannot enter: the agent
+/// still starts an ELF program (it opens it itself and executes it by descriptor), and
+/// refuses a `#!` script, whose interpreter would reopen it by name, naming the folder.
+#[test]
+fn program_in_a_folder_the_chains_uid_cannot_enter() {
+    if !is_root() {
+        eprintln!("not root: instances keep the agent's uid, every folder it reaches works");
+        return;
+    }
+    let dir = TempDir::new("private");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let program = dir.path().join("hostile");
+    std::fs::copy(target_bin("zerohop-hostile"), &program).unwrap();
+    let spec = format!(
+        "name: private\nfunctions:\n  h: {{ command: [\"{}\"], env: {{ HOSTILE_MODE: env }} }}\nroutes:\n  - http: POST /h\n    sequence: [h]\n",
+        program.display()
+    );
+    let agent = Agent::start(&spec);
+    let f = agent.facts("h", "");
+    assert_ne!(f.ids("uid")[0], 0, "it runs as the chain's uid");
+    assert_eq!(
+        f.all("fd").len(),
+        3 + f.get("handover_fds").parse::<usize>().unwrap() + 1,
+        "the program's own descriptor is closed at exec: {:?}",
+        f.all("fd")
+    );
+    assert_eq!(agent.stop(), Some(0));
+
+    let script = dir.path().join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec sleep 1000\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let spec_file = dir.path().join("script.yaml");
+    std::fs::write(
+        &spec_file,
+        format!(
+            "name: script\nfunctions:\n  s: {{ command: [\"{}\"] }}\nroutes:\n  - http: POST /s\n    sequence: [s]\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(target_bin("zerohop"))
+        .arg("up")
+        .arg(&spec_file)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} is not searchable by others",
+            dir.path().display()
+        )),
+        "{err}"
+    );
+}
