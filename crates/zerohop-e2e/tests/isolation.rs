@@ -584,7 +584,7 @@ fn unprivileged_agent_confines_with_user_namespaces() {
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::inherit());
     let mut guard = ChildGuard::new(cmd.spawn().expect("setpriv (util-linux) is installed"));
     let stdout = guard.child_mut().stdout.take().unwrap();
     let mut first = String::new();
@@ -612,6 +612,14 @@ fn unprivileged_agent_confines_with_user_namespaces() {
         user_ns(inst),
         user_ns(guard.pid()),
         "the instance has a user namespace of its own"
+    );
+    // Same uid outside, so the agent must not be dumpable: else the function could open
+    // /proc/<agent>/mem and write into every pool the agent holds.
+    let agent_mem = std::fs::metadata(format!("/proc/{}/mem", guard.pid())).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&agent_mem),
+        0,
+        "a non-dumpable process's /proc files belong to root"
     );
     guard.signal("TERM");
     assert_eq!(guard.wait_timeout(Duration::from_secs(30)), Some(0));

@@ -61,6 +61,13 @@ impl Domain {
     /// Sets up the domain of chain `name`.
     pub fn new(name: &str, uids: UidRange, cgroups: CgroupMode) -> Result<Domain, String> {
         let identity = identity::acquire(uids).map_err(|e| e.to_string())?;
+        if let Identity::UserNs { .. } = identity {
+            // The instances keep the agent's uid outside their namespace: while the agent is
+            // dumpable, any of them could open /proc/<agent>/mem and write into the agent
+            // (which holds every pool and the gateway). Not dumpable, only root can.
+            nix::sys::prctl::set_dumpable(false)
+                .map_err(|e| format!("cannot make the agent non-dumpable: {e}"))?;
+        }
         let cgroup = ChainCgroup::create(name, cgroups);
         let reaper = Reaper::start(
             cgroup

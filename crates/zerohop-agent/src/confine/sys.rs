@@ -129,9 +129,16 @@ fn in_child(plan: &ChildPlan) -> std::io::Result<()> {
         ChildIds::UserNs { uid_map, gid_map } => {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
                 .map_err(|e| fail(Step::Unshare, e))?;
-            write_file(c"/proc/self/setgroups", b"deny", Step::SetgroupsDeny)?;
-            write_file(c"/proc/self/uid_map", uid_map, Step::UidMap)?;
-            write_file(c"/proc/self/gid_map", gid_map, Step::GidMap)?;
+            // The agent is not dumpable in this mode, and neither is its fork: /proc/self
+            // then belongs to root and the maps cannot be written. Dumpable only for the
+            // three writes (the one moment another process of the agent's uid could open
+            // this child's memory).
+            nix::sys::prctl::set_dumpable(true).map_err(|e| fail(Step::Dumpable, e))?;
+            let maps = write_file(c"/proc/self/setgroups", b"deny", Step::SetgroupsDeny)
+                .and_then(|()| write_file(c"/proc/self/uid_map", uid_map, Step::UidMap))
+                .and_then(|()| write_file(c"/proc/self/gid_map", gid_map, Step::GidMap));
+            nix::sys::prctl::set_dumpable(false).map_err(|e| fail(Step::Dumpable, e))?;
+            maps?;
         }
     }
     // After the last credential change, which would clear it.
