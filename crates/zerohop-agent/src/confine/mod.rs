@@ -92,7 +92,7 @@ impl Domain {
     pub fn describe(&self) -> String {
         let who = match &self.identity {
             Identity::Uid { uid, gid, .. } => format!("uid {uid}, gid {gid}"),
-            Identity::UserNs { .. } => format!("a user namespace (uid {})", self.uid()),
+            Identity::UserNs { .. } => format!("uid {} in a user namespace each", self.uid()),
         };
         let cg = match &self.cgroup {
             Some(c) => format!("cgroup {:?} {}", c.version(), c.dir().display()),
