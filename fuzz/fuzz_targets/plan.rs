@@ -1,0 +1,218 @@
+//! The routing plan (`ZEROHOP_PLAN`) as every party reads it, on arbitrary JSON.
+//!
+//! A party parses the plan, derives the policy, builds its picker and routes by it
+//! (`next_in_sequence`, `answerers`, `function_name`, `parties_of`). None of that may panic
+//! on any plan that parses, and what it derives must agree with itself: the policy's
+//! per-party targets and senders are the same edges seen from both ends, and both match the
+//! plan's function edges.
+//!
+//! Plans the agent can produce (at most 254 functions, routes of 1 to 255 known functions,
+//! parties running known functions) are also held to what the parties rely on: every route
+//! can be walked from the gateway and back, and names and indices round-trip.
+
+#![no_main]
+
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
+
+use libfuzzer_sys::fuzz_target;
+use zerohop_pool::{Pool, PoolConfig};
+use zerohop_transport::{Hop, Picker, Plan, PolicyError, GATEWAY_FN};
+
+fn pool() -> &'static Arc<Pool> {
+    static POOL: OnceLock<Arc<Pool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        Arc::new(
+            Pool::create(&PoolConfig {
+                name: "fuzz-plan".into(),
+                slots: 1,
+                slot_size: 128,
+                max_parties: 4,
+                hugepages: false,
+            })
+            .expect("create the pool"),
+        )
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(plan) = Plan::from_json(text) else {
+        return;
+    };
+    assert_eq!(
+        Plan::from_json(&plan.to_json()).as_ref(),
+        Ok(&plan),
+        "JSON round trip"
+    );
+    let nf = plan.functions.len();
+
+    let edges = plan.edges();
+    assert!(
+        edges.windows(2).all(|w| w[0] < w[1]),
+        "edges sorted, no repeats"
+    );
+    let edge_set: HashSet<(u8, u8)> = edges.iter().copied().collect();
+    for r in &plan.routes {
+        let mut prev = GATEWAY_FN;
+        for &f in &r.sequence {
+            assert!(edge_set.contains(&(prev, f)), "route edge {prev} -> {f}");
+            assert!(edge_set.contains(&(f, GATEWAY_FN)), "{f} may answer early");
+            prev = f;
+        }
+    }
+    for (i, f) in plan.functions.iter().enumerate() {
+        for &t in &f.next {
+            assert!(edge_set.contains(&(i as u8, t)), "next edge {i} -> {t}");
+        }
+    }
+
+    for r in 0..=plan.routes.len().min(usize::from(u16::MAX)) {
+        let route = r as u16;
+        let answerers = plan.answerers(route);
+        let Some(rp) = plan.routes.get(r) else {
+            assert!(answerers.is_empty(), "an unknown route has no answerers");
+            continue;
+        };
+        // Sorted for the gateway's binary search; a function a sequence visits twice may
+        // appear twice.
+        assert!(answerers.windows(2).all(|w| w[0] <= w[1]));
+        for f in &rp.sequence {
+            assert!(
+                answerers.binary_search(f).is_ok(),
+                "{f} of the route answers"
+            );
+        }
+        // The gateway accepts answers only from these, so each must be allowed to send to it.
+        for &a in &answerers {
+            assert!(
+                edge_set.contains(&(a, GATEWAY_FN)),
+                "answerer {a} cannot reach the gateway"
+            );
+        }
+        let len = rp.sequence.len();
+        for hop in [0u8, 1, 2, 254, 255]
+            .into_iter()
+            .chain((len.saturating_sub(2)..len.min(256)).map(|h| h as u8))
+        {
+            let next = hop as usize + 1;
+            match plan.next_in_sequence(route, hop) {
+                Some(Hop::Gateway) => assert!(next >= len, "hop {hop} of {len} ends early"),
+                Some(Hop::Function { function, hop: h }) => {
+                    assert_eq!(Some(&function), rp.sequence.get(next));
+                    if next < 256 {
+                        assert_eq!(h as usize, next);
+                    }
+                }
+                None => panic!("route {r} exists"),
+            }
+        }
+    }
+    assert_eq!(plan.next_in_sequence(plan.routes.len() as u16, 0), None);
+
+    for f in 0..=u8::MAX {
+        let name = plan.function_name(f);
+        match (f, plan.functions.get(f as usize)) {
+            (GATEWAY_FN, _) => assert_eq!(name, "gateway"),
+            (_, Some(fp)) => assert_eq!(name, fp.name),
+            (_, None) => assert_eq!(name, "unknown"),
+        }
+        for p in plan.parties_of(f) {
+            assert!(p >= 1, "the gateway runs no function");
+            assert_eq!(plan.party_function.get(p as usize), Some(&f));
+        }
+    }
+
+    let picker = Picker::new(&plan, 0);
+    for f in 0..nf.min(256) {
+        let f = f as u8;
+        let parties = plan.parties_of(f);
+        match picker.pick(f, pool()) {
+            Some(p) => assert!(parties.contains(&p), "picked party {p} does not run {f}"),
+            None => assert!(parties.is_empty(), "function {f} has instances {parties:?}"),
+        }
+    }
+
+    let policy = match plan.policy() {
+        Ok(p) => p,
+        Err(PolicyError::TooManyFunctions(_)) => {
+            assert!(plan
+                .party_function
+                .iter()
+                .skip(1)
+                .any(|&f| f >= 254 && f != GATEWAY_FN));
+            return;
+        }
+    };
+    let n = plan.party_function.len();
+    assert_eq!(policy.parties() as usize, n);
+    let function_of = |p: usize| {
+        if p == 0 {
+            GATEWAY_FN
+        } else {
+            plan.party_function[p]
+        }
+    };
+    for p in 0..n.min(64) {
+        let targets = policy.targets(p as u16);
+        let senders = policy.senders(p as u16);
+        assert!(targets.windows(2).all(|w| w[0] < w[1]));
+        assert!(senders.windows(2).all(|w| w[0] < w[1]));
+        for q in 0..n.min(64) {
+            let edge = edge_set.contains(&(function_of(p), function_of(q)));
+            let (p16, q16) = (p as u16, q as u16);
+            assert_eq!(
+                targets.contains(&q16),
+                edge,
+                "targets({p}) and the edges on {q}"
+            );
+            assert_eq!(
+                policy.senders(q16).contains(&p16),
+                edge,
+                "senders({q}) and the edges on {p}"
+            );
+            assert_eq!(policy.allows_parties(p16, q16), edge);
+        }
+    }
+    assert!(policy.targets(n as u16).is_empty() && policy.senders(n as u16).is_empty());
+
+    if agent_shaped(&plan) {
+        for (i, f) in plan.functions.iter().enumerate() {
+            // Names may repeat in a hand-written plan; the first one wins.
+            let first = plan.function_index(&f.name).expect("named function");
+            assert!(first as usize <= i);
+            assert_eq!(plan.function_name(first), f.name);
+        }
+        for r in &plan.routes {
+            let head = r.sequence[0];
+            for p in plan.parties_of(head) {
+                assert!(
+                    policy.allows_parties(0, p),
+                    "gateway cannot reach head party {p}"
+                );
+            }
+            for &f in &r.sequence {
+                for p in plan.parties_of(f) {
+                    assert!(policy.allows_parties(p, 0), "party {p} cannot answer");
+                }
+            }
+        }
+    }
+});
+
+/// Whether the agent could have produced `plan` from a valid spec.
+fn agent_shaped(plan: &Plan) -> bool {
+    let nf = plan.functions.len();
+    nf <= 254
+        && plan.party_function.first() == Some(&GATEWAY_FN)
+        && plan.party_function[1..].iter().all(|&f| (f as usize) < nf)
+        && plan.routes.iter().all(|r| {
+            (1..=255).contains(&r.sequence.len()) && r.sequence.iter().all(|&f| (f as usize) < nf)
+        })
+        && plan
+            .functions
+            .iter()
+            .all(|f| f.next.iter().all(|&t| (t as usize) < nf))
+}
