@@ -408,6 +408,30 @@ fn no_grandchild_survives_a_stopped_agent() {
 }
 
 #[test]
+fn a_crashed_instance_takes_what_it_forked_along() {
+    let agent = Agent::start(&chain(
+        "crash",
+        "",
+        &[("g", hostile("g", "grandchild", ""))],
+    ));
+    let gc = fork_grandchild(&agent, "g");
+    let first = agent.instances();
+    let a = agent.call("g", "crash");
+    assert_eq!(a.status, 502, "{a:?}");
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(gc)),
+        "grandchild {gc} outlived its crashed instance"
+    );
+    // Restarted, and working.
+    assert!(wait_until(Duration::from_secs(5), || {
+        let now = agent.instances();
+        now.len() == 1 && now != first
+    }));
+    assert!(alive(fork_grandchild(&agent, "g")));
+    assert_eq!(agent.stop(), Some(0));
+}
+
+#[test]
 fn no_grandchild_survives_a_killed_agent() {
     let agent = Agent::start(&chain(
         "killed",

@@ -3,7 +3,7 @@
 //!
 //! * `grandchild`: forks a grandchild that tries `setsid` (to leave the instance's process
 //!   group) and then sleeps forever; answers `grandchild PID` and `setsid ERRNO|ok` (the
-//!   grandchild's attempt).
+//!   grandchild's attempt). Given the body `crash`, the instance aborts instead.
 //! * `pdeathsig`: clears its own parent-death signal; answers `pdeathsig N` (now).
 //! * `procfd`: given a victim pid as the request body, tries to open `/proc/PID/fd/3`,
 //!   `/proc/PID/mem` and `/proc/PID/environ`, to ptrace-attach it, to read its memory with
@@ -199,6 +199,7 @@ fn main() {
     let mode = std::env::var("HOSTILE_MODE").unwrap_or_else(|_| "env".into());
     run(move |req: &mut Request<'_>| {
         let out = match mode.as_str() {
+            "grandchild" if req.body() == b"crash" => std::process::abort(),
             "grandchild" => grandchild(),
             "pdeathsig" => pdeathsig(),
             "procfd" => {
