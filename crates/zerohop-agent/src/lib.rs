@@ -11,7 +11,7 @@
 //! of the chain's own (or a user namespace), no supplementary groups, `no_new_privs`, not
 //! dumpable, a seccomp allow-list, an allow-listed environment, only the hand-over
 //! descriptors, its own process group and cgroup, and a parent-death signal; a watchdog
-//! kills instances that hang on a request ([`watchdog`](crate::watchdog)).
+//! kills instances that hang on a request (`watchdog`).
 //!
 //! The gateway runs inside the agent process, so crash handling needs no extra hop.
 //!

@@ -1,16 +1,16 @@
 //! Confinement: a chain is a security domain, enforced by the agent when it starts an
 //! instance (the function itself is never trusted to do any of it).
 //!
-//! Per chain ([`Domain`]): an identity ([`identity`]: a uid of its own when the agent is
+//! Per chain (`Domain`): an identity (`identity`: a uid of its own when the agent is
 //! root, a user namespace otherwise), a cgroup folder where the host allows one
-//! ([`cgroup`]), and a [`reaper`] that kills every instance's process group if the agent
-//! dies. Per function ([`Program`]): the program opened once by the agent (so the chain's
+//! (`cgroup`), and a `reaper` that kills every instance's process group if the agent
+//! dies. Per function (`Program`): the program opened once by the agent (so the chain's
 //! uid need not reach the folder it lives in) and its seccomp filter compiled once
-//! ([`seccomp`]). Per instance, in the child between `fork` and `execve` ([`sys`]): join
+//! (`seccomp`). Per instance, in the child between `fork` and `execve` (`sys`): join
 //! its cgroup, drop to the chain's ids (no supplementary groups), arm the parent-death
 //! signal and check the agent is still there, `no_new_privs`, not dumpable, every
 //! descriptor but 0-2 and the hand-over set close-on-exec, and the seccomp filter last. The
-//! environment is rebuilt from an allow-list ([`environment`]), and the instance leads a
+//! environment is rebuilt from an allow-list (`environment`), and the instance leads a
 //! process group of its own.
 
 pub(crate) mod cgroup;

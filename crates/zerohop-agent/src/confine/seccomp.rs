@@ -18,7 +18,7 @@
 //! checked for namespace flags; glibc then falls back to `clone`, which is checked).
 //!
 //! A function can be given more with `syscalls: [name, ...]` in the spec; names come from
-//! [`KNOWN`].
+//! [`known`].
 
 use std::collections::BTreeMap;
 
