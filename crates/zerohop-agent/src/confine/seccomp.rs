@@ -11,8 +11,9 @@
 //! `perf_event_open`, `io_uring`), mounts and namespaces (`mount`, `pivot_root`, `unshare`,
 //! `setns`, and `clone` with a namespace flag), leaving the instance's process group
 //! (`setsid`, `setpgid`), handles that bypass path checks (`open_by_handle_at`),
-//! `userfaultfd`, and changing file modes (`chmod` family: a memory file handed out
-//! read-only must stay read-only).
+//! `userfaultfd`, and changing file modes (`chmod` family, and the `setxattr` family, since
+//! a POSIX ACL is a mode change too: a memory file handed out read-only must stay
+//! read-only, also in a user namespace where the instance owns it).
 //!
 //! `clone3` answers `ENOSYS` (its flags live in memory a filter cannot read, so it cannot be
 //! checked for namespace flags; glibc then falls back to `clone`, which is checked).
@@ -56,24 +57,24 @@ const ALLOWED: &[(&str, i64)] = table![
     SYS_epoll_pwait, SYS_epoll_pwait2, SYS_eventfd2, SYS_execve, SYS_execveat, SYS_exit,
     SYS_exit_group, SYS_faccessat, SYS_faccessat2, SYS_fallocate, SYS_fchdir, SYS_fchown,
     SYS_fchownat, SYS_fcntl, SYS_fdatasync, SYS_fgetxattr, SYS_flistxattr, SYS_flock,
-    SYS_fremovexattr, SYS_fsetxattr, SYS_fstatfs, SYS_fsync, SYS_ftruncate, SYS_futex,
-    SYS_futex_waitv, SYS_get_mempolicy, SYS_get_robust_list, SYS_getcpu, SYS_getcwd,
-    SYS_getdents64, SYS_getegid, SYS_geteuid, SYS_getgid, SYS_getgroups, SYS_getitimer,
-    SYS_getpeername, SYS_getpgid, SYS_getpid, SYS_getppid, SYS_getpriority, SYS_getrandom,
-    SYS_getresgid, SYS_getresuid, SYS_getrusage, SYS_getsid, SYS_getsockname, SYS_getsockopt,
-    SYS_gettid, SYS_gettimeofday, SYS_getuid, SYS_getxattr, SYS_inotify_add_watch,
-    SYS_inotify_init1, SYS_inotify_rm_watch, SYS_io_cancel, SYS_io_destroy, SYS_io_getevents,
-    SYS_io_setup, SYS_io_submit, SYS_ioctl, SYS_ioprio_get, SYS_ioprio_set, SYS_kill,
-    SYS_landlock_add_rule, SYS_landlock_create_ruleset, SYS_landlock_restrict_self,
-    SYS_lgetxattr, SYS_linkat, SYS_listen, SYS_listxattr, SYS_llistxattr, SYS_lremovexattr,
-    SYS_lseek, SYS_lsetxattr, SYS_madvise, SYS_mbind, SYS_membarrier, SYS_memfd_create,
-    SYS_mincore, SYS_mkdirat, SYS_mknodat, SYS_mlock, SYS_mlock2, SYS_mlockall, SYS_mmap,
-    SYS_mprotect, SYS_mq_getsetattr, SYS_mq_notify, SYS_mq_open, SYS_mq_timedreceive,
-    SYS_mq_timedsend, SYS_mq_unlink, SYS_mremap, SYS_msgctl, SYS_msgget, SYS_msgrcv, SYS_msgsnd,
-    SYS_msync, SYS_munlock, SYS_munlockall, SYS_munmap, SYS_nanosleep, SYS_newfstatat,
-    SYS_openat, SYS_openat2, SYS_pidfd_open, SYS_pidfd_send_signal, SYS_pipe2, SYS_pkey_alloc,
-    SYS_pkey_free, SYS_pkey_mprotect, SYS_ppoll, SYS_prctl, SYS_pread64, SYS_preadv,
-    SYS_preadv2, SYS_prlimit64, SYS_pselect6, SYS_pwrite64, SYS_pwritev, SYS_pwritev2, SYS_read,
+    SYS_fremovexattr, SYS_fstatfs, SYS_fsync, SYS_ftruncate, SYS_futex, SYS_futex_waitv,
+    SYS_get_mempolicy, SYS_get_robust_list, SYS_getcpu, SYS_getcwd, SYS_getdents64, SYS_getegid,
+    SYS_geteuid, SYS_getgid, SYS_getgroups, SYS_getitimer, SYS_getpeername, SYS_getpgid,
+    SYS_getpid, SYS_getppid, SYS_getpriority, SYS_getrandom, SYS_getresgid, SYS_getresuid,
+    SYS_getrusage, SYS_getsid, SYS_getsockname, SYS_getsockopt, SYS_gettid, SYS_gettimeofday,
+    SYS_getuid, SYS_getxattr, SYS_inotify_add_watch, SYS_inotify_init1, SYS_inotify_rm_watch,
+    SYS_io_cancel, SYS_io_destroy, SYS_io_getevents, SYS_io_setup, SYS_io_submit, SYS_ioctl,
+    SYS_ioprio_get, SYS_ioprio_set, SYS_kill, SYS_landlock_add_rule,
+    SYS_landlock_create_ruleset, SYS_landlock_restrict_self, SYS_lgetxattr, SYS_linkat,
+    SYS_listen, SYS_listxattr, SYS_llistxattr, SYS_lremovexattr, SYS_lseek, SYS_madvise,
+    SYS_mbind, SYS_membarrier, SYS_memfd_create, SYS_mincore, SYS_mkdirat, SYS_mknodat,
+    SYS_mlock, SYS_mlock2, SYS_mlockall, SYS_mmap, SYS_mprotect, SYS_mq_getsetattr,
+    SYS_mq_notify, SYS_mq_open, SYS_mq_timedreceive, SYS_mq_timedsend, SYS_mq_unlink,
+    SYS_mremap, SYS_msgctl, SYS_msgget, SYS_msgrcv, SYS_msgsnd, SYS_msync, SYS_munlock,
+    SYS_munlockall, SYS_munmap, SYS_nanosleep, SYS_newfstatat, SYS_openat, SYS_openat2,
+    SYS_pidfd_open, SYS_pidfd_send_signal, SYS_pipe2, SYS_pkey_alloc, SYS_pkey_free,
+    SYS_pkey_mprotect, SYS_ppoll, SYS_prctl, SYS_pread64, SYS_preadv, SYS_preadv2,
+    SYS_prlimit64, SYS_pselect6, SYS_pwrite64, SYS_pwritev, SYS_pwritev2, SYS_read,
     SYS_readahead, SYS_readlinkat, SYS_readv, SYS_recvfrom, SYS_recvmmsg, SYS_recvmsg,
     SYS_remap_file_pages, SYS_removexattr, SYS_renameat2, SYS_restart_syscall, SYS_rseq,
     SYS_rt_sigaction, SYS_rt_sigpending, SYS_rt_sigprocmask, SYS_rt_sigqueueinfo,
@@ -85,13 +86,13 @@ const ALLOWED: &[(&str, i64)] = table![
     SYS_sendmmsg, SYS_sendmsg, SYS_sendto, SYS_set_mempolicy, SYS_set_robust_list,
     SYS_set_tid_address, SYS_setfsgid, SYS_setfsuid, SYS_setgid, SYS_setgroups, SYS_setitimer,
     SYS_setpriority, SYS_setregid, SYS_setresgid, SYS_setresuid, SYS_setreuid, SYS_setsockopt,
-    SYS_setuid, SYS_setxattr, SYS_shmat, SYS_shmctl, SYS_shmdt, SYS_shmget, SYS_shutdown,
-    SYS_sigaltstack, SYS_signalfd4, SYS_socket, SYS_socketpair, SYS_splice, SYS_statx,
-    SYS_symlinkat, SYS_sync, SYS_syncfs, SYS_sysinfo, SYS_tee, SYS_tgkill, SYS_timer_create,
-    SYS_timer_delete, SYS_timer_getoverrun, SYS_timer_gettime, SYS_timer_settime,
-    SYS_timerfd_create, SYS_timerfd_gettime, SYS_timerfd_settime, SYS_times, SYS_tkill,
-    SYS_truncate, SYS_umask, SYS_uname, SYS_unlinkat, SYS_utimensat, SYS_vmsplice, SYS_wait4,
-    SYS_waitid, SYS_write, SYS_writev,
+    SYS_setuid, SYS_shmat, SYS_shmctl, SYS_shmdt, SYS_shmget, SYS_shutdown, SYS_sigaltstack,
+    SYS_signalfd4, SYS_socket, SYS_socketpair, SYS_splice, SYS_statx, SYS_symlinkat, SYS_sync,
+    SYS_syncfs, SYS_sysinfo, SYS_tee, SYS_tgkill, SYS_timer_create, SYS_timer_delete,
+    SYS_timer_getoverrun, SYS_timer_gettime, SYS_timer_settime, SYS_timerfd_create,
+    SYS_timerfd_gettime, SYS_timerfd_settime, SYS_times, SYS_tkill, SYS_truncate, SYS_umask,
+    SYS_uname, SYS_unlinkat, SYS_utimensat, SYS_vmsplice, SYS_wait4, SYS_waitid, SYS_write,
+    SYS_writev,
 ];
 
 /// Allowed on x86_64 only (legacy names aarch64 never had, or the libc crate lacks there;
@@ -129,7 +130,8 @@ const DENIED: &[(&str, i64)] = table![
     SYS_process_mrelease, SYS_process_vm_readv, SYS_process_vm_writev, SYS_ptrace, SYS_quotactl,
     SYS_reboot, SYS_request_key, SYS_setdomainname, SYS_sethostname, SYS_setns, SYS_setpgid,
     SYS_setsid, SYS_settimeofday, SYS_swapoff, SYS_swapon, SYS_syslog, SYS_umount2, SYS_unshare,
-    SYS_userfaultfd, SYS_vhangup, SYS_chroot, SYS_clone3,
+    SYS_userfaultfd, SYS_vhangup, SYS_chroot, SYS_clone3, SYS_setxattr, SYS_lsetxattr,
+    SYS_fsetxattr,
 ];
 #[rustfmt::skip]
 #[cfg(target_arch = "x86_64")]
