@@ -11,10 +11,9 @@
 //! compares them and maps a party number to the agent's own record of that party's process
 //! group, never to anything read back from the pool.
 //!
-//! Idle, the watchdog looks at the gateway's in-flight count once per [`IDLE_CHECK`] (one
-//! timer wake-up in the agent; no instance is woken), so a slot held since before a sample
-//! is noticed at most that much late: a hang is detected within limit + IDLE_CHECK +
-//! SAMPLE.
+//! Idle (nothing in flight, nothing tracked), the watchdog has no timer: it waits for the
+//! gateway's [`busy`](zerohop_gateway::Gateway::busy) signal, so an idle chain costs no CPU.
+//! A hang is detected within limit + SAMPLE.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -30,8 +29,6 @@ use crate::supervise::Shared;
 
 /// Sampling period while requests are in flight.
 pub const SAMPLE: Duration = Duration::from_millis(300);
-/// How often an idle chain is checked for requests in flight.
-pub const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// How long an instance may hold one slot: the chain's timeout plus max(1 s, timeout / 2).
 pub fn limit(timeout: Duration) -> Duration {
@@ -44,14 +41,16 @@ pub(crate) async fn watch(shared: Arc<Shared>, timeout: Duration, mut stop: watc
     // slot -> (owner word, first seen)
     let mut seen: HashMap<u32, (OwnerWord, Instant)> = HashMap::new();
     loop {
-        let busy = shared.gateway.inflight() > 0 || !seen.is_empty();
-        let pause = if busy { SAMPLE } else { IDLE_CHECK };
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            r = stop.changed() => if r.is_err() || *stop.borrow() { return },
-        }
         if shared.gateway.inflight() == 0 && seen.is_empty() {
-            continue;
+            // Idle: no timer at all until a request enters the chain.
+            tokio::select! {
+                _ = shared.gateway.busy() => {}
+                r = stop.changed() => if r.is_err() || *stop.borrow() { return },
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SAMPLE) => {}
+            r = stop.changed() => if r.is_err() || *stop.borrow() { return },
         }
         sample(&shared, limit, timeout, &mut seen);
     }

@@ -196,10 +196,10 @@ impl Gateway {
         });
         let (tx, rx) = oneshot::channel();
         let sent = (slot.index(), slot.generation());
-        self.inflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
+        let was_idle = {
+            let mut table = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            let was_idle = table.is_empty();
+            table.insert(
                 id,
                 Inflight {
                     tx,
@@ -208,6 +208,11 @@ impl Gateway {
                     route,
                 },
             );
+            was_idle
+        };
+        if was_idle {
+            self.became_busy.notify_waiters();
+        }
         let mut guard = InflightGuard {
             gw: self,
             id,

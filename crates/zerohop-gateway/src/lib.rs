@@ -120,6 +120,8 @@ pub struct Gateway {
     inflight: Mutex<HashMap<u32, Inflight>>,
     next_request: AtomicU32,
     picker: Picker,
+    /// Notified when a request enters an empty in-flight table (see [`Gateway::busy`]).
+    became_busy: tokio::sync::Notify,
     /// Per route, the functions that may answer it (ascending).
     answerers: Vec<Vec<u8>>,
     stats: GatewayStats,
@@ -144,6 +146,7 @@ impl Gateway {
             plan,
             config,
             inflight: Mutex::new(HashMap::new()),
+            became_busy: tokio::sync::Notify::new(),
             next_request: AtomicU32::new(1),
             stats: GatewayStats::default(),
         })
@@ -160,6 +163,16 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .len()
+    }
+
+    /// Resolves once a request is in flight (at once if one is now): lets a watcher of the
+    /// chain sleep without a timer while the chain is idle.
+    pub async fn busy(&self) {
+        let notified = self.became_busy.notified();
+        if self.inflight() > 0 {
+            return;
+        }
+        notified.await;
     }
 
     /// The pool.

@@ -16,6 +16,14 @@
 //!   (mode from /proc/self/status), and probes of system calls (`call NAME ERRNO|ok`):
 //!   `bpf`, `setpgid`, `ptrace`, `personality`, `fchmod` (of a memfd of its own), `unshare`.
 //!
+//! * `chaos`: from the start, background threads attack the chain's shared memory through the
+//!   descriptors the agent handed over: random writes into the pool (owner words, party
+//!   table, slot headers and bytes), random tails, entries and forged descriptors in its own
+//!   outbox (with futex wakes), random heads and flags in its own inbox, `status = 101` and
+//!   `meta_len = 0xFFFF` over every slot it owns; it also tries to map each read-only
+//!   descriptor writable and to reopen it read-write through `/proc/self/fd`. Answers
+//!   `rw_map FD ERRNO|ok` and `reopen FD ERRNO|ok` per read-only descriptor.
+//!
 //! `unsafe` for the raw system calls it abuses; this is a test fixture, never a function to
 //! copy.
 
@@ -195,8 +203,208 @@ fn env_report() -> String {
     out
 }
 
+/// A tiny xorshift generator: chaos needs no quality, only variety.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// A shared mapping of a duplicate of inherited descriptor `fd`, read-write.
+fn map_rw(fd: i32) -> Option<(*mut u8, usize)> {
+    // SAFETY: plain syscalls on a descriptor this process inherited; the mapping is fresh and
+    // aliases no Rust object (this fixture only ever touches it through raw volatile writes).
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) < 0 || st.st_size <= 0 {
+            return None;
+        }
+        let len = st.st_size as usize;
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        (p != libc::MAP_FAILED).then_some((p.cast(), len))
+    }
+}
+
+fn read_u32(base: *mut u8, off: usize) -> u32 {
+    // SAFETY: callers pass offsets inside the mapping, 4-aligned.
+    unsafe { base.add(off).cast::<u32>().read_volatile() }
+}
+
+fn read_u64(base: *mut u8, off: usize) -> u64 {
+    // SAFETY: as read_u32, 8-aligned.
+    unsafe { base.add(off).cast::<u64>().read_volatile() }
+}
+
+fn write_u32(base: *mut u8, off: usize, v: u32) {
+    // SAFETY: as read_u32; other processes use these words too, which is the point.
+    unsafe { base.add(off).cast::<u32>().write_volatile(v) }
+}
+
+fn write_u64(base: *mut u8, off: usize, v: u64) {
+    // SAFETY: as read_u64.
+    unsafe { base.add(off).cast::<u64>().write_volatile(v) }
+}
+
+fn futex_wake(addr: *mut u8) {
+    // SAFETY: FUTEX_WAKE on an address of a live shared mapping; no memory is touched.
+    unsafe { libc::syscall(libc::SYS_futex, addr, libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// Maps what `chaos` attacks (before the runtime takes the inherited descriptors over) and
+/// probes the read-only descriptors; returns the report and a starter for the attack, run at
+/// the first request (attacking the party table before the agent saw the instance ready
+/// would only keep the chain from starting).
+fn chaos() -> (String, impl FnOnce() + Send) {
+    let me: u32 = std::env::var("ZEROHOP_PARTY")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    let nfds: i32 = std::env::var("ZEROHOP_FDS")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    let mut report = String::new();
+    // fd 3 the pool, 4 and 5 its own outbox and inbox (read-write), the rest read-only.
+    for fd in 6..3 + nfds {
+        // SAFETY: plain syscalls; a mapping that succeeds (it must not) is left in place.
+        let rc = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstat(fd, &mut st);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                st.st_size.max(1) as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                -1
+            } else {
+                0
+            }
+        };
+        let _ = writeln!(report, "rw_map {fd} {}", errno_of(rc));
+        let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
+        // SAFETY: a valid path; a descriptor that opens (it must not) is leaked on purpose.
+        let rc = unsafe { libc::open(path.as_ptr(), libc::O_RDWR) };
+        let _ = writeln!(report, "reopen {fd} {}", errno_of(rc as i64));
+    }
+    let regions: Vec<(usize, *mut u8, usize)> = [3, 4, 5]
+        .into_iter()
+        .filter_map(|fd| {
+            // SAFETY: dup of an inherited descriptor.
+            let d = unsafe { libc::dup(fd) };
+            map_rw(d).map(|(p, len)| (fd as usize, p, len))
+        })
+        .collect();
+    let regions: Vec<(usize, usize, usize)> = regions
+        .into_iter()
+        .map(|(fd, p, len)| (fd, p as usize, len))
+        .collect();
+    let start = move || {
+        for (fd, base, len) in regions {
+            attack(me, fd, base, len);
+        }
+    };
+    (report, start)
+}
+
+/// One attacking thread on one mapped region.
+fn attack(me: u32, fd: usize, base: usize, len: usize) {
+    {
+        std::thread::spawn(move || {
+            let base = base as *mut u8;
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ fd as u64);
+            loop {
+                match fd {
+                    // The pool: owner words, party table, slot headers and bytes.
+                    3 => {
+                        let slots = read_u32(base, 12) as usize;
+                        let slot_size = read_u32(base, 16) as usize;
+                        let owners = read_u64(base, 40) as usize;
+                        let first = read_u64(base, 48) as usize;
+                        if slots == 0 || first + slots * slot_size > len {
+                            // We garbled the header ourselves; garble anywhere.
+                            let off = (rng.next() as usize % (len / 8)) * 8;
+                            write_u64(base, off, rng.next());
+                        } else {
+                            for s in 0..slots {
+                                let word = read_u64(base, owners + 8 * s);
+                                let slot = first + s * slot_size;
+                                if word as u32 == me + 1 {
+                                    // A slot we hold: a status no client may get, and a
+                                    // meta_len far beyond the slot.
+                                    write_u32(base, slot + 8, 101 | (0xFFFF << 16));
+                                }
+                            }
+                            let r = rng.next();
+                            let s = r as usize % slots;
+                            // Owner words rarely (each garbled one can leak a slot of this
+                            // chain for good), headers and the party table often.
+                            match (r >> 32) % 64 {
+                                0 => write_u64(base, owners + 8 * s, rng.next() % 8),
+                                1..=20 => write_u64(base, first + s * slot_size, rng.next()),
+                                21..=40 => write_u64(base, first + s * slot_size + 8, rng.next()),
+                                41..=44 => write_u64(base, 128 + 64 * (r as usize % 4), rng.next()),
+                                _ => write_u64(base, first + s * slot_size + 64, rng.next()),
+                            }
+                        }
+                    }
+                    // Our outbox: forged descriptors, random tails, wakes.
+                    4 => {
+                        let queues = read_u32(base, 16) as usize;
+                        let cap = read_u32(base, 20) as usize;
+                        let stride = 64 + cap * 16;
+                        if queues > 0 && cap > 0 && 64 + queues * stride <= len {
+                            let q = 64 + (rng.next() as usize % queues) * stride;
+                            let tail = read_u32(base, q);
+                            let e = q + 64 + (tail as usize % cap) * 16;
+                            write_u64(base, e, rng.next());
+                            write_u64(base, e + 8, rng.next());
+                            let new_tail = if rng.next() % 16 == 0 {
+                                rng.next() as u32
+                            } else {
+                                tail.wrapping_add(1)
+                            };
+                            write_u32(base, q, new_tail);
+                            futex_wake(base.wrapping_add(q));
+                        }
+                    }
+                    // Our inbox: heads and flags.
+                    _ => {
+                        let off = 64 + (rng.next() as usize % ((len - 64) / 4)) * 4;
+                        write_u32(base, off, rng.next() as u32);
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+    }
+}
+
 fn main() {
     let mode = std::env::var("HOSTILE_MODE").unwrap_or_else(|_| "env".into());
+    // Before `run` takes the inherited descriptors over.
+    let (chaos_report, chaos_start) = if mode == "chaos" {
+        let (report, start) = chaos();
+        (report, Some(Box::new(start) as Box<dyn FnOnce() + Send>))
+    } else {
+        (String::new(), None)
+    };
+    let chaos_start = std::sync::Mutex::new(chaos_start);
     run(move |req: &mut Request<'_>| {
         let out = match mode.as_str() {
             "grandchild" if req.body() == b"crash" => std::process::abort(),
@@ -214,6 +422,17 @@ fn main() {
             },
             "hang" => "alive\n".to_owned(),
             "env" => env_report(),
+            "chaos" => {
+                let start = chaos_start.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(start) = start {
+                    // Let this first answer out first: the test reads the report from it.
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(300));
+                        start();
+                    });
+                }
+                chaos_report.clone()
+            }
             other => {
                 return Err(HandlerError::internal(format!(
                     "unknown HOSTILE_MODE {other}"

@@ -1,0 +1,190 @@
+//! A hostile chain beside the hello chain under load: the hostile function garbles its
+//! chain's pool and its own queues, forges descriptors and scribbles statuses and lengths
+//! over the slots it holds, all the time. The hello chain must not notice; the hostile
+//! chain's gateway must answer every request with an HTTP status within its timeout; no
+//! agent dies; after shutdown nothing of either chain is left.
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{client, func, post};
+use zerohop_agent::{spec, up, UpOptions};
+use zerohop_test_support::{alive, children, memfds, target_bin, wait_until, ChainProcess};
+
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// Every process on the machine running as `uid`.
+fn processes_of(uid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&p| uid_of(p) == Some(uid))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_hostile_chain_beside_the_hello_chain_under_load() {
+    let me = std::process::id();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    // The hello chain, in this process, so its pool can be inspected.
+    let yaml = format!(
+        "name: hello\nfunctions:\n{}{}routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n",
+        func("upper", "upper", "", ", concurrency: 4"),
+        func("exclaim", "exclaim", "", ""),
+    );
+    let opts = UpOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..UpOptions::default()
+    };
+    let hello = rt
+        .block_on(up(
+            spec::parse(Path::new("hello.yaml"), &yaml).unwrap(),
+            opts,
+        ))
+        .expect("hello chain up");
+    // The hostile chain, under its own agent: `chaos` in front, the upper-caser behind it.
+    let hostile_spec = format!(
+        "name: chaos\ntimeout: 2s\nfunctions:\n  chaos: {{ command: [\"{}\"], env: {{ HOSTILE_MODE: chaos }}, concurrency: 4 }}\n{}routes:\n  - http: POST /x\n    sequence: [chaos, after]\n",
+        target_bin("zerohop-hostile").display(),
+        func("after", "upper", "", ""),
+    );
+    let hostile = ChainProcess::start(&hostile_spec, &[]);
+    let hostile_kids = children(hostile.pid());
+    assert_eq!(hostile_kids.len(), 2, "two instances in the hostile chain");
+    let hostile_uid = uid_of(hostile_kids[0]).expect("instance uid");
+
+    // The read-only descriptors stay read-only (the report may itself be lost to the chaos:
+    // ask until one arrives).
+    let agent = client();
+    let report = (0..50)
+        .map(|_| post(&agent, &format!("{}/x", hostile.url), "report"))
+        .find(|a| a.status == 200)
+        .expect("one report arrives out of 50");
+    let lines: Vec<&str> = report.body.lines().filter(|l| !l.is_empty()).collect();
+    assert!(
+        !lines.is_empty(),
+        "the hostile function has read-only descriptors"
+    );
+    for line in lines {
+        let l = line.to_lowercase();
+        assert!(
+            (l.starts_with("rw_map") || l.starts_with("reopen")) && !l.ends_with(" ok"),
+            "{line}"
+        );
+    }
+
+    // The attack starts shortly after the first request.
+    std::thread::sleep(Duration::from_millis(600));
+
+    let hello_url = Arc::new(format!("{}/hello", hello.url()));
+    let hostile_url = Arc::new(format!("{}/x", hostile.url));
+    let statuses: Arc<[AtomicU32; 6]> = Arc::new(Default::default());
+    let hello_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hostile_clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, statuses, done) = (hostile_url.clone(), statuses.clone(), hello_done.clone());
+            std::thread::spawn(move || {
+                let agent = client();
+                // Attacked all the while the hello chain is under load.
+                let mut i = 0;
+                while i < 30 || !done.load(Ordering::Relaxed) {
+                    i += 1;
+                    let started = Instant::now();
+                    let a = post(&agent, &url, &format!("chaos {i}"));
+                    // Within the chain's timeout (2 s), plus generous slack for a loaded VM.
+                    assert!(
+                        started.elapsed() < Duration::from_secs(12),
+                        "an answer within the timeout"
+                    );
+                    assert!((200..600).contains(&a.status), "{a:?}");
+                    if statuses[(a.status / 100) as usize].fetch_add(1, Ordering::Relaxed) < 3 {
+                        eprintln!("hostile chain answered {}: {}", a.status, a.body.trim_end());
+                    }
+                }
+            })
+        })
+        .collect();
+    let hello_clients: Vec<_> = (0..4)
+        .map(|w| {
+            let url = hello_url.clone();
+            std::thread::spawn(move || {
+                let agent = client();
+                for i in 0..1500 {
+                    let a = post(&agent, &url, &format!("w{w} n{i}"));
+                    assert_eq!(
+                        (a.status, a.body.as_str()),
+                        (200, format!("W{w} N{i}!").as_str())
+                    );
+                }
+            })
+        })
+        .collect();
+    for c in hello_clients {
+        c.join().expect("every hello request answered correctly");
+    }
+    hello_done.store(true, Ordering::Relaxed);
+    for c in hostile_clients {
+        c.join()
+            .expect("every hostile request answered with a status in time");
+    }
+    let counted: Vec<u32> = statuses.iter().map(|s| s.load(Ordering::Relaxed)).collect();
+    assert!(counted.iter().sum::<u32>() >= 60, "{counted:?}");
+    eprintln!("hostile chain statuses by class (0xx..5xx): {counted:?}");
+
+    // No agent died.
+    assert!(alive(hostile.pid()), "the hostile chain's agent is alive");
+    assert_eq!(
+        hello.pool().owners().in_use(),
+        0,
+        "no slot left in hello's pool"
+    );
+    assert_eq!(hello.gateway().inflight(), 0);
+
+    // Shutdown: nothing of either chain left.
+    let hostile_agent = hostile.pid();
+    assert_eq!(hostile.stop(), Some(0), "the hostile chain stops cleanly");
+    assert!(!alive(hostile_agent));
+    for k in &hostile_kids {
+        assert!(
+            wait_until(Duration::from_secs(10), || !alive(*k)),
+            "instance {k} left"
+        );
+    }
+    // As root the chain has a uid of its own: nothing may run under it any more (this
+    // covers anything its instances forked).
+    if uid_of(me) == Some(0) {
+        assert_ne!(hostile_uid, 0);
+        assert!(
+            wait_until(Duration::from_secs(10), || processes_of(hostile_uid)
+                .is_empty()),
+            "processes of the hostile chain left: {:?}",
+            processes_of(hostile_uid)
+        );
+    }
+    let hello_kids = children(me);
+    rt.block_on(hello.shutdown());
+    for k in hello_kids {
+        assert!(
+            wait_until(Duration::from_secs(5), || !alive(k)),
+            "instance {k} left"
+        );
+    }
+    assert!(children(me).is_empty(), "no child process left");
+    assert!(memfds(me).is_empty(), "memfds left: {:?}", memfds(me));
+}
