@@ -24,19 +24,30 @@ pub(crate) struct FutexWaiter {
     reserved: u32,
 }
 
-/// `FUTEX2_SIZE_U32`: the word is 32 bits; no `FUTEX2_PRIVATE`, the words are shared.
+/// `FUTEX2_SIZE_U32`: the word is 32 bits.
 const FUTEX2_SIZE_U32: u32 = 0x02;
+/// `FUTEX2_PRIVATE`: the word is in this process's own memory (a cheaper key than a shared
+/// word's, which needs a page lookup).
+const FUTEX2_PRIVATE: u32 = 128;
 /// Most waiters one `futex_waitv` call takes (`FUTEX_WAITV_MAX`).
 const FUTEX_WAITV_MAX: usize = 128;
 
 impl FutexWaiter {
-    /// Wait while `*word == expected`.
+    /// Wait while `*word == expected`, `word` in a shared mapping.
     pub(crate) fn new(word: &AtomicU32, expected: u32) -> Self {
         Self {
             val: u64::from(expected),
             uaddr: word.as_ptr() as u64,
             flags: FUTEX2_SIZE_U32,
             reserved: 0,
+        }
+    }
+
+    /// Wait while `*word == expected`, `word` in this process's own memory.
+    pub(crate) fn private(word: &AtomicU32, expected: u32) -> Self {
+        Self {
+            flags: FUTEX2_SIZE_U32 | FUTEX2_PRIVATE,
+            ..Self::new(word, expected)
         }
     }
 }
@@ -88,9 +99,53 @@ pub(crate) fn futex_waitv(waiters: &[FutexWaiter]) {
 
 /// `FUTEX_WAKE` one waiter on `word`.
 pub(crate) fn futex_wake(word: &AtomicU32) {
-    // SAFETY: as in futex_wait; waking has no memory effects.
+    // SAFETY: word points to a live, 4-aligned u32 in a shared mapping; waking has no memory
+    // effects.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1);
+    }
+}
+
+/// `FUTEX_WAIT` (shared) on the one word of `w` while it holds the expected value; returns
+/// on a wake, a value change or a signal.
+pub(crate) fn futex_wait(w: FutexWaiter) {
+    // SAFETY: the waiter names a live, 4-aligned u32 in a shared mapping (see FutexWaiter::new);
+    // a null timeout waits without deadline. Errors (EAGAIN, EINTR) mean "look again".
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            w.uaddr as *const u32,
+            libc::FUTEX_WAIT,
+            w.val as u32,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// `FUTEX_WAKE` (shared) every waiter on the word at `addr`. Waking has no memory effects
+/// and needs no write access to the word.
+pub(crate) fn futex_wake_addr(addr: usize) {
+    // SAFETY: the kernel only looks the address up; an unmapped one is EFAULT, nothing more.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            addr as *const u32,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+        );
+    }
+}
+
+/// `FUTEX_WAKE_PRIVATE` one waiter on a word of this process's own memory.
+pub(crate) fn futex_wake_private(word: &AtomicU32) {
+    // SAFETY: word points to a live, 4-aligned u32; waking has no memory effects.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
     }
 }
 

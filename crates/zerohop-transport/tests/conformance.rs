@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
@@ -1117,4 +1117,40 @@ fn receiver_death_between_peek_and_consume_loses_nothing() {
         );
         assert_eq!(pool.owners().in_use(), 0, "[{backend}] no slot left owned");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Socket backend only: one socket per edge
+// ---------------------------------------------------------------------------------------
+
+/// A sender that shuts its end of an edge down closes only that edge: the receiver keeps
+/// receiving from its other senders, and learns nothing from a socket that lies about who
+/// sent (protocol version 1 shared one socket per receiver among all senders, and one
+/// `shutdown` by any of them ended the receiver for good).
+#[test]
+fn a_sender_shutting_its_socket_down_closes_only_its_edge() {
+    let backend = Backend::Socket;
+    let pool = new_pool(16, 256);
+    let policy = fan_in_policy();
+    let t = create(backend, &policy, Options::default());
+    let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
+    let dog = Watchdog::new(ep.stopper(), PHASE);
+    // Party 2 (function 1) holds exactly one socket: its send end of the edge into party 1.
+    let fds = t.fds_for(2).expect("fds of party 2");
+    assert_eq!(fds.len(), 1, "party 2 gets only the ends of its own edges");
+    // SAFETY: shutdown of a valid socket descriptor.
+    let rc = unsafe { libc::shutdown(fds[0].as_raw_fd(), libc::SHUT_WR) };
+    assert_eq!(rc, 0, "shutdown of party 2's edge");
+    let gw = t.sender(0).expect("gateway sender");
+    for request in 1..=3 {
+        let mut slot = pool.alloc(Owner::party(0)).expect("free slot");
+        let len = fill(&mut slot, request);
+        gw.send(1, slot.descriptor(request, len, 0)).expect("send");
+        slot.into_sent();
+        let d = ep.recv().expect("the gateway's edge still delivers");
+        assert_eq!((d.from, d.desc.request), (0, request));
+        check(&d.slot, &d.desc).expect("payload intact");
+    }
+    assert!(!dog.disarm(), "delivered before the watchdog fired");
+    assert_eq!(pool.owners().in_use(), 0);
 }

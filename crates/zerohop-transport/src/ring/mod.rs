@@ -10,7 +10,7 @@
 //!  | header  64 B   | magic ZHOUTBOX, version 2,   | header  64 B   | magic ZHINBOX, version 2,
 //!  |                | party, queues, capacity      |                | party, senders
 //!  +----------------+                              +----------------+
-//!  | tail  (64 B)   | queue to targets(s)[0]       | sleeping, stop | control line (64 B)
+//!  | tail  (64 B)   | queue to targets(s)[0]       | sleeping       | control line (64 B)
 //!  | entries        | capacity x 16 B              +----------------+
 //!  +----------------+                              | head (64 B)    | of the queue from
 //!  | tail  (64 B)   | queue to targets(s)[1]       |                | senders(r)[0]
@@ -25,7 +25,8 @@
 //! tails, each written by its producer only, waited on together with `futex_waitv`:
 //! * receiver: finds every queue empty, spins for `spin_us`, then sets `sleeping = 1`,
 //!   fence, reads every tail again, and only if all queues are still empty calls
-//!   `futex_waitv` on every tail with the value it read (plus its own stop word).
+//!   `futex_waitv` on every tail with the value it read (plus its own stop word, in its
+//!   private memory).
 //! * sender: publishes the entry (`tail` Release), fence, reads `sleeping`; only if set it
 //!   calls `FUTEX_WAKE` on the tail it just wrote.
 //!

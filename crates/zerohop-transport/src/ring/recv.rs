@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zerohop_pool::sync::{fence, spin_hint, Ordering};
+use zerohop_pool::sync::{fence, spin_hint, AtomicU32, Ordering};
 
 use super::transport::RingShared;
 use super::Spsc;
@@ -38,9 +38,17 @@ pub struct RingReceiver {
 
 /// Stops a [`RingReceiver`].
 pub struct RingStop {
-    shared: Arc<RingShared>,
-    me: PartyId,
     stopped: AtomicBool,
+    /// A receiver of one queue waits on that queue's tail alone (`FUTEX_WAIT`, cheaper than
+    /// `futex_waitv`): the address, for the stopper to wake it; 0 otherwise.
+    single_tail: usize,
+    /// Set by a receiver of one queue from before its last look at `stopped` until its wait
+    /// returned.
+    in_wait: AtomicBool,
+    /// Bumped by `stop`; the receiver waits on it beside its queues' tails. In this
+    /// process's memory (the stopper is a thread of the receiving party), so the kernel finds
+    /// it without a page lookup.
+    word: AtomicU32,
 }
 
 impl Stop for RingStop {
@@ -49,11 +57,25 @@ impl Stop for RingStop {
         // fence: either the receiver sees the flag before it waits, or it waits on the stop
         // word's value read before our bump below, and the wake ends that wait.
         self.stopped.store(true, Ordering::SeqCst);
-        let word = self.shared.stop_word(self.me);
         // SYNC POINT: pairs with the receiver's Acquire load of the stop word before it
         // waits; the changed value makes a racing wait return at once.
-        word.fetch_add(1, Ordering::Release);
-        sys::futex_wake(word);
+        self.word.fetch_add(1, Ordering::Release);
+        sys::futex_wake_private(&self.word);
+        if self.single_tail != 0 {
+            // The receiver waits on a word it cannot be made to see change: wake it until it
+            // is out of its wait. SYNC POINT: this SeqCst load pairs with the receiver's
+            // SeqCst store of `in_wait` before its SeqCst load of `stopped`: if we read
+            // false, the receiver's look at `stopped` comes after our store and sees it.
+            for _ in 0..100_000 {
+                if !self.in_wait.load(Ordering::SeqCst) {
+                    return;
+                }
+                // SAFETY of the address: the tail lives in a region the receiver (and so
+                // this stopper's owner) keeps mapped while the receiver exists.
+                sys::futex_wake_addr(self.single_tail);
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
     }
 }
 
@@ -64,7 +86,7 @@ impl RingReceiver {
         } else {
             Duration::ZERO
         };
-        let lanes = shared
+        let lanes: Vec<Lane> = shared
             .policy
             .senders(me)
             .iter()
@@ -77,10 +99,15 @@ impl RingReceiver {
                     .expect("an edge is in both lists"),
             })
             .collect();
+        let single_tail = match lanes.as_slice() {
+            [l] => shared.tail(l.from, l.out).as_ptr() as usize,
+            _ => 0,
+        };
         let stop = Arc::new(RingStop {
-            shared: shared.clone(),
-            me,
             stopped: AtomicBool::new(false),
+            single_tail,
+            in_wait: AtomicBool::new(false),
+            word: AtomicU32::new(0),
         });
         Self {
             shared,
@@ -131,10 +158,8 @@ impl RingReceiver {
             }
             self.waiters.push(sys::FutexWaiter::new(tail, seen));
         }
-        self.waiters.push(sys::FutexWaiter::new(
-            self.shared.stop_word(self.me),
-            stop_seen,
-        ));
+        self.waiters
+            .push(sys::FutexWaiter::private(&self.stop.word, stop_seen));
         true
     }
 }
@@ -170,14 +195,24 @@ impl Receiver for RingReceiver {
             }
             // Sleep phase.
             // SYNC POINT: Acquire pairs with the Release `fetch_add` of the stopper.
-            let stop_seen = self.shared.stop_word(self.me).load(Ordering::Acquire);
+            let stop_seen = self.stop.word.load(Ordering::Acquire);
             let shared = self.shared.clone();
             let sleeping = shared.sleeping(self.me);
             sleeping.store(1, Ordering::Relaxed);
             // SYNC POINT: this SeqCst fence pairs with the sender's fence between publishing
             // `tail` and reading `sleeping`.
             fence(Ordering::SeqCst);
-            if self.arm(stop_seen) && !self.stop.stopped.load(Ordering::SeqCst) {
+            if self.stop.single_tail != 0 {
+                // SYNC POINT: pairs with the stopper's SeqCst load of `in_wait`.
+                self.stop.in_wait.store(true, Ordering::SeqCst);
+                if self.arm(stop_seen) && !self.stop.stopped.load(Ordering::SeqCst) {
+                    let [tail, _stop] = self.waiters[..] else {
+                        unreachable!("one queue and the stop word")
+                    };
+                    sys::futex_wait(tail);
+                }
+                self.stop.in_wait.store(false, Ordering::SeqCst);
+            } else if self.arm(stop_seen) && !self.stop.stopped.load(Ordering::SeqCst) {
                 sys::futex_waitv(&self.waiters);
             }
             sleeping.store(0, Ordering::Relaxed);

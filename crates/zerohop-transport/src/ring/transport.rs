@@ -95,11 +95,6 @@ impl RingShared {
         self.inbox(receiver).word32(HEADER)
     }
 
-    /// The stop word of `receiver` (in its inbox; bumped by its own stopper).
-    pub(crate) fn stop_word(&self, receiver: PartyId) -> &AtomicU32 {
-        self.inbox(receiver).word32(HEADER + 4)
-    }
-
     /// The tail of the `i`-th queue of `sender`'s outbox (the futex word of that queue).
     pub(crate) fn tail(&self, sender: PartyId, i: usize) -> &AtomicU32 {
         self.outbox(sender)
