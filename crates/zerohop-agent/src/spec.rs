@@ -462,9 +462,11 @@ impl Cx {
         for (k, _) in map {
             let key = scalar_text(k).unwrap_or_else(|| kind(k).to_owned());
             if !known.contains(&key.as_str()) {
+                // An empty key is shown quoted, so the message still names a field.
+                let shown = if key.is_empty() { "\"\"" } else { key.as_str() };
                 return Err(self.err(
                     line(k),
-                    &format!("{prefix}{key}"),
+                    &format!("{prefix}{shown}"),
                     format!("unknown field; known fields here: {}", known.join(", ")),
                 ));
             }
@@ -887,6 +889,8 @@ routes:
     fn errors_name_line_and_field() {
         let cases = [
             (HELLO.replace("timeout: 2s", "timeot: 2s"), "c.yaml:3: timeot: unknown field"),
+            // Found by the `spec` fuzz target: an empty key named no field at all.
+            (HELLO.replace("timeout: 2s", "\"\": 2s"), "c.yaml:3: \"\": unknown field"),
             (HELLO.replace("timeout: 2s", "timeout: soon"), "c.yaml:3: timeout: `soon` is not a duration"),
             (HELLO.replace("instances: 2", "instances: two"), "c.yaml:5: functions.upper.instances: expected a whole number, found a string"),
             (HELLO.replace("instances: 2", "instances: 0"), "c.yaml:5: functions.upper.instances: 0 is out of range"),
