@@ -272,8 +272,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         GatewayConfig {
             max_body: spec.max_body,
             timeout: spec.timeout,
-            body_timeout: GatewayConfig::DEFAULT_BODY_TIMEOUT,
-            max_connections: GatewayConfig::DEFAULT_MAX_CONNECTIONS,
+            body_timeout: spec.body_timeout,
+            max_connections: spec.max_connections,
         },
     );
     if let Some(rec) = pool.party(0) {

@@ -36,6 +36,10 @@ pub const DEFAULT_SLOTS: u32 = 1024;
 pub const DEFAULT_SLOT_SIZE: u32 = 64 * 1024;
 /// Default answer deadline of a request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time a client has to send a request body.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default cap on the gateway's open client connections.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 4096;
 /// Most instances one function may have.
 pub const MAX_INSTANCES: u16 = 64;
 /// Most handler threads one instance may run.
@@ -120,6 +124,10 @@ pub struct ChainSpec {
     pub max_body: u64,
     /// How long a request may take end to end (also bounds the 502 after a crash).
     pub timeout: Duration,
+    /// How long a client may take to send a request body once its headers are in (408).
+    pub body_timeout: Duration,
+    /// Most client connections the gateway serves at once.
+    pub max_connections: u32,
     /// Functions, in spec order.
     pub functions: Vec<FunctionSpec>,
     /// Routes, in spec order.
@@ -167,6 +175,8 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         "pool",
         "max_body",
         "timeout",
+        "body_timeout",
+        "max_connections",
         "functions",
         "routes",
     ];
@@ -231,15 +241,21 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
             v
         }
     };
-    let timeout = match get(&top, "timeout") {
-        None => DEFAULT_TIMEOUT,
+    let bounded_duration = |field: &str, default: Duration| match get(&top, field) {
+        None => Ok(default),
         Some(n) => {
-            let d = cx.duration(n, "timeout")?;
+            let d = cx.duration(n, field)?;
             if d < Duration::from_millis(10) || d > Duration::from_secs(3600) {
-                return Err(cx.err(line(n), "timeout", "must be between 10ms and 1h"));
+                return Err(cx.err(line(n), field, "must be between 10ms and 1h"));
             }
-            d
+            Ok(d)
         }
+    };
+    let timeout = bounded_duration("timeout", DEFAULT_TIMEOUT)?;
+    let body_timeout = bounded_duration("body_timeout", DEFAULT_BODY_TIMEOUT)?;
+    let max_connections = match get(&top, "max_connections") {
+        None => DEFAULT_MAX_CONNECTIONS,
+        Some(n) => cx.integer(n, "max_connections", 1, 1_000_000)? as u32,
     };
 
     let dir = path.parent().unwrap_or(Path::new(""));
@@ -263,6 +279,8 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         pool,
         max_body,
         timeout,
+        body_timeout,
+        max_connections,
         functions,
         routes,
     })
@@ -892,6 +910,8 @@ routes:
             // Found by the `spec` fuzz target: an empty key named no field at all.
             (HELLO.replace("timeout: 2s", "\"\": 2s"), "c.yaml:3: \"\": unknown field"),
             (HELLO.replace("timeout: 2s", "timeout: soon"), "c.yaml:3: timeout: `soon` is not a duration"),
+            (HELLO.replace("timeout: 2s", "body_timeout: 5ms"), "c.yaml:3: body_timeout: must be between 10ms and 1h"),
+            (HELLO.replace("timeout: 2s", "max_connections: 0"), "c.yaml:3: max_connections: 0 is out of range"),
             (HELLO.replace("instances: 2", "instances: two"), "c.yaml:5: functions.upper.instances: expected a whole number, found a string"),
             (HELLO.replace("instances: 2", "instances: 0"), "c.yaml:5: functions.upper.instances: 0 is out of range"),
             (HELLO.replace("[ptrace, setsid]", "[ptrace, ptracee]"), "c.yaml:11: functions.exclaim.syscalls[1]: unknown system call `ptracee`"),

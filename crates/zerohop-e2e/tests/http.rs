@@ -342,3 +342,23 @@ fn hugepages_pool_runs_or_says_what_is_missing() {
     assert_eq!((a.status, a.body.as_str()), (200, "HUGE!"));
     assert_eq!(chain.stop(), Some(0));
 }
+
+#[test]
+fn a_body_slower_than_body_timeout_gets_408() {
+    let chain = ChainProcess::start(&hello_spec("body_timeout: 200ms\n"), &[]);
+    let addr = chain.url.trim_start_matches("http://").to_owned();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nslow")
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 408"), "got {out:?}");
+    assert!(
+        out.contains("did not arrive within 200ms (body_timeout)"),
+        "{out:?}"
+    );
+    let a = post(&client(), &format!("{}/hello", chain.url), "after");
+    assert_eq!((a.status, a.body.as_str()), (200, "AFTER!"));
+    assert_eq!(chain.stop(), Some(0));
+}

@@ -74,13 +74,6 @@ pub struct GatewayConfig {
     pub max_connections: u32,
 }
 
-impl GatewayConfig {
-    /// Default [`GatewayConfig::body_timeout`].
-    pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
-    /// Default [`GatewayConfig::max_connections`].
-    pub const DEFAULT_MAX_CONNECTIONS: u32 = 4096;
-}
-
 /// Counters of the gateway (read by the agent and by tests).
 #[derive(Debug, Default)]
 pub struct GatewayStats {
