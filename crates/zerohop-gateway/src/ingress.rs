@@ -1,6 +1,8 @@
 //! The way in: HTTP server, body into a slot, descriptor to the head function, answer.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +12,6 @@ use http::{header, HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -21,6 +22,20 @@ use zerohop_transport::{PartyId, SendError};
 use crate::egress::Outcome;
 use crate::error::error_response;
 use crate::{ErrorSource, Gateway, GatewayError, Inflight, META_RESERVE};
+
+/// The gateway as hyper's service (a named type, so connections of it can be named too).
+struct Service(Arc<Gateway>);
+
+impl hyper::service::Service<Request<Incoming>> for Service {
+    type Response = Answer;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let gw = self.0.clone();
+        Box::pin(async move { Ok(gw.handle(req).await) })
+    }
+}
 
 /// How long a client may take to send a request's headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -88,16 +103,7 @@ impl Gateway {
                 _ = shutdown.changed() => break,
             };
             let _ = stream.set_nodelay(true);
-            let gw = self.clone();
-            let svc = service_fn(move |req| {
-                let gw = gw.clone();
-                async move { Ok::<_, Infallible>(gw.handle(req).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), svc);
-            let conn = graceful.watch(conn);
+            let conn = graceful.watch(self.connection(stream));
             tokio::spawn(async move {
                 let _ = conn.await;
                 drop(permit);
@@ -113,16 +119,18 @@ impl Gateway {
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let gw = self.clone();
-        let svc = service_fn(move |req| {
-            let gw = gw.clone();
-            async move { Ok::<_, Infallible>(gw.handle(req).await) }
-        });
-        let _ = http1::Builder::new()
+        let _ = self.connection(io).await;
+    }
+
+    /// One HTTP/1.1 connection over `io`, answering with [`Gateway::handle`].
+    fn connection<I>(self: &Arc<Self>, io: I) -> http1::Connection<TokioIo<I>, Service>
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(TokioIo::new(io), svc)
-            .await;
+            .serve_connection(TokioIo::new(io), Service(self.clone()))
     }
 
     /// Answers one HTTP request.

@@ -139,6 +139,34 @@ struct Expected {
     writable: bool,
 }
 
+impl Expected {
+    fn outbox(policy: &Policy, party: PartyId, capacity: u32, writable: bool) -> Self {
+        let count = policy.targets(party).len();
+        Self {
+            what: "outbox",
+            magic: OUTBOX_MAGIC,
+            party,
+            count,
+            capacity,
+            len: outbox_len(count, capacity),
+            writable,
+        }
+    }
+
+    fn inbox(policy: &Policy, party: PartyId, writable: bool) -> Self {
+        let count = policy.senders(party).len();
+        Self {
+            what: "inbox",
+            magic: INBOX_MAGIC,
+            party,
+            count,
+            capacity: 0,
+            len: inbox_len(count),
+            writable,
+        }
+    }
+}
+
 fn attach_region(fd: OwnedFd, e: Expected) -> Result<Mapped, TransportError> {
     let Expected {
         what,
@@ -274,39 +302,9 @@ impl RingTransport {
         let mut inboxes: Vec<Option<Mapped>> = (0..parties).map(|_| None).collect();
         let mut fds = fds.into_iter();
         let mut next = || fds.next().expect("count checked");
-        let out = |p: PartyId, fd, writable| {
-            let count = policy.targets(p).len();
-            let len = outbox_len(count, capacity);
-            let (what, magic) = ("outbox", OUTBOX_MAGIC);
-            attach_region(
-                fd,
-                Expected {
-                    what,
-                    magic,
-                    party: p,
-                    count,
-                    capacity,
-                    len,
-                    writable,
-                },
-            )
-        };
-        let inb = |p: PartyId, fd, writable| {
-            let count = policy.senders(p).len();
-            let (what, magic, capacity, len) = ("inbox", INBOX_MAGIC, 0, inbox_len(count));
-            attach_region(
-                fd,
-                Expected {
-                    what,
-                    magic,
-                    party: p,
-                    count,
-                    capacity,
-                    len,
-                    writable,
-                },
-            )
-        };
+        let out =
+            |p, fd, writable| attach_region(fd, Expected::outbox(policy, p, capacity, writable));
+        let inb = |p, fd, writable| attach_region(fd, Expected::inbox(policy, p, writable));
         outboxes[me as usize] = Some(out(me, next(), true)?);
         inboxes[me as usize] = Some(inb(me, next(), true)?);
         for &t in targets {
