@@ -123,34 +123,30 @@ impl Gateway {
             .copied()
             .unwrap_or(zerohop_transport::GATEWAY_FN);
         let mut table = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        let genuine = table.get(&desc.request).is_some_and(|w| {
-            w.slot == desc.slot
-                && w.generation == desc.generation
-                && header.request == desc.request
-                && header.route == w.route
-                && self
-                    .answerers
-                    .get(w.route as usize)
-                    .is_some_and(|a| a.binary_search(&function).is_ok())
-        });
+        let Some(w) = table.get(&desc.request) else {
+            // Nobody waits for it any more (answered by a timeout or a crash report), or it
+            // never was: dropping it frees the slot.
+            drop(table);
+            self.stats.late.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let genuine = w.slot == desc.slot
+            && w.generation == desc.generation
+            && header.request == desc.request
+            && header.route == w.route
+            && self
+                .answerers
+                .get(w.route as usize)
+                .is_some_and(|a| a.binary_search(&function).is_ok());
         if !genuine {
             drop(table);
-            let late = !self
-                .inflight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(&desc.request);
-            if late && header.request == desc.request {
-                self.stats.late.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(
-                    function = self.plan.function_name(function),
-                    party = from,
-                    request = desc.request,
-                    "refused an answer that does not match the request it names"
-                );
-            }
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                function = self.plan.function_name(function),
+                party = from,
+                request = desc.request,
+                "refused an answer that does not match the request it names"
+            );
             return;
         }
         let waiter = table.remove(&desc.request).expect("checked above");
