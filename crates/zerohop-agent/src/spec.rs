@@ -288,6 +288,16 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
 
 type Map<'a, 'y> = Vec<(&'a MarkedYaml<'y>, &'a MarkedYaml<'y>)>;
 
+/// A mapping key as a field name: an empty key is shown quoted (`""`), so an error about it
+/// still names a field.
+fn shown_key(key: &str) -> &str {
+    if key.is_empty() {
+        "\"\""
+    } else {
+        key
+    }
+}
+
 fn line(n: &MarkedYaml<'_>) -> usize {
     n.span.start.line()
 }
@@ -480,11 +490,9 @@ impl Cx {
         for (k, _) in map {
             let key = scalar_text(k).unwrap_or_else(|| kind(k).to_owned());
             if !known.contains(&key.as_str()) {
-                // An empty key is shown quoted, so the message still names a field.
-                let shown = if key.is_empty() { "\"\"" } else { key.as_str() };
                 return Err(self.err(
                     line(k),
-                    &format!("{prefix}{shown}"),
+                    &format!("{prefix}{}", shown_key(&key)),
                     format!("unknown field; known fields here: {}", known.join(", ")),
                 ));
             }
@@ -584,7 +592,7 @@ impl Cx {
             {
                 return Err(self.err(
                     line(k),
-                    &format!("functions.{name}"),
+                    &format!("functions.{}", shown_key(&name)),
                     "a function name is letters, digits, `-` or `_`",
                 ));
             }
@@ -637,7 +645,7 @@ impl Cx {
                         if key.is_empty() || key.contains('=') || key.starts_with("ZEROHOP_") {
                             return Err(self.err(
                                 line(ek),
-                                &format!("{p}env.{key}"),
+                                &format!("{p}env.{}", shown_key(&key)),
                                 "not a usable variable name (no `=`, and ZEROHOP_* is reserved for the agent)",
                             ));
                         }
@@ -909,6 +917,7 @@ routes:
             (HELLO.replace("timeout: 2s", "timeot: 2s"), "c.yaml:3: timeot: unknown field"),
             // Found by the `spec` fuzz target: an empty key named no field at all.
             (HELLO.replace("timeout: 2s", "\"\": 2s"), "c.yaml:3: \"\": unknown field"),
+            (HELLO.replace("env: { MODE: loud, N: 3 }", "env: { \"\": v }"), "c.yaml:8: functions.exclaim.env.\"\": not a usable variable name"),
             (HELLO.replace("timeout: 2s", "timeout: soon"), "c.yaml:3: timeout: `soon` is not a duration"),
             (HELLO.replace("timeout: 2s", "body_timeout: 5ms"), "c.yaml:3: body_timeout: must be between 10ms and 1h"),
             (HELLO.replace("timeout: 2s", "max_connections: 0"), "c.yaml:3: max_connections: 0 is out of range"),
