@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, func, post};
+use common::{client, func, post, runtime};
 use zerohop_agent::{spec, up, UpOptions};
 use zerohop_test_support::{alive, children, memfds, target_bin, wait_until, ChainProcess};
 
@@ -37,11 +37,7 @@ fn processes_of(uid: u32) -> Vec<u32> {
 #[test]
 fn a_hostile_chain_beside_the_hello_chain_under_load() {
     let me = std::process::id();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     // The hello chain, in this process, so its pool can be inspected.
     let yaml = format!(
         "name: hello\nfunctions:\n{}{}routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n",

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, post};
+use common::{client, post, runtime};
 use zerohop_agent::{spec, up, CgroupMode, UpOptions};
 use zerohop_test_support::{
     alive, children, signal_pid, spawn_with_fds, target_bin, wait_until, ChildGuard, TempDir,
@@ -498,14 +498,6 @@ fn hung_instance_is_killed_answered_and_restarted() {
         "the chain answers again"
     );
     assert_eq!(agent.stop(), Some(0));
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// The cgroup folder a process is in, per hierarchy, from /proc/PID/cgroup.

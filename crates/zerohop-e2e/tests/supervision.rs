@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{client, func, post};
+use common::{client, func, post, runtime};
 use zerohop_agent::{spec, up, Running, UpOptions};
 use zerohop_pool::Owner;
 use zerohop_test_support::{
@@ -25,14 +25,6 @@ fn start(rt: &tokio::runtime::Runtime, yaml: &str, transport: &str) -> Running {
         ..UpOptions::default()
     };
     rt.block_on(up(spec, opts)).expect("chain up")
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

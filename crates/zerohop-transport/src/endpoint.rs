@@ -105,7 +105,7 @@ impl Endpoint {
         let me = self.me;
         let policy = &self.policy;
         let allowed = |o: Owner| match o.as_party() {
-            Some(p) => raw.from.is_none_or(|f| f == p) && policy.allows_parties(p, me),
+            Some(p) => p == raw.from && policy.allows_parties(p, me),
             None => false,
         };
         match self.pool.take(&desc, Owner::party(me), allowed) {

@@ -156,8 +156,8 @@ pub trait Sender: Send + Sync {
 /// A descriptor as it came off the transport, not yet validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Raw {
-    /// Sender, when the backend knows it for certain (the ring: one queue per sender).
-    pub from: Option<PartyId>,
+    /// Sender: the queue (ring) or socket (socket) it came in on, one per allowed edge.
+    pub from: PartyId,
     /// The descriptor.
     pub desc: Descriptor,
 }

@@ -65,3 +65,12 @@ pub fn func(name: &str, mode: &str, env: &str, fields: &str) -> String {
         testfn()
     )
 }
+
+/// The tokio runtime of a test that runs the agent in this process: one worker thread.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}

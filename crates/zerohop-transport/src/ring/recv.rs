@@ -136,7 +136,7 @@ impl RingReceiver {
             if let Some(desc) = self.queue(i).peek() {
                 self.peeked = Some(i);
                 return Some(Raw {
-                    from: Some(self.lanes[i].from),
+                    from: self.lanes[i].from,
                     desc,
                 });
             }

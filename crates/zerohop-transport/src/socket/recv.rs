@@ -78,7 +78,7 @@ impl SocketReceiver {
             return None;
         }
         let raw = |desc| Raw {
-            from: Some(lane.from),
+            from: lane.from,
             desc,
         };
         match sys::recv16_nonblocking(lane.rx.as_fd(), true) {
