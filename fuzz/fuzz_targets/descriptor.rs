@@ -50,6 +50,7 @@ impl Fixture {
             Pool::create(&PoolConfig {
                 name: "fuzz-descriptor".into(),
                 slots: SLOTS,
+                first_slot: 0,
                 slot_size: 256,
                 max_parties: 4,
                 hugepages: false,

@@ -71,6 +71,7 @@ impl Chain {
             Pool::create(&PoolConfig {
                 name: "fuzz-http".into(),
                 slots: 8,
+                first_slot: 0,
                 slot_size: 8192,
                 max_parties: 2,
                 hugepages: false,

@@ -26,6 +26,7 @@ fn pool() -> &'static Arc<Pool> {
             Pool::create(&PoolConfig {
                 name: "fuzz-plan".into(),
                 slots: 1,
+                first_slot: 0,
                 slot_size: 128,
                 max_parties: 4,
                 hugepages: false,

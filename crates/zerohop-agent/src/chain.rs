@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use zerohop_gateway::{Gateway, GatewayConfig};
-use zerohop_pool::{PartyState, Pool, PoolConfig, PoolError};
+use zerohop_pool::{PartyState, Pool, PoolConfig, PoolError, Pools};
 use zerohop_transport::{Backend, Endpoint, TransportError};
 
 use crate::confine::{CgroupMode, Domain, Program, UidRange};
@@ -147,9 +147,17 @@ impl Running {
         &self.shared.gateway
     }
 
-    /// The pool (slot accounting).
-    pub fn pool(&self) -> &Arc<Pool> {
-        &self.shared.pool
+    /// The chain's pools, one per security domain (slot accounting).
+    pub fn pools(&self) -> &Pools {
+        &self.shared.pools
+    }
+
+    /// Times party `party` was restarted, from the agent's own records.
+    pub fn restarts(&self, party: u16) -> u32 {
+        self.shared
+            .parties
+            .get(party as usize)
+            .map_or(0, |c| c.restarts.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The uid the chain's instances run as (seen from outside their namespace).
@@ -251,22 +259,59 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         .unwrap_or(zerohop_transport::Options::default().spin_us);
     let plan = plan_from_spec(&spec, backend.name(), spin_us);
     let parties = plan.parties();
-    let pool = Arc::new(Pool::create(&PoolConfig {
-        name: spec.name.clone(),
-        slots: spec.pool.slots,
-        slot_size: spec.pool.slot_size,
-        max_parties: parties,
-        hugepages: spec.pool.hugepages,
-    })?);
+    // One pool per security domain, numbered in disjoint slot ranges.
+    let domains = plan.domains();
+    if u64::from(spec.pool.slots) * domains.len() as u64 > 1 << 24 {
+        return Err(AgentError::Spec(SpecError {
+            file: spec.file.display().to_string(),
+            line: 1,
+            field: "pool.slots".into(),
+            message: format!(
+                "{} slots in each of the chain's {} security domains exceed the 16777216 \
+                 slots a chain can number; lower pool.slots",
+                spec.pool.slots,
+                domains.len()
+            ),
+        }));
+    }
+    let mut list = Vec::new();
+    for (i, _) in domains.iter().enumerate() {
+        list.push(Arc::new(Pool::create(&PoolConfig {
+            name: if domains.len() == 1 {
+                spec.name.clone()
+            } else {
+                format!("{}:{i}", spec.name)
+            },
+            slots: spec.pool.slots,
+            first_slot: i as u32 * spec.pool.slots,
+            slot_size: spec.pool.slot_size,
+            max_parties: parties,
+            hugepages: spec.pool.hugepages,
+        })?));
+    }
+    let party_pools: Vec<Vec<Arc<Pool>>> = plan
+        .party_function
+        .iter()
+        .enumerate()
+        .map(|(p, &f)| match p {
+            0 => list.clone(),
+            _ => plan
+                .domains_of(f)
+                .into_iter()
+                .map(|d| list[d].clone())
+                .collect(),
+        })
+        .collect();
+    let pools = Pools::new(list)?;
     let policy = Arc::new(
         plan.policy()
             .map_err(|e| TransportError::Layout(e.to_string()))?,
     );
     let transport = zerohop_transport::create(backend, &spec.name, &policy, plan.options())?;
-    let endpoint = Endpoint::new(pool.clone(), policy, 0, transport.receiver(0)?);
+    let endpoint = Endpoint::new(pools.clone(), policy, 0, transport.receiver(0)?);
     let plan_json = plan.to_json();
     let gateway = Gateway::new(
-        pool.clone(),
+        pools.clone(),
         transport.sender(0)?,
         Arc::new(plan),
         GatewayConfig {
@@ -276,10 +321,12 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             max_connections: spec.max_connections,
         },
     );
-    if let Some(rec) = pool.party(0) {
-        rec.set_pid(std::process::id());
-        rec.set_state(PartyState::Ready);
+    for p in pools.iter() {
+        if let Some(rec) = p.party(0) {
+            rec.set_pid(std::process::id());
+        }
     }
+    pools.set_state(0, PartyState::Ready);
     let mut receiving = Some(gateway.start_receiving(endpoint));
     let listener = TcpListener::bind(opts.listen)
         .await
@@ -293,7 +340,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     })?;
     tracing::info!(chain = %spec.name, "{}", domain.describe());
     let shared = Arc::new(Shared {
-        pool,
+        pools,
+        party_pools,
         transport,
         gateway,
         plan_json,
@@ -388,11 +436,7 @@ async fn start_instances(
                     what: format!("exited ({status})"),
                 });
             }
-            let ready = shared
-                .pool
-                .party(inst.party)
-                .is_some_and(|r| r.state() == PartyState::Ready);
-            all_ready &= ready;
+            all_ready &= shared.ready(inst.party);
         }
         if all_ready {
             return Ok(());
@@ -400,12 +444,7 @@ async fn start_instances(
         if Instant::now() > deadline {
             let (inst, _) = instances
                 .iter()
-                .find(|(i, _)| {
-                    shared
-                        .pool
-                        .party(i.party)
-                        .is_none_or(|r| r.state() != PartyState::Ready)
-                })
+                .find(|(i, _)| !shared.ready(i.party))
                 .expect("some instance is not ready");
             return Err(AgentError::NotReady {
                 function: inst.function.clone(),

@@ -261,6 +261,35 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
     let dir = path.parent().unwrap_or(Path::new(""));
     let functions = cx.functions(root, &top, dir)?;
     let routes = cx.routes(root, &top, &functions)?;
+    // Every function must be able to receive a request: on a route, or a dynamic `next`
+    // target of one that is. (It would have no security domain, so no pool, either.)
+    let mut reachable: Vec<&str> = routes
+        .iter()
+        .flat_map(|r| r.sequence.iter().map(String::as_str))
+        .collect();
+    let mut i = 0;
+    while i < reachable.len() {
+        if let Some(f) = functions.iter().find(|f| f.name == reachable[i]) {
+            for n in &f.next {
+                if !reachable.contains(&n.as_str()) {
+                    reachable.push(n);
+                }
+            }
+        }
+        i += 1;
+    }
+    if let Some(f) = functions
+        .iter()
+        .find(|f| !reachable.contains(&f.name.as_str()))
+    {
+        return Err(cx.err(
+            f.line,
+            &format!("functions.{}", shown_key(&f.name)),
+            "no route reaches this function (it is in no sequence, and no function of one \
+             names it in `next`), so it could never receive a request; add it to a route or \
+             remove it",
+        ));
+    }
     let parties: usize = 1 + functions
         .iter()
         .map(|f| f.instances as usize)
@@ -939,6 +968,7 @@ routes:
             (HELLO.replace("env: { MODE: loud, N: 3 }", "env: [MODE]"), "c.yaml:8: functions.exclaim.env: expected a mapping"),
             (HELLO.replace("{ slots: 64,", "{ slots: 64, hugepages: maybe,"), "c.yaml:2: pool.hugepages: expected true or false"),
             (format!("{HELLO}  - http: POST /hello\n    sequence: [upper]\n"), "c.yaml:15: routes[1].http: `POST /hello` is already routed"),
+            (HELLO.replace("[upper, exclaim]", "[upper]"), "c.yaml:6: functions.exclaim: no route reaches this function"),
             ("name: x\nfunctions: {\n".into(), "c.yaml:3: (yaml): not valid YAML"),
             ("".into(), "c.yaml:1: (spec): the spec is empty"),
             ("- a\n".into(), "c.yaml:1: (spec): expected a mapping"),

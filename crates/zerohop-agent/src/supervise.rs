@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use tokio::process::Child;
 use tokio::sync::watch;
 use zerohop_gateway::Gateway;
-use zerohop_pool::{PartyState, Pool};
+use zerohop_pool::{PartyState, Pool, Pools};
 use zerohop_transport::{handover, PartyId, Transport};
 
 use crate::confine::cgroup::InstanceCgroup;
@@ -21,7 +21,11 @@ use crate::confine::{self, Domain, Program};
 
 /// What all supervisors of a chain share.
 pub(crate) struct Shared {
-    pub pool: Arc<Pool>,
+    /// Every pool of the chain, one per security domain.
+    pub pools: Pools,
+    /// Per party, the pools of its function's domains in domain order (all for party 0):
+    /// what it is handed and where its party records are.
+    pub party_pools: Vec<Vec<Arc<Pool>>>,
     pub transport: Box<dyn Transport>,
     pub gateway: Arc<Gateway>,
     pub plan_json: String,
@@ -33,6 +37,34 @@ pub(crate) struct Shared {
     pub parties: Vec<PartyControl>,
 }
 
+impl Shared {
+    /// The pools of `party`.
+    pub fn pools_of(&self, party: PartyId) -> &[Arc<Pool>] {
+        self.party_pools
+            .get(party as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Sets `party`'s state in each of its pools.
+    fn set_state(&self, party: PartyId, state: PartyState) {
+        for p in self.pools_of(party) {
+            if let Some(rec) = p.party(party) {
+                rec.set_state(state);
+            }
+        }
+    }
+
+    /// Whether `party` has attached: ready in each of its pools.
+    pub fn ready(&self, party: PartyId) -> bool {
+        let pools = self.pools_of(party);
+        !pools.is_empty()
+            && pools.iter().all(|p| {
+                p.party(party)
+                    .is_some_and(|r| r.state() == PartyState::Ready)
+            })
+    }
+}
+
 /// What the agent knows about one party's current instance.
 #[derive(Default)]
 pub(crate) struct PartyControl {
@@ -40,6 +72,8 @@ pub(crate) struct PartyControl {
     pub pgid: AtomicU32,
     /// Set by the watchdog when it kills the instance for hanging: what to report.
     pub hung: Mutex<Option<String>>,
+    /// Times the instance was restarted.
+    pub restarts: AtomicU32,
 }
 
 /// One instance to keep running.
@@ -67,7 +101,12 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
 pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Instance> {
-    let mut fds: Vec<OwnedFd> = vec![shared.pool.fd().try_clone_to_owned()?];
+    // The pools of the instance's domains first (in domain order), then its transport ends.
+    let mut fds: Vec<OwnedFd> = shared
+        .pools_of(inst.party)
+        .iter()
+        .map(|p| p.fd().try_clone_to_owned())
+        .collect::<Result<_, _>>()?;
     let transport_fds = shared
         .transport
         .fds_for(inst.party)
@@ -91,13 +130,13 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
         fds,
         cgroup.as_ref(),
     )?;
-    if let Some(rec) = shared.pool.party(inst.party) {
-        rec.set_state(PartyState::Starting);
-    }
+    shared.set_state(inst.party, PartyState::Starting);
     let child = cmd.spawn().map_err(confine::explain)?;
     let pid = child.id().unwrap_or(0);
-    if let Some(rec) = shared.pool.party(inst.party) {
-        rec.set_pid(pid);
+    for p in shared.pools_of(inst.party) {
+        if let Some(rec) = p.party(inst.party) {
+            rec.set_pid(pid);
+        }
     }
     // The child leads its own group (process_group(0)): pgid = pid.
     shared.domain.started(pid);
@@ -194,9 +233,14 @@ pub(crate) async fn supervise(
             .get(inst.party as usize)
             .and_then(|c| c.hung.lock().unwrap_or_else(|p| p.into_inner()).take());
         let what = hung.unwrap_or_else(|| describe(status));
-        if let Some(rec) = shared.pool.party(inst.party) {
-            rec.set_state(PartyState::Dead);
-            rec.count_restart();
+        shared.set_state(inst.party, PartyState::Dead);
+        for p in shared.pools_of(inst.party) {
+            if let Some(rec) = p.party(inst.party) {
+                rec.count_restart();
+            }
+        }
+        if let Some(c) = shared.parties.get(inst.party as usize) {
+            c.restarts.fetch_add(1, Ordering::Relaxed);
         }
         let failed = shared.gateway.party_died(inst.party, &what);
         if started.elapsed() > HEALTHY_AFTER {

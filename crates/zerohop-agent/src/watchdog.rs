@@ -63,12 +63,12 @@ fn sample(
     seen: &mut HashMap<u32, (OwnerWord, Instant)>,
 ) {
     let now = Instant::now();
-    let owners = shared.pool.owners();
     let mut hung: Vec<(u16, u32, Duration)> = Vec::new();
-    for slot in 0..owners.len() {
-        let Some(word) = owners.get(slot) else {
-            continue;
-        };
+    let words = shared.pools.iter().flat_map(|p| {
+        let owners = p.owners();
+        (0..owners.len()).filter_map(move |l| owners.get(l).map(|w| (p.first_slot() + l, w)))
+    });
+    for (slot, word) in words {
         let party = word.owner.as_party().filter(|&p| p != 0);
         let Some(party) = party else {
             seen.remove(&slot);

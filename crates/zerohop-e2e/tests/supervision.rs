@@ -52,9 +52,8 @@ fn kill_9_with_32_in_flight_answers_all_and_recovers() {
         let upper_party = Owner::party(1);
         assert!(
             wait_until(Duration::from_secs(10), || chain
-                .pool()
-                .owners()
-                .owned_by(upper_party)
+                .pools()
+                .held_by(upper_party)
                 .len()
                 == 32),
             "{transport}: 32 requests reached upper"
@@ -73,7 +72,7 @@ fn kill_9_with_32_in_flight_answers_all_and_recovers() {
             .iter()
             .all(|a| a.status == 200 || a.body.contains("instance 1 was killed by signal 9")));
         assert!(
-            chain.pool().owners().owned_by(upper_party).is_empty(),
+            chain.pools().held_by(upper_party).is_empty(),
             "{transport}: no slot stays with the dead instance"
         );
         // The instance is restarted and new requests work.
@@ -85,7 +84,7 @@ fn kill_9_with_32_in_flight_answers_all_and_recovers() {
             "{transport}: chain recovered"
         );
         assert_ne!(chain.instance_pid(1), Some(victim));
-        assert_eq!(chain.pool().party(1).unwrap().restarts(), 1);
+        assert_eq!(chain.restarts(1), 1);
         rt.block_on(chain.shutdown());
     }
 }
@@ -120,11 +119,7 @@ fn ten_thousand_requests_leave_no_leak() {
     for w in workers {
         w.join().expect("worker saw only correct answers");
     }
-    assert_eq!(
-        chain.pool().owners().in_use(),
-        0,
-        "no slot owned after the load"
-    );
+    assert_eq!(chain.pools().in_use(), 0, "no slot owned after the load");
     assert_eq!(chain.gateway().inflight(), 0);
     assert_eq!(
         chain

@@ -189,12 +189,7 @@ impl Gateway {
             .get(party as usize)
             .map_or("unknown", |&f| self.plan.function_name(f))
             .to_owned();
-        let owners = self.pool.owners();
-        let held: Vec<(u32, u32)> = owners
-            .owned_by(Owner::party(party))
-            .into_iter()
-            .filter_map(|s| owners.get(s).map(|w| (s, w.generation)))
-            .collect();
+        let held = self.pools.held_by(Owner::party(party));
         let mut hit: Vec<u32> = Vec::new();
         {
             let table = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
@@ -205,7 +200,9 @@ impl Gateway {
             }
         }
         for (slot, _) in &held {
-            let _ = owners.free(*slot, Owner::party(party));
+            if let Some(p) = self.pools.of_slot(*slot) {
+                p.free_held(*slot, Owner::party(party));
+            }
         }
         for &id in &hit {
             let err = GatewayError::new(

@@ -173,13 +173,14 @@ impl Gateway {
                     ))
                 }
             };
-        let Some(mut slot) = self.pool.alloc(Owner::party(0)) else {
+        let pool = &self.route_pools[route as usize];
+        let Some(mut slot) = pool.alloc(Owner::party(0)) else {
             return Err(GatewayError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorSource::Gateway,
                 format!(
                     "all {} slots of the pool are in use; retry",
-                    self.pool.slot_count()
+                    pool.slot_count()
                 ),
             )
             .with_header(header::RETRY_AFTER, "1"));
@@ -228,7 +229,7 @@ impl Gateway {
         };
         let desc = slot.descriptor(id, len as u32, head);
         // Never wait for room on this thread: it serves every connection of the chain.
-        let delivered = match self.picker.pick(head, &self.pool) {
+        let delivered = match self.picker.pick(head, pool) {
             Some(to) => self.sender.try_send(to, desc),
             None => Err(SendError::NoSuchParty(Descriptor::GATEWAY as PartyId)),
         };
@@ -258,7 +259,7 @@ impl Gateway {
             // No answer: if the head never took the slot (the descriptor still waits in the
             // queue of a dead or stuck instance), it is still ours under the generation we
             // sent; take it back so it cannot leak. A slot anyone took is left alone.
-            self.pool.owners().revoke(sent.0, sent.1, Owner::party(0));
+            pool.revoke(sent.0, sent.1, Owner::party(0));
         }
         match outcome {
             Ok(Ok(Outcome::Done {

@@ -51,7 +51,7 @@ use std::time::Duration;
 
 pub use error::{ErrorSource, GatewayError};
 use tokio::sync::oneshot;
-use zerohop_pool::Pool;
+use zerohop_pool::{Pool, Pools};
 use zerohop_transport::{Picker, Plan, Sender};
 
 use crate::egress::Outcome;
@@ -105,7 +105,10 @@ pub(crate) struct Inflight {
 
 /// The gateway of one chain.
 pub struct Gateway {
-    pool: Arc<Pool>,
+    /// The pools of every security domain of the chain.
+    pools: Pools,
+    /// Per route, the pool of its domain.
+    route_pools: Vec<Arc<Pool>>,
     sender: Box<dyn Sender>,
     plan: Arc<Plan>,
     router: Router,
@@ -121,20 +124,40 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A gateway for `plan`, sending with `sender` (party 0's) into `pool`.
+    /// A gateway for `plan`, sending with `sender` (party 0's) into `pools`: one pool per
+    /// security domain of the plan ([`Plan::domains`], in that order), or a single pool for
+    /// all routes.
+    ///
+    /// # Panics
+    ///
+    /// If `pools` holds neither one pool nor one per domain.
     pub fn new(
-        pool: Arc<Pool>,
+        pools: impl Into<Pools>,
         sender: Box<dyn Sender>,
         plan: Arc<Plan>,
         config: GatewayConfig,
     ) -> Arc<Self> {
+        let pools: Pools = pools.into();
+        let list: Vec<Arc<Pool>> = pools.iter().cloned().collect();
+        let domains = plan.domains().len();
+        assert!(
+            list.len() == 1 || list.len() == domains,
+            "the gateway needs one pool per security domain ({domains}) or one for all, got {}",
+            list.len()
+        );
+        let route_pools = plan
+            .route_domains()
+            .into_iter()
+            .map(|d| list[if list.len() == 1 { 0 } else { d }].clone())
+            .collect();
         Arc::new(Self {
+            route_pools,
             router: Router::new(&plan),
             picker: Picker::new(&plan, 0),
             answerers: (0..plan.routes.len())
                 .map(|r| plan.answerers(r as u16))
                 .collect(),
-            pool,
+            pools,
             sender,
             plan,
             config,
@@ -168,9 +191,9 @@ impl Gateway {
         notified.await;
     }
 
-    /// The pool.
-    pub fn pool(&self) -> &Arc<Pool> {
-        &self.pool
+    /// The pools, one per security domain.
+    pub fn pools(&self) -> &Pools {
+        &self.pools
     }
 
     /// The plan.

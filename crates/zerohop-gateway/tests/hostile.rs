@@ -75,6 +75,7 @@ fn start(config: GatewayConfig, queue_capacity: u32) -> Chain {
         Pool::create(&PoolConfig {
             name: "gw-hostile".into(),
             slots: SLOTS,
+            first_slot: 0,
             slot_size: 4096,
             max_parties: 3,
             hugepages: false,

@@ -10,6 +10,7 @@ fn bench(c: &mut Criterion) {
         Pool::create(&PoolConfig {
             name: "bench".into(),
             slots: 4096,
+            first_slot: 0,
             slot_size: 4096,
             max_parties: 4,
             hugepages: false,

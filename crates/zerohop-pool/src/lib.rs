@@ -34,6 +34,8 @@ mod owner;
 #[cfg(not(loom))]
 mod pool;
 #[cfg(not(loom))]
+mod pools;
+#[cfg(not(loom))]
 pub mod region;
 pub mod sync;
 #[cfg(not(loom))]
@@ -46,6 +48,8 @@ pub use pool::{
     OwnedSlot, PartyRecord, PartyState, Pool, PoolConfig, SlotHeader, TakeError, HEADER_MAGIC,
     PROTOCOL_VERSION, SLOT_HEADER_LEN,
 };
+#[cfg(not(loom))]
+pub use pools::Pools;
 
 /// Errors from creating or attaching a pool.
 #[derive(Debug, thiserror::Error)]

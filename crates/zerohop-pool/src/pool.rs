@@ -29,7 +29,7 @@ struct PoolHeader {
     slot_size: u32,
     max_parties: u32,
     flags: u32,
-    _reserved: u32,
+    first_slot: u32,
     parties_offset: u64,
     owners_offset: u64,
     slots_offset: u64,
@@ -133,6 +133,10 @@ pub struct PoolConfig {
     pub name: String,
     /// Number of slots.
     pub slots: u32,
+    /// Chain-wide number of this pool's slot 0: a chain with several pools (one per security
+    /// domain, see [`Pools`]) numbers their slots in disjoint ranges, so a descriptor's slot
+    /// names its pool too. 0 for a chain with one pool.
+    pub first_slot: u32,
     /// Bytes per slot, including the 32-byte slot header.
     pub slot_size: u32,
     /// Entries in the party table (gateway + instances).
@@ -161,10 +165,14 @@ fn round_up(x: usize, to: usize) -> usize {
 impl Pool {
     /// Creates, sizes, seals and maps a new pool.
     pub fn create(cfg: &PoolConfig) -> Result<Self, PoolError> {
-        if cfg.slots == 0 || cfg.slots > Descriptor::MAX_SLOT + 1 {
+        if cfg.slots == 0
+            || cfg.slots > Descriptor::MAX_SLOT + 1 - cfg.first_slot.min(Descriptor::MAX_SLOT + 1)
+        {
             return Err(PoolError::Geometry(format!(
-                "slots must be 1..=16777216, got {}",
-                cfg.slots
+                "slots {}..{} do not fit the descriptor's 24-bit slot numbers (at most 16777216 \
+                 slots per chain, all pools together)",
+                cfg.first_slot,
+                u64::from(cfg.first_slot) + u64::from(cfg.slots)
             )));
         }
         if (cfg.slot_size as usize) < SLOT_HEADER_LEN + 64 || cfg.slot_size % 64 != 0 {
@@ -205,7 +213,7 @@ impl Pool {
             slot_size: cfg.slot_size,
             max_parties: cfg.max_parties as u32,
             flags: if cfg.hugepages { FLAG_HUGETLB } else { 0 },
-            _reserved: 0,
+            first_slot: cfg.first_slot,
             parties_offset: parties_offset as u64,
             owners_offset: owners_offset as u64,
             slots_offset: slots_offset as u64,
@@ -256,6 +264,8 @@ impl Pool {
             || header.parties_offset as usize + header.max_parties as usize * 64
                 > header.owners_offset as usize
             || header.parties_offset as usize != PARTIES_OFFSET
+            || u64::from(header.first_slot) + u64::from(header.slot_count)
+                > u64::from(Descriptor::MAX_SLOT) + 1
         {
             return unmap(PoolError::Geometry(
                 "pool header does not match its size".into(),
@@ -276,6 +286,22 @@ impl Pool {
     /// Number of slots.
     pub fn slot_count(&self) -> u32 {
         self.header.slot_count
+    }
+
+    /// Chain-wide number of this pool's first slot.
+    pub fn first_slot(&self) -> u32 {
+        self.header.first_slot
+    }
+
+    /// Whether chain-wide slot number `slot` is one of this pool's.
+    pub fn contains(&self, slot: u32) -> bool {
+        self.local(slot).is_some()
+    }
+
+    /// This pool's index of chain-wide slot number `slot`.
+    fn local(&self, slot: u32) -> Option<u32> {
+        slot.checked_sub(self.header.first_slot)
+            .filter(|&l| l < self.header.slot_count)
     }
 
     /// Bytes per slot including its header.
@@ -303,7 +329,8 @@ impl Pool {
         self.header.total_len as usize
     }
 
-    /// The owner table.
+    /// The owner table. Its indices are this pool's own (0..slot_count); the chain-wide
+    /// number of index `i` is `first_slot() + i`.
     pub fn owners(&self) -> OwnerTable<'_> {
         // SAFETY: the owner words and cursor lie inside the mapping (checked in attach, built
         // so in create), are 8/4-aligned (offsets are multiples of 64 in a page-aligned
@@ -336,22 +363,23 @@ impl Pool {
         })
     }
 
-    fn slot_ptr(&self, slot: u32) -> *mut u8 {
-        debug_assert!(slot < self.header.slot_count);
-        // SAFETY: slot < slot_count, so the offset is inside the mapping.
+    /// Address of local slot `local` (< slot_count).
+    fn slot_ptr(&self, local: u32) -> *mut u8 {
+        debug_assert!(local < self.header.slot_count);
+        // SAFETY: local < slot_count, so the offset is inside the mapping.
         unsafe {
             self.base.add(
-                self.header.slots_offset as usize + slot as usize * self.header.slot_size as usize,
+                self.header.slots_offset as usize + local as usize * self.header.slot_size as usize,
             )
         }
     }
 
     /// Allocates a slot for `me`; `None` when the pool is exhausted.
     pub fn alloc(self: &Arc<Self>, me: Owner) -> Option<OwnedSlot> {
-        let (index, generation) = self.owners().alloc(me)?;
+        let (local, generation) = self.owners().alloc(me)?;
         let mut slot = OwnedSlot {
             pool: self.clone(),
-            index,
+            local,
             generation,
             owner: me,
             free_on_drop: true,
@@ -371,9 +399,9 @@ impl Pool {
         me: Owner,
         allowed: impl Fn(Owner) -> bool,
     ) -> Result<(Owner, OwnedSlot, SlotHeader), TakeError> {
-        if desc.slot >= self.slot_count() {
+        let Some(local) = self.local(desc.slot) else {
             return Err(TakeError::Ownership(OwnershipError::OutOfRange(desc.slot)));
-        }
+        };
         if desc.len as usize > self.slot_capacity() {
             return Err(TakeError::Length {
                 len: desc.len,
@@ -382,11 +410,11 @@ impl Pool {
         }
         let from = self
             .owners()
-            .take(desc.slot, desc.generation, me, allowed)
+            .take(local, desc.generation, me, allowed)
             .map_err(TakeError::Ownership)?;
         let slot = OwnedSlot {
             pool: self.clone(),
-            index: desc.slot,
+            local,
             generation: desc.generation,
             owner: me,
             free_on_drop: true,
@@ -403,24 +431,46 @@ impl Pool {
         Ok((from, slot, header))
     }
 
-    /// Reads the header of a slot held by a dead party (for reclaim, by the agent).
+    /// Reads the header of chain-wide slot `slot` held by a dead party (for reclaim, by the
+    /// agent).
     pub fn peek_header(&self, slot: u32) -> Option<SlotHeader> {
-        if slot >= self.slot_count() {
-            return None;
-        }
-        // SAFETY: in bounds; the header is plain data valid for any bit pattern. The caller
-        // reads only slots whose owner is dead, so nobody writes it concurrently.
-        Some(unsafe { self.slot_ptr(slot).cast::<SlotHeader>().read_volatile() })
+        let local = self.local(slot)?;
+        // SAFETY: in bounds; the header is plain data valid for any bit pattern, read
+        // volatile because a party that is not dead after all may still write it.
+        Some(unsafe { self.slot_ptr(local).cast::<SlotHeader>().read_volatile() })
+    }
+
+    /// Takes chain-wide slot `slot` back from the receiver that never took it: frees it if
+    /// its owner word is still exactly (`generation`, `owner`). See [`OwnerTable::revoke`].
+    pub fn revoke(&self, slot: u32, generation: u32, owner: Owner) -> bool {
+        self.local(slot)
+            .is_some_and(|l| self.owners().revoke(l, generation, owner))
+    }
+
+    /// The (chain-wide slot, generation) of every slot `owner` holds.
+    pub fn held_by(&self, owner: Owner) -> Vec<(u32, u32)> {
+        let owners = self.owners();
+        owners
+            .owned_by(owner)
+            .into_iter()
+            .filter_map(|l| owners.get(l).map(|w| (self.first_slot() + l, w.generation)))
+            .collect()
+    }
+
+    /// Frees chain-wide slot `slot` if `owner` holds it (the agent, for a dead party).
+    pub fn free_held(&self, slot: u32, owner: Owner) -> bool {
+        self.local(slot)
+            .is_some_and(|l| self.owners().free(l, owner).is_ok())
     }
 
     /// Rewrites the header of `slot` whoever owns it, as a hostile party of the chain can:
     /// for tests that check the other parties survive it. Not part of the protocol.
     #[doc(hidden)]
     pub fn scribble_header(&self, slot: u32, f: impl FnOnce(&mut SlotHeader)) {
-        if slot >= self.slot_count() {
+        let Some(local) = self.local(slot) else {
             return;
-        }
-        let p = self.slot_ptr(slot).cast::<SlotHeader>();
+        };
+        let p = self.slot_ptr(local).cast::<SlotHeader>();
         // SAFETY: in bounds and aligned; volatile, because another party may be using the
         // bytes right now (which is the point: the readers must cope).
         unsafe {
@@ -430,13 +480,15 @@ impl Pool {
         }
     }
 
-    /// Frees every slot `dead` holds; returns the headers they carried.
+    /// Frees every slot `dead` holds; returns their chain-wide numbers and the headers they
+    /// carried.
     pub fn reclaim(&self, dead: Owner) -> Vec<(u32, SlotHeader)> {
         let owners = self.owners();
         let mut out = Vec::new();
-        for slot in owners.owned_by(dead) {
+        for local in owners.owned_by(dead) {
+            let slot = self.first_slot() + local;
             let header = self.peek_header(slot).unwrap_or_default();
-            if owners.free(slot, dead).is_ok() {
+            if owners.free(local, dead).is_ok() {
                 out.push((slot, header));
             }
         }
@@ -463,7 +515,8 @@ pub enum TakeError {
 /// A slot this process owns. Freed on drop unless sent on with [`OwnedSlot::into_sent`].
 pub struct OwnedSlot {
     pool: Arc<Pool>,
-    index: u32,
+    /// Index within `pool` (the chain-wide number is `pool.first_slot() + local`).
+    local: u32,
     generation: u32,
     owner: Owner,
     /// False once the descriptor was sent: the slot then belongs to the receiver (or to
@@ -472,9 +525,9 @@ pub struct OwnedSlot {
 }
 
 impl OwnedSlot {
-    /// Slot index.
+    /// Chain-wide slot number (what a descriptor carries).
     pub fn index(&self) -> u32 {
-        self.index
+        self.pool.first_slot() + self.local
     }
 
     /// Full generation.
@@ -490,7 +543,7 @@ impl OwnedSlot {
     /// Reads the slot header.
     pub fn header(&self) -> SlotHeader {
         // SAFETY: we own the slot (owner table), so nobody else writes it; in bounds.
-        unsafe { self.pool.slot_ptr(self.index).cast::<SlotHeader>().read() }
+        unsafe { self.pool.slot_ptr(self.local).cast::<SlotHeader>().read() }
     }
 
     /// Writes the slot header.
@@ -498,7 +551,7 @@ impl OwnedSlot {
         // SAFETY: as in `header`, and we hold &mut self.
         unsafe {
             self.pool
-                .slot_ptr(self.index)
+                .slot_ptr(self.local)
                 .cast::<SlotHeader>()
                 .write(*h)
         }
@@ -510,7 +563,7 @@ impl OwnedSlot {
         // we hold, which outlives the borrow of self.
         unsafe {
             std::slice::from_raw_parts(
-                self.pool.slot_ptr(self.index).add(SLOT_HEADER_LEN),
+                self.pool.slot_ptr(self.local).add(SLOT_HEADER_LEN),
                 self.pool.slot_capacity(),
             )
         }
@@ -521,7 +574,7 @@ impl OwnedSlot {
         // SAFETY: as in `data`, and &mut self makes the view unique in this process.
         unsafe {
             std::slice::from_raw_parts_mut(
-                self.pool.slot_ptr(self.index).add(SLOT_HEADER_LEN),
+                self.pool.slot_ptr(self.local).add(SLOT_HEADER_LEN),
                 self.pool.slot_capacity(),
             )
         }
@@ -530,7 +583,7 @@ impl OwnedSlot {
     /// The descriptor that hands this slot to function `next` (or the gateway).
     pub fn descriptor(&self, request: u32, len: u32, next: u8) -> Descriptor {
         Descriptor {
-            slot: self.index,
+            slot: self.index(),
             next,
             len,
             request,
@@ -548,7 +601,7 @@ impl OwnedSlot {
 impl Drop for OwnedSlot {
     fn drop(&mut self) {
         if self.free_on_drop {
-            let _ = self.pool.owners().free(self.index, self.owner);
+            let _ = self.pool.owners().free(self.local, self.owner);
         }
     }
 }
@@ -562,6 +615,7 @@ mod tests {
             Pool::create(&PoolConfig {
                 name: "test".into(),
                 slots: 16,
+                first_slot: 0,
                 slot_size: 4096,
                 max_parties: 4,
                 hugepages: false,
@@ -653,6 +707,7 @@ mod tests {
         let r = Pool::create(&PoolConfig {
             name: "huge".into(),
             slots: 1 << 20,
+            first_slot: 0,
             slot_size: 1 << 16,
             max_parties: 4,
             hugepages: true,

@@ -3,7 +3,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Mutex};
 
-use zerohop_pool::{Descriptor, OwnedSlot, PartyState, Pool, PoolError, SlotHeader};
+use zerohop_pool::{Descriptor, OwnedSlot, PartyState, Pool, PoolError, Pools, SlotHeader};
 use zerohop_transport::{
     Backend, Delivery, Endpoint, Hop, PartyId, Picker, Plan, Sender, TransportError, GATEWAY_FN,
 };
@@ -37,7 +37,8 @@ pub enum StartError {
 /// What the handler threads share: where to send, and how to pick the next instance.
 struct Router {
     plan: Arc<Plan>,
-    pool: Arc<Pool>,
+    /// The pools of this function's security domains.
+    pools: Pools,
     sender: Box<dyn Sender>,
     function: u8,
     /// Which instance of the next function gets a descriptor.
@@ -77,26 +78,35 @@ pub fn start() -> Result<Instance, StartError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if fds.is_empty() {
-        return Err(StartError::HandOver("no pool descriptor".into()));
-    }
-    let pool = Arc::new(Pool::attach(fds.remove(0))?);
     let backend: Backend = plan.transport.parse().map_err(StartError::HandOver)?;
     let policy = Arc::new(
         plan.policy()
             .map_err(|e| StartError::HandOver(e.to_string()))?,
     );
-    let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
     let function = policy
         .function_of(me)
         .filter(|&f| f != GATEWAY_FN)
         .ok_or_else(|| StartError::HandOver(format!("party {me} runs no function")))?;
-    let endpoint = Endpoint::new(pool.clone(), policy, me, transport.receiver(me)?);
+    // First the pools of this function's domains, in domain order, then the transport's.
+    let domains = plan.domains_of(function).len();
+    if domains == 0 || fds.len() < domains {
+        return Err(StartError::HandOver(format!(
+            "{} inherited descriptors, but the function is in {domains} security domains",
+            fds.len()
+        )));
+    }
+    let pools = fds
+        .drain(..domains)
+        .map(|fd| Pool::attach(fd).map(Arc::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    let pools = Pools::new(pools)?;
+    let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
+    let endpoint = Endpoint::new(pools.clone(), policy, me, transport.receiver(me)?);
     let router = Router {
         picker: Picker::new(&plan, me as u32),
         sender: transport.sender(me)?,
         plan: Arc::new(plan),
-        pool,
+        pools,
         function,
     };
     Ok(Instance {
@@ -127,10 +137,12 @@ impl Instance {
             .functions
             .get(router.function as usize)
             .map_or(1, |f| f.concurrency.max(1));
-        if let Some(rec) = router.pool.party(self.me) {
-            rec.set_pid(std::process::id());
-            rec.set_state(PartyState::Ready);
+        for pool in router.pools.iter() {
+            if let Some(rec) = pool.party(self.me) {
+                rec.set_pid(std::process::id());
+            }
         }
+        router.pools.set_state(self.me, PartyState::Ready);
         if concurrency == 1 {
             while let Some(d) = self.endpoint.recv() {
                 router.process(&handler, d);
@@ -253,7 +265,8 @@ impl Router {
     ) -> Result<(), (OwnedSlot, String)> {
         let (to, next) = match hop {
             Hop::Gateway => (0, Descriptor::GATEWAY),
-            Hop::Function { function, .. } => match self.picker.pick(function, &self.pool) {
+            // Instances of the next function as the request's own domain sees them.
+            Hop::Function { function, .. } => match self.picker.pick(function, slot.pool()) {
                 Some(p) => (p, function),
                 None => {
                     let msg = format!(

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use zerohop_pool::{Descriptor, OwnedSlot, Owner, OwnershipError, Pool, SlotHeader, TakeError};
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, OwnershipError, Pools, SlotHeader, TakeError};
 
 use crate::{PartyId, Policy, Raw, Receiver, Stop};
 
@@ -15,7 +15,8 @@ pub struct EndpointStats {
     pub accepted: AtomicU64,
     /// Addressed to another function.
     pub dropped_wrong_function: AtomicU64,
-    /// Slot out of range, stale generation, or held by a party not allowed to reach us.
+    /// Slot out of range (or in a pool of a domain we are not part of), stale generation, or
+    /// held by a party not allowed to reach us.
     pub dropped_ownership: AtomicU64,
     /// Length beyond the slot (or not a descriptor at all).
     pub dropped_malformed: AtomicU64,
@@ -46,7 +47,7 @@ pub struct Delivery {
 
 /// Receiver + validation for one party.
 pub struct Endpoint {
-    pool: Arc<Pool>,
+    pools: Pools,
     policy: Arc<Policy>,
     me: PartyId,
     my_function: u8,
@@ -55,11 +56,17 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Wraps the receiver of party `me`.
-    pub fn new(pool: Arc<Pool>, policy: Arc<Policy>, me: PartyId, rx: Box<dyn Receiver>) -> Self {
+    /// Wraps the receiver of party `me`, which maps `pools` (a descriptor naming a slot of
+    /// any other pool is dropped as out of range).
+    pub fn new(
+        pools: impl Into<Pools>,
+        policy: Arc<Policy>,
+        me: PartyId,
+        rx: Box<dyn Receiver>,
+    ) -> Self {
         let my_function = policy.function_of(me).unwrap_or(Descriptor::GATEWAY);
         Self {
-            pool,
+            pools: pools.into(),
             policy,
             me,
             my_function,
@@ -108,7 +115,7 @@ impl Endpoint {
             Some(p) => p == raw.from && policy.allows_parties(p, me),
             None => false,
         };
-        match self.pool.take(&desc, Owner::party(me), allowed) {
+        match self.pools.take(&desc, Owner::party(me), allowed) {
             Ok((from, slot, header)) => Some(Delivery {
                 from: from.as_party().expect("allowed owners are parties"),
                 desc,

@@ -74,6 +74,7 @@ mod tests {
         let pool = Pool::create(&PoolConfig {
             name: "pick".into(),
             slots: 1,
+            first_slot: 0,
             slot_size: 4096,
             max_parties: 4,
             hugepages: false,

@@ -65,6 +65,17 @@ pub struct Plan {
     pub party_function: Vec<u8>,
 }
 
+/// A security domain: routes whose requests the same set of functions may touch. Each
+/// domain has a pool of its own, mapped by the gateway and by those functions' instances
+/// only, so a function cannot read or write the requests of a route it is not part of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Domain {
+    /// Route indices, ascending.
+    pub routes: Vec<u16>,
+    /// Function indices ([`Plan::answerers`] of each of its routes), ascending.
+    pub functions: Vec<u8>,
+}
+
 /// Where a request goes after a function finished with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hop {
@@ -193,6 +204,46 @@ impl Plan {
         out
     }
 
+    /// The chain's security domains: routes grouped by the functions that may touch their
+    /// requests (their [`answerers`](Plan::answerers)); routes with the same set share a
+    /// domain. Ordered by their first route; every party computes the same list.
+    pub fn domains(&self) -> Vec<Domain> {
+        let mut out: Vec<Domain> = Vec::new();
+        for r in 0..self.routes.len() as u16 {
+            let functions = self.answerers(r);
+            match out.iter_mut().find(|d| d.functions == functions) {
+                Some(d) => d.routes.push(r),
+                None => out.push(Domain {
+                    routes: vec![r],
+                    functions,
+                }),
+            }
+        }
+        out
+    }
+
+    /// Index (into [`domains`](Plan::domains)) of the domain of each route.
+    pub fn route_domains(&self) -> Vec<usize> {
+        let mut by_route = vec![0; self.routes.len()];
+        for (i, d) in self.domains().iter().enumerate() {
+            for &r in &d.routes {
+                by_route[r as usize] = i;
+            }
+        }
+        by_route
+    }
+
+    /// Indices of the domains function `f` belongs to (whose pools its instances map, in
+    /// this order).
+    pub fn domains_of(&self, f: u8) -> Vec<usize> {
+        self.domains()
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.functions.contains(&f))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     /// Serialises for `ZEROHOP_PLAN`.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a plan always serialises")
@@ -263,5 +314,58 @@ mod tests {
         assert_eq!(p.next_in_sequence(0, 1), Some(Hop::Gateway));
         assert_eq!(p.next_in_sequence(3, 0), None);
         assert_eq!(Plan::from_json(&p.to_json()).unwrap(), p);
+        assert_eq!(
+            p.domains(),
+            vec![Domain {
+                routes: vec![0],
+                functions: vec![0, 1]
+            }]
+        );
+    }
+
+    #[test]
+    fn routes_share_a_domain_only_with_the_same_functions() {
+        let mut p = hello();
+        let f = |name: &str, next: Vec<u8>| FunctionPlan {
+            name: name.into(),
+            concurrency: 1,
+            next,
+        };
+        // upper(0), exclaim(1), audit(2) -> log(3) by dynamic routing.
+        p.functions = vec![
+            f("upper", vec![]),
+            f("exclaim", vec![]),
+            f("audit", vec![3]),
+            f("log", vec![]),
+        ];
+        let route = |path: &str, sequence: Vec<u8>| RoutePlan {
+            method: "POST".into(),
+            path: path.into(),
+            sequence,
+        };
+        p.routes = vec![
+            route("/a", vec![0, 1]),
+            route("/b", vec![2]),
+            route("/c", vec![1, 0]),
+            route("/d", vec![1]),
+        ];
+        let d = p.domains();
+        assert_eq!(d.len(), 3);
+        assert_eq!(
+            (d[0].routes.clone(), d[0].functions.clone()),
+            (vec![0, 2], vec![0, 1])
+        );
+        assert_eq!(
+            (d[1].routes.clone(), d[1].functions.clone()),
+            (vec![1], vec![2, 3])
+        );
+        assert_eq!(
+            (d[2].routes.clone(), d[2].functions.clone()),
+            (vec![3], vec![1])
+        );
+        assert_eq!(p.route_domains(), vec![0, 1, 0, 2]);
+        assert_eq!(p.domains_of(1), vec![0, 2]);
+        assert_eq!(p.domains_of(3), vec![1]);
+        assert!(p.domains_of(9).is_empty());
     }
 }

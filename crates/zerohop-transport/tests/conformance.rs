@@ -42,6 +42,7 @@ fn new_pool(slots: u32, slot_size: u32) -> Arc<Pool> {
         Pool::create(&PoolConfig {
             name: "conformance".into(),
             slots,
+            first_slot: 0,
             slot_size,
             max_parties: 8,
             hugepages: false,

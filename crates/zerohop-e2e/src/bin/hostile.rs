@@ -20,9 +20,10 @@
 //!   descriptors the agent handed over: random writes into the pool (owner words, party
 //!   table, slot headers and bytes), random tails, entries and forged descriptors in its own
 //!   outbox (with futex wakes), random heads and flags in its own inbox, `status = 101` and
-//!   `meta_len = 0xFFFF` over every slot it owns; it also tries to map each read-only
-//!   descriptor writable and to reopen it read-write through `/proc/self/fd`. Answers
-//!   `rw_map FD ERRNO|ok` and `reopen FD ERRNO|ok` per read-only descriptor.
+//!   `meta_len = 0xFFFF` over every slot it owns, and garbage over the first bytes of every
+//!   slot another party holds; it also tries to map each read-only descriptor writable and
+//!   to reopen it read-write through `/proc/self/fd`. Answers `pool NAME` per pool it was
+//!   handed, and `rw_map FD ERRNO|ok` and `reopen FD ERRNO|ok` per read-only descriptor.
 //!
 //! `unsafe` for the raw system calls it abuses; this is a test fixture, never a function to
 //! copy.
@@ -276,8 +277,21 @@ fn chaos() -> (String, impl FnOnce() + Send) {
         .and_then(|p| p.parse().ok())
         .unwrap_or(0);
     let mut report = String::new();
-    // fd 3 the pool, 4 and 5 its own outbox and inbox (read-write), the rest read-only.
-    for fd in 6..3 + nfds {
+    // First the pools of our security domains, then our own outbox and inbox (read-write),
+    // then the read-only rest.
+    let link = |fd: i32| {
+        std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map(|l| l.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let pools: Vec<i32> = (3..3 + nfds)
+        .take_while(|&fd| link(fd).contains("zerohop-pool:"))
+        .collect();
+    for &fd in &pools {
+        let _ = writeln!(report, "pool {}", link(fd));
+    }
+    let own = 3 + pools.len() as i32;
+    for fd in own + 2..3 + nfds {
         // SAFETY: plain syscalls; a mapping that succeeds (it must not) is left in place.
         let rc = unsafe {
             let mut st: libc::stat = std::mem::zeroed();
@@ -302,36 +316,46 @@ fn chaos() -> (String, impl FnOnce() + Send) {
         let rc = unsafe { libc::open(path.as_ptr(), libc::O_RDWR) };
         let _ = writeln!(report, "reopen {fd} {}", errno_of(rc as i64));
     }
-    let regions: Vec<(usize, *mut u8, usize)> = [3, 4, 5]
-        .into_iter()
-        .filter_map(|fd| {
+    let regions: Vec<(Region, *mut u8, usize)> = pools
+        .iter()
+        .map(|&fd| (Region::Pool, fd))
+        .chain([(Region::Outbox, own), (Region::Inbox, own + 1)])
+        .filter_map(|(what, fd)| {
             // SAFETY: dup of an inherited descriptor.
             let d = unsafe { libc::dup(fd) };
-            map_rw(d).map(|(p, len)| (fd as usize, p, len))
+            map_rw(d).map(|(p, len)| (what, p, len))
         })
         .collect();
-    let regions: Vec<(usize, usize, usize)> = regions
+    let regions: Vec<(Region, usize, usize)> = regions
         .into_iter()
-        .map(|(fd, p, len)| (fd, p as usize, len))
+        .map(|(what, p, len)| (what, p as usize, len))
         .collect();
     let start = move || {
-        for (fd, base, len) in regions {
-            attack(me, fd, base, len);
+        for (i, (what, base, len)) in regions.into_iter().enumerate() {
+            attack(me, what, i as u64, base, len);
         }
     };
     (report, start)
 }
 
+/// What one attacking thread garbles.
+#[derive(Clone, Copy)]
+enum Region {
+    Pool,
+    Outbox,
+    Inbox,
+}
+
 /// One attacking thread on one mapped region.
-fn attack(me: u32, fd: usize, base: usize, len: usize) {
+fn attack(me: u32, what: Region, seed: u64, base: usize, len: usize) {
     {
         std::thread::spawn(move || {
             let base = base as *mut u8;
-            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ fd as u64);
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
             loop {
-                match fd {
+                match what {
                     // The pool: owner words, party table, slot headers and bytes.
-                    3 => {
+                    Region::Pool => {
                         let slots = read_u32(base, 12) as usize;
                         let slot_size = read_u32(base, 16) as usize;
                         let owners = read_u64(base, 40) as usize;
@@ -348,6 +372,9 @@ fn attack(me: u32, fd: usize, base: usize, len: usize) {
                                     // A slot we hold: a status no client may get, and a
                                     // meta_len far beyond the slot.
                                     write_u32(base, slot + 8, 101 | (0xFFFF << 16));
+                                } else if word as u32 != 0 {
+                                    // A request another party holds right now: its bytes.
+                                    write_u64(base, slot + 32, rng.next());
                                 }
                             }
                             let r = rng.next();
@@ -364,7 +391,7 @@ fn attack(me: u32, fd: usize, base: usize, len: usize) {
                         }
                     }
                     // Our outbox: forged descriptors, random tails, wakes.
-                    4 => {
+                    Region::Outbox => {
                         let queues = read_u32(base, 16) as usize;
                         let cap = read_u32(base, 20) as usize;
                         let stride = 64 + cap * 16;
@@ -384,7 +411,7 @@ fn attack(me: u32, fd: usize, base: usize, len: usize) {
                         }
                     }
                     // Our inbox: heads and flags.
-                    _ => {
+                    Region::Inbox => {
                         let off = 64 + (rng.next() as usize % ((len - 64) / 4)) * 4;
                         write_u32(base, off, rng.next() as u32);
                     }
