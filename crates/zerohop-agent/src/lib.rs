@@ -1,9 +1,9 @@
 //! `zerohop-agent`: runs chains on one node.
 //!
 //! Parses and validates the chain spec ([`spec`]), turns it into a routing plan, creates the
-//! chain's pool and transport, starts the gateway, spawns the function instances (handing
-//! each the pool and its transport ends as inherited file descriptors, never as a path
-//! another chain could open), supervises them (a dead instance's slots are reclaimed, its
+//! chain's pools (one per security domain) and transport, starts the gateway, spawns the
+//! function instances (handing each the pools of its function's domains and its transport
+//! ends as inherited file descriptors, never as a path another chain could open), supervises them (a dead instance's slots are reclaimed, its
 //! in-flight requests answered 502, the instance restarted with backoff), and on shutdown
 //! stops everything with nothing left behind.
 //!

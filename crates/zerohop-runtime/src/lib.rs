@@ -1,7 +1,7 @@
 //! `zerohop-runtime`: the Rust SDK of zerohop functions.
 //!
 //! A function author writes a handler and calls [`run`]; everything else (attaching to the
-//! chain's pool and transport, receiving descriptors, routing to the next function, error
+//! chain's pools and transport, receiving descriptors, routing to the next function, error
 //! replies, concurrency) happens here. The handler gets a zero-copy view of the request in
 //! shared memory and edits it in place:
 //!
