@@ -191,7 +191,7 @@ impl Running {
         }
         let _ = (&mut self.watchdog).await;
         if let Some(r) = self.receiving.take() {
-            r.stop();
+            r.stop().await;
         }
     }
 }
@@ -358,7 +358,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             supervise::terminate(&shared, inst.party, instance).await;
         }
         if let Some(r) = receiving.take() {
-            r.stop();
+            r.stop().await;
         }
         return Err(e);
     }

@@ -85,6 +85,9 @@ fn main() -> ExitCode {
             spin_us,
             uid_range,
         } => {
+            // The gateway's thread: a woken gateway waits for the instance running on its
+            // core to block, rather than preempting it for every answer.
+            let _ = zerohop_agent::confine::batch_scheduling();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

@@ -1,7 +1,10 @@
-//! The way back: a thread receives descriptors from the chain's functions, checks each
-//! against the request it claims to answer, and completes that request; the agent reports
-//! dead instances, whose requests fail with 502.
+//! The way back: descriptors from the chain's functions are received on the gateway's own
+//! runtime (the transport's wait is one more descriptor its event loop polls) or, where the
+//! transport cannot be polled, by a thread; each is checked against the request it claims to
+//! answer, which it then completes. The agent reports dead instances, whose requests fail
+//! with 502.
 
+use std::os::fd::OwnedFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,31 +33,88 @@ pub(crate) enum Outcome {
     Failed(GatewayError),
 }
 
-/// The running receive thread; stop it with [`Receiving::stop`].
-pub struct Receiving {
-    stop: Arc<dyn Stop>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// The running receive path; stop it with [`Receiving::stop`].
+pub enum Receiving {
+    /// A task on the gateway's runtime.
+    Task(Option<tokio::task::JoinHandle<()>>),
+    /// A thread blocked in the transport.
+    Thread {
+        /// Ends the thread's wait.
+        stop: Arc<dyn Stop>,
+        /// The thread.
+        thread: Option<std::thread::JoinHandle<()>>,
+    },
 }
 
 impl Receiving {
-    /// Stops the thread and waits for it (dropping does the same).
-    pub fn stop(self) {}
+    /// Stops receiving and waits until the endpoint (and the pools it holds) is released.
+    pub async fn stop(mut self) {
+        if let Receiving::Task(task) = &mut self {
+            if let Some(t) = task.take() {
+                t.abort();
+                let _ = t.await;
+            }
+        }
+    }
+
+    /// Whether answers are received on the runtime (no thread of its own).
+    pub fn on_runtime(&self) -> bool {
+        matches!(self, Receiving::Task(_))
+    }
 }
 
 impl Drop for Receiving {
     fn drop(&mut self) {
-        self.stop.stop();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        match self {
+            Receiving::Task(task) => {
+                if let Some(t) = task.take() {
+                    t.abort();
+                }
+            }
+            Receiving::Thread { stop, thread } => {
+                stop.stop();
+                if let Some(t) = thread.take() {
+                    let _ = t.join();
+                }
+            }
         }
     }
 }
+
+/// What the receive task owns: the endpoint, and its wait descriptor registered with the
+/// runtime.
+struct EventRx {
+    ready: tokio::io::unix::AsyncFd<OwnedFd>,
+    endpoint: Endpoint,
+}
+
+/// Answers taken in one go before the receive task lets the HTTP tasks run.
+const BATCH: u32 = 256;
 
 impl Gateway {
     /// Starts the thread that receives the chain's answers on `endpoint` (party 0's). The
     /// thread is its own supervisor: a panic while handling one answer is logged, fails the
     /// requests in flight with 502 (their state is unknown), and receiving goes on.
+    ///
+    /// Inside a tokio runtime, and where the transport offers a descriptor to poll (the ring
+    /// with io_uring `futex_waitv`, kernel 6.7+; the socket backend always), answers are
+    /// received by a task of that runtime: no thread hand-off per request. Otherwise by a
+    /// thread of its own.
     pub fn start_receiving(self: &Arc<Self>, mut endpoint: Endpoint) -> Receiving {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            if let Some(poller) = endpoint.poller() {
+                match poller {
+                    Ok(ready) => {
+                        let gw = self.clone();
+                        let rx = EventRx { ready, endpoint };
+                        return Receiving::Task(Some(handle.spawn(gw.receive_events(rx))));
+                    }
+                    Err(e) => tracing::warn!(
+                        "gateway: cannot poll the transport ({e}); receiving on a thread"
+                    ),
+                }
+            }
+        }
         let stop = endpoint.stopper();
         let gw = self.clone();
         let thread = std::thread::Builder::new()
@@ -75,9 +135,45 @@ impl Gateway {
                 }
             })
             .expect("spawn gateway receive thread");
-        Receiving {
+        Receiving::Thread {
             stop,
             thread: Some(thread),
+        }
+    }
+
+    /// The receive task: takes every answer queued, then waits for the transport's
+    /// descriptor. A panic while handling one answer is handled as on the thread.
+    async fn receive_events(self: Arc<Self>, mut rx: EventRx) {
+        loop {
+            let mut taken = 0u32;
+            loop {
+                let step = catch_unwind(AssertUnwindSafe(|| {
+                    rx.endpoint.try_recv().map(|d| self.answer_arrived(d))
+                }));
+                match step {
+                    Ok(Some(())) => {
+                        taken += 1;
+                        if taken % BATCH == 0 {
+                            // Let the requests answered so far go out.
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) => self.receive_failed(),
+                }
+            }
+            if !rx.endpoint.arm() {
+                continue;
+            }
+            match rx.ready.readable().await {
+                Ok(mut guard) => guard.clear_ready(),
+                Err(e) => {
+                    // The reactor lost the descriptor: nothing could wake us any more.
+                    tracing::error!("gateway: polling the transport failed: {e}; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+            rx.endpoint.disarm();
         }
     }
 

@@ -1,6 +1,7 @@
 //! The validating receive side: what the transport delivered is checked against the pool
 //! and the policy before anyone trusts it.
 
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -99,6 +100,46 @@ impl Endpoint {
                 return Some(d);
             }
         }
+    }
+
+    /// Like [`Endpoint::recv`] without waiting: the next valid descriptor queued now, if any
+    /// (invalid ones are dropped and counted on the way).
+    pub fn try_recv(&mut self) -> Option<Delivery> {
+        loop {
+            let raw = self.rx.try_peek()?;
+            let delivery = self.validate(raw);
+            self.rx.consume();
+            if let Some(d) = delivery {
+                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                return Some(d);
+            }
+        }
+    }
+
+    /// For receiving on a tokio runtime: the transport's wait descriptor (see
+    /// [`Receiver::event_fd`]) registered with the runtime's reactor, `None` where the
+    /// transport can only be waited on by a blocked thread. Must be called on a runtime.
+    pub fn poller(&mut self) -> Option<std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>>> {
+        let fd = match self.rx.event_fd()?.try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(e) => return Some(Err(e)),
+        };
+        // SAFETY: the AsyncFd owns `fd` (a duplicate of the transport's descriptor) for its
+        // whole life, so it stays open and names the same file description until dropped.
+        let registered = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        };
+        Some(registered.map_err(|e| e.into_parts().1))
+    }
+
+    /// See [`Receiver::arm`].
+    pub fn arm(&mut self) -> bool {
+        self.rx.arm()
+    }
+
+    /// See [`Receiver::disarm`].
+    pub fn disarm(&mut self) {
+        self.rx.disarm()
     }
 
     fn validate(&self, raw: Raw) -> Option<Delivery> {

@@ -185,6 +185,27 @@ pub trait Receiver: Send {
     }
     /// A handle another thread can use to make `peek` return `None`.
     fn stopper(&self) -> std::sync::Arc<dyn Stop>;
+
+    /// One look without waiting: the next descriptor, left queued as by
+    /// [`peek`](Receiver::peek), or `None` if nothing is queued now.
+    fn try_peek(&mut self) -> Option<Raw>;
+
+    /// For receiving from an event loop instead of a blocked thread: a descriptor that turns
+    /// readable when a sender may have queued something after [`arm`](Receiver::arm). `None`
+    /// when this receiver can only be waited on by a thread blocked in `peek`.
+    fn event_fd(&mut self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    /// Says the caller is about to wait on [`event_fd`](Receiver::event_fd); `false` if
+    /// something is queued already (take it first, then arm again).
+    fn arm(&mut self) -> bool {
+        true
+    }
+
+    /// After [`event_fd`](Receiver::event_fd) turned readable: takes the wake-up in and says
+    /// the caller is awake (senders need not wake it until the next `arm`).
+    fn disarm(&mut self) {}
 }
 
 /// Stops a blocked receiver from another thread.

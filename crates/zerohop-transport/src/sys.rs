@@ -18,9 +18,9 @@ fn err(call: &'static str) -> TransportError {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FutexWaiter {
-    val: u64,
-    uaddr: u64,
-    flags: u32,
+    pub(crate) val: u64,
+    pub(crate) uaddr: u64,
+    pub(crate) flags: u32,
     reserved: u32,
 }
 
@@ -30,7 +30,7 @@ const FUTEX2_SIZE_U32: u32 = 0x02;
 /// word's, which needs a page lookup).
 const FUTEX2_PRIVATE: u32 = 128;
 /// Most waiters one `futex_waitv` call takes (`FUTEX_WAITV_MAX`).
-const FUTEX_WAITV_MAX: usize = 128;
+pub(crate) const FUTEX_WAITV_MAX: usize = 128;
 
 impl FutexWaiter {
     /// Wait while `*word == expected`, `word` in a shared mapping.
@@ -243,6 +243,40 @@ pub(crate) fn eventfd() -> Result<OwnedFd, TransportError> {
     }
     // SAFETY: fd was just created and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A new epoll instance (close-on-exec).
+pub(crate) fn epoll() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds `fd` to `epoll` (level-triggered, readable), or removes it.
+pub(crate) fn epoll_watch(
+    epoll: BorrowedFd<'_>,
+    fd: BorrowedFd<'_>,
+    watch: bool,
+) -> io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: fd.as_raw_fd() as u64,
+    };
+    let op = if watch {
+        libc::EPOLL_CTL_ADD
+    } else {
+        libc::EPOLL_CTL_DEL
+    };
+    // SAFETY: both descriptors are open for the call; `ev` is a valid event.
+    let rc = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Adds one to an eventfd.

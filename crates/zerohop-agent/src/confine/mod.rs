@@ -30,6 +30,14 @@ use std::sync::Arc;
 pub use cgroup::CgroupMode;
 pub use identity::{no_userns_message, IdentityError, UidRange};
 
+/// Puts the calling thread under `SCHED_BATCH`, as the agent does for every instance: a
+/// woken task then does not preempt the running one, so processes sharing a core take
+/// bursts of work per turn (see `docs/architecture.md`). `zerohop up` calls it for the
+/// gateway's thread.
+pub fn batch_scheduling() -> std::io::Result<()> {
+    sys::sched_batch()
+}
+
 use self::cgroup::{ChainCgroup, InstanceCgroup, Version};
 use self::identity::Identity;
 use self::reaper::Reaper;

@@ -44,6 +44,8 @@
 mod recv;
 #[cfg(not(loom))]
 mod send;
+#[cfg(not(loom))]
+mod uring;
 
 #[cfg(not(loom))]
 pub use self::{recv::RingReceiver, send::RingSender, transport::RingTransport};
@@ -133,6 +135,15 @@ impl<'a> Spsc<'a> {
     /// Consumer: the head index (the consumer's own word).
     pub fn head_value(&self) -> u32 {
         self.head.load(Ordering::Relaxed)
+    }
+
+    /// Producer: whether the consumer has not yet taken the entry before tail value `mark`
+    /// (its head is behind `mark` by at most the capacity). A consumer in that state cannot
+    /// go to sleep before it takes that entry, and it re-reads every tail before it sleeps.
+    pub fn behind(&self, mark: u32) -> bool {
+        // SYNC POINT: Acquire pairs with the Release store of `head` in `advance`.
+        let lag = mark.wrapping_sub(self.head.load(Ordering::Acquire));
+        lag != 0 && lag <= self.capacity()
     }
 
     /// Whether the queue looks empty now.

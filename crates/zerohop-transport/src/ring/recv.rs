@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use zerohop_pool::sync::{fence, spin_hint, AtomicU32, Ordering};
 
 use super::transport::RingShared;
+use super::uring::UringWait;
 use super::Spsc;
 use crate::{sys, PartyId, Raw, Receiver, Stop};
 
@@ -34,6 +35,8 @@ pub struct RingReceiver {
     stop: Arc<RingStop>,
     /// Reused futex_waitv argument (tails, then the stop word).
     waiters: Vec<sys::FutexWaiter>,
+    /// Event-loop waiting, once asked for: `Some(None)` when the kernel has none.
+    uring: Option<Option<UringWait>>,
 }
 
 /// Stops a [`RingReceiver`].
@@ -118,6 +121,7 @@ impl RingReceiver {
             spin,
             stop,
             waiters: Vec::new(),
+            uring: None,
         }
     }
 
@@ -146,6 +150,17 @@ impl RingReceiver {
 
     /// Fills `waiters` with every tail's current value; false if some queue holds work.
     fn arm(&mut self, stop_seen: u32) -> bool {
+        if !self.arm_tails() {
+            return false;
+        }
+        self.waiters
+            .push(sys::FutexWaiter::private(&self.stop.word, stop_seen));
+        true
+    }
+
+    /// Fills `waiters` with every tail's current value (nothing else); false if some queue
+    /// holds work.
+    fn arm_tails(&mut self) -> bool {
         self.waiters.clear();
         for i in 0..self.lanes.len() {
             let l = self.lanes[i];
@@ -158,8 +173,6 @@ impl RingReceiver {
             }
             self.waiters.push(sys::FutexWaiter::new(tail, seen));
         }
-        self.waiters
-            .push(sys::FutexWaiter::private(&self.stop.word, stop_seen));
         true
     }
 }
@@ -223,5 +236,50 @@ impl Receiver for RingReceiver {
 
     fn stopper(&self) -> Arc<dyn Stop> {
         self.stop.clone()
+    }
+
+    fn try_peek(&mut self) -> Option<Raw> {
+        self.poll_once()
+    }
+
+    fn event_fd(&mut self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        let chunks = self.lanes.len().div_ceil(sys::FUTEX_WAITV_MAX).max(1);
+        self.uring
+            .get_or_insert_with(|| UringWait::new(chunks))
+            .as_ref()
+            .map(UringWait::fd)
+    }
+
+    fn arm(&mut self) -> bool {
+        // The same rule as the sleep phase of `peek`: `sleeping` first, a full fence, then
+        // every tail once more; a sender that publishes after our look sees `sleeping` and
+        // wakes the tail we wait on.
+        let shared = self.shared.clone();
+        let sleeping = shared.sleeping(self.me);
+        sleeping.store(1, Ordering::Relaxed);
+        // SYNC POINT: this SeqCst fence pairs with the sender's fence between publishing
+        // `tail` and reading `sleeping`.
+        fence(Ordering::SeqCst);
+        if !self.arm_tails() {
+            sleeping.store(0, Ordering::Relaxed);
+            return false;
+        }
+        let Some(Some(uring)) = self.uring.as_mut() else {
+            // Not set up for an event loop: nothing to wait on, look again.
+            sleeping.store(0, Ordering::Relaxed);
+            return false;
+        };
+        if uring.arm(&self.waiters).is_err() {
+            sleeping.store(0, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn disarm(&mut self) {
+        self.shared.sleeping(self.me).store(0, Ordering::Relaxed);
+        if let Some(Some(uring)) = self.uring.as_mut() {
+            uring.reap();
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Sending on the ring: push into our own queue to the receiver (in our outbox), wake it only
-//! if it said it sleeps.
+//! if it said it sleeps and has not yet taken the entry our last wake-up was for.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,13 @@ pub struct RingSender {
     lanes: Vec<Option<Lane>>,
     /// The queues are single-producer: threads of this party take turns per receiver.
     locks: Vec<Mutex<()>>,
+    /// Per receiver party, our tail just after our last wake-up of it (bit 32 set when
+    /// there was one); written under that receiver's lock.
+    woke: Vec<AtomicU64>,
 }
+
+/// Bit of a `woke` word that says it holds a tail value.
+const WOKE: u64 = 1 << 32;
 
 impl RingSender {
     pub(crate) fn new(shared: Arc<RingShared>, me: PartyId) -> Self {
@@ -40,11 +47,13 @@ impl RingSender {
             lanes[to as usize] = Some(Lane { out, in_ });
         }
         let locks = (0..parties).map(|_| Mutex::new(())).collect();
+        let woke = (0..parties).map(|_| AtomicU64::new(0)).collect();
         Self {
             shared,
             me,
             lanes,
             locks,
+            woke,
         }
     }
 
@@ -64,10 +73,10 @@ impl RingSender {
         wait: Duration,
     ) -> Result<(), SendError> {
         let q = self.shared.queue(self.me, lane.out, to, lane.in_);
+        let _turn = self.locks[to as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         {
-            let _turn = self.locks[to as usize]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
             if !q.push(desc) {
                 if wait.is_zero() {
                     return Err(SendError::Full(to));
@@ -93,7 +102,19 @@ impl RingSender {
         // `sleeping` and re-reading the tails (see the module docs).
         fence(Ordering::SeqCst);
         if self.shared.sleeping(to).load(Ordering::Relaxed) != 0 {
+            // A receiver we woke that has not run yet still says it sleeps: waking it again
+            // for every entry of a burst would cost a system call each. While it has not
+            // taken the entry of our last wake-up it cannot go back to sleep without
+            // re-reading our tail (after its fence, which follows ours: it has not moved
+            // its head, which we read after our fence), so it will see this entry too.
+            let woke = &self.woke[to as usize];
+            let last = woke.load(Ordering::Relaxed);
+            if last & WOKE != 0 && q.behind(last as u32) {
+                return Ok(());
+            }
             self.wake(lane);
+            let tail = self.shared.tail(self.me, lane.out).load(Ordering::Relaxed);
+            woke.store(WOKE | u64::from(tail), Ordering::Relaxed);
         }
         Ok(())
     }

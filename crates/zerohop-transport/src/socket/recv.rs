@@ -1,7 +1,7 @@
 //! Receiving on the socket backend: non-blocking `recv` on each edge first (no extra syscall
 //! when busy), `poll` on the edges and a stop eventfd when all are empty.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -24,6 +24,9 @@ pub struct SocketReceiver {
     /// The lane whose message was peeked and is still queued.
     peeked: Option<usize>,
     stop: Arc<SocketStop>,
+    /// For an event loop, once asked for: an epoll of the open lanes (level-triggered), or
+    /// `Err(())` if it could not be made.
+    epoll: Option<Result<OwnedFd, ()>>,
 }
 
 /// Stops a [`SocketReceiver`].
@@ -68,12 +71,36 @@ impl SocketReceiver {
                 efd: sys::eventfd()?,
                 stopped: AtomicBool::new(false),
             }),
+            epoll: None,
         })
+    }
+
+    /// Marks lane `i` closed; an event loop stops watching it (a hung-up socket would be
+    /// readable forever).
+    fn close_lane(&mut self, i: usize) {
+        self.lanes[i].closed = true;
+        if let Some(Ok(ep)) = &self.epoll {
+            let _ = sys::epoll_watch(ep.as_fd(), self.lanes[i].rx.as_fd(), false);
+        }
+    }
+
+    /// One pass over the lanes, starting at the one peeked last (or the next in turn).
+    fn poll_once(&mut self) -> Option<Raw> {
+        let n = self.lanes.len();
+        let first = self.peeked.unwrap_or(self.next_lane);
+        for k in 0..n {
+            let i = (first + k) % n;
+            if let Some(raw) = self.try_lane(i) {
+                self.peeked = Some(i);
+                return Some(raw);
+            }
+        }
+        None
     }
 
     /// Looks at lane `i` without blocking.
     fn try_lane(&mut self, i: usize) -> Option<Raw> {
-        let lane = &mut self.lanes[i];
+        let lane = &self.lanes[i];
         if lane.closed {
             return None;
         }
@@ -86,13 +113,13 @@ impl SocketReceiver {
             // A zero-length read is either an empty message (invalid, below) or the end of
             // the stream: once the sender shut its end down, recv returns 0 at once, forever.
             Ok(Some((_, 0))) if sys::hung_up(lane.rx.as_fd()) => {
-                lane.closed = true;
+                self.close_lane(i);
                 None
             }
             Ok(Some(_)) => Some(raw(NOT_A_DESCRIPTOR)),
             Ok(None) => None,
             Err(_) => {
-                lane.closed = true;
+                self.close_lane(i);
                 None
             }
         }
@@ -113,14 +140,8 @@ impl Receiver for SocketReceiver {
             if self.stop.stopped.load(Ordering::SeqCst) {
                 return None;
             }
-            let n = self.lanes.len();
-            let first = self.peeked.unwrap_or(self.next_lane);
-            for k in 0..n {
-                let i = (first + k) % n;
-                if let Some(raw) = self.try_lane(i) {
-                    self.peeked = Some(i);
-                    return Some(raw);
-                }
+            if let Some(raw) = self.poll_once() {
+                return Some(raw);
             }
             let mut fds: Vec<_> = self
                 .lanes
@@ -136,4 +157,27 @@ impl Receiver for SocketReceiver {
     fn stopper(&self) -> Arc<dyn Stop> {
         self.stop.clone()
     }
+
+    fn try_peek(&mut self) -> Option<Raw> {
+        self.poll_once()
+    }
+
+    fn event_fd(&mut self) -> Option<BorrowedFd<'_>> {
+        if self.epoll.is_none() {
+            let made = sys::epoll().and_then(|ep| {
+                for l in self.lanes.iter().filter(|l| !l.closed) {
+                    sys::epoll_watch(ep.as_fd(), l.rx.as_fd(), true)?;
+                }
+                Ok(ep)
+            });
+            self.epoll = Some(made.map_err(|_| ()));
+        }
+        match &self.epoll {
+            Some(Ok(ep)) => Some(ep.as_fd()),
+            _ => None,
+        }
+    }
+
+    // `arm` and `disarm` keep their defaults: the epoll is level-triggered on the sockets
+    // themselves, so a message that arrives at any time leaves it readable.
 }
