@@ -1155,3 +1155,101 @@ fn a_sender_shutting_its_socket_down_closes_only_its_edge() {
     assert!(!dog.disarm(), "delivered before the watchdog fired");
     assert_eq!(pool.owners().in_use(), 0);
 }
+
+// ---------------------------------------------------------------------------------------
+// (h) receiving from an event loop
+// ---------------------------------------------------------------------------------------
+
+/// The receiver (party 1) runs on a tokio runtime: it takes what is queued with `try_recv`,
+/// arms, and waits for the transport's descriptor to turn readable; `senders` parties send
+/// 5 000 descriptors from another thread in bursts with pauses, so the receiver goes to
+/// sleep hundreds of times. Every descriptor arrives exactly once and no wait outlasts its
+/// bound (a lost wake-up would). With 200 senders the ring waits with two `futex_waitv`
+/// operations (at most 128 words each).
+#[test]
+fn event_loop_receivers_never_miss_a_wakeup() {
+    const TOTAL: u32 = 5_000;
+    for senders in [1u16, 200] {
+        for backend in Backend::ALL {
+            let mut functions = vec![GATEWAY_FN, 0];
+            functions.extend(std::iter::repeat_n(1, senders as usize));
+            let policy = Arc::new(
+                Policy::new(functions, [(GATEWAY_FN, 0), (1, 0), (0, GATEWAY_FN)]).expect("policy"),
+            );
+            let opts = Options {
+                spin_us: 0,
+                ..Options::default()
+            };
+            let pool = new_pool(512, 256);
+            let t = create(backend, &policy, opts);
+            let mut ep = endpoint(backend, &pool, &policy, &*t, RECEIVER);
+            let txs: Vec<Box<dyn Sender>> = (0..senders)
+                .map(|i| t.sender(2 + i).expect("sender"))
+                .collect();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            thread::scope(|s| {
+                let pool2 = &pool;
+                let txs = &txs;
+                s.spawn(move || {
+                    let deadline = Instant::now() + PHASE;
+                    for r in 0..TOTAL {
+                        let i = (r as usize * 7919) % txs.len();
+                        send_request(backend, pool2, &*txs[i], 2 + i as PartyId, r, deadline);
+                        if r % 16 == 15 {
+                            thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                });
+                let (seen, sleeps) = rt.block_on(async {
+                    let mut ready = ep
+                        .poller()
+                        .unwrap_or_else(|| panic!("[{backend}] no event-loop receiving here"))
+                        .expect("registered with the reactor");
+                    let mut seen = HashSet::new();
+                    let mut sleeps = 0u32;
+                    while seen.len() < TOTAL as usize {
+                        if let Some(d) = ep.try_recv() {
+                            let r = d.desc.request;
+                            assert!(seen.insert(r), "[{backend}/{senders}] {r} twice");
+                            if let Err(e) = check(&d.slot, &d.desc) {
+                                panic!("[{backend}/{senders}] {e}");
+                            }
+                            continue;
+                        }
+                        if !ep.arm() {
+                            continue;
+                        }
+                        sleeps += 1;
+                        let mut guard = tokio::time::timeout(PHASE, ready.readable())
+                            .await
+                            .unwrap_or_else(|_| {
+                                panic!(
+                                    "[{backend}/{senders}] no wake-up after {} of {TOTAL} \
+                                     (lost wake-up?)",
+                                    seen.len()
+                                )
+                            })
+                            .expect("poll");
+                        guard.clear_ready();
+                        ep.disarm();
+                    }
+                    (seen.len(), sleeps)
+                });
+                assert_eq!(seen, TOTAL as usize, "[{backend}/{senders}]");
+                assert!(
+                    sleeps > 50,
+                    "[{backend}/{senders}] the receiver slept only {sleeps} times"
+                );
+            });
+            assert_eq!(ep.stats().dropped(), 0, "[{backend}/{senders}] dropped");
+            assert_eq!(
+                pool.owners().in_use(),
+                0,
+                "[{backend}/{senders}] slots leaked"
+            );
+        }
+    }
+}
