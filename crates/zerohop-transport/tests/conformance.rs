@@ -1204,7 +1204,7 @@ fn event_loop_receivers_never_miss_a_wakeup() {
                     }
                 });
                 let (seen, sleeps) = rt.block_on(async {
-                    let mut ready = ep
+                    let ready = ep
                         .poller()
                         .unwrap_or_else(|| panic!("[{backend}] no event-loop receiving here"))
                         .expect("registered with the reactor");
