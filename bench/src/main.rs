@@ -216,6 +216,8 @@ fn run(args: &Args) -> Result<bool> {
         }
         ids.retain(|i| only.contains(&i.name()));
     }
+    // The monolith first: its peak sets the open-loop rates of every system.
+    ids.sort_by_key(|i| i.name() != "monolith");
     let work = std::env::temp_dir().join(format!("zerohop-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).context("scratch folder")?;
     let _cleanup = RemoveDir(work.clone());
@@ -252,7 +254,17 @@ fn run(args: &Args) -> Result<bool> {
     );
 
     for &id in &ids {
-        if let Err(e) = bench_hello(id, &matrix, &opts, &mut results, &mut progress) {
+        let monolith_peak = results
+            .hello_point("monolith", results.target_concurrency())
+            .map(|r| r.result.rps);
+        if let Err(e) = bench_hello(
+            id,
+            &matrix,
+            &opts,
+            monolith_peak,
+            &mut results,
+            &mut progress,
+        ) {
             results.failures.push(format!("{}: {e:#}", id.name()));
             eprintln!("bench: {} failed: {e:#}", id.name());
         }
@@ -316,10 +328,13 @@ fn run(args: &Args) -> Result<bool> {
 }
 
 /// The hello chain on one system: concurrency sweep, body sizes, open loop, memory, idle.
+/// The open loop runs at fractions of the monolith's peak when it was measured (so every
+/// system is compared at the same rates), else of the system's own.
 fn bench_hello(
     id: SystemId,
     matrix: &Matrix,
     opts: &StartOpts,
+    monolith_peak: Option<f64>,
     results: &mut Results,
     progress: &mut Progress,
 ) -> Result<()> {
@@ -355,7 +370,7 @@ fn bench_hello(
             )?);
         }
     }
-    let peak = peak_c32.unwrap_or(1000.0);
+    let peak = monolith_peak.or(peak_c32).unwrap_or(1000.0);
     for &f in &matrix.open_fractions {
         let rate = (peak * f).max(10.0);
         progress.step(&format!("{name} open loop {rate:.0}/s"));

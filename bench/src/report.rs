@@ -182,36 +182,132 @@ impl Results {
         let ring = self.hello_point("zerohop-ring", c);
         let mono = self.hello_point("monolith", c);
         let http = self.hello_point("http-chain", c);
-        if let (Some(r), Some(m)) = (ring, mono) {
-            let v = r.result.rps / m.result.rps.max(1e-9);
+        let mut bound = |name: String, v: f64, target: f64, at_least: bool, note: String| {
             t.push(Target {
-                name: format!("ring RPS / monolith RPS (hello, c={c})"),
+                name,
                 value: v,
-                target: 0.8,
-                met: v >= 0.8,
-                note: format!("{:.0} / {:.0} requests/s", r.result.rps, m.result.rps),
-            });
+                target,
+                met: if at_least { v >= target } else { v <= target },
+                note,
+            })
+        };
+        if let (Some(r), Some(m)) = (ring, mono) {
+            bound(
+                format!("ring RPS / monolith RPS (hello, c={c})"),
+                r.result.rps / m.result.rps.max(1e-9),
+                0.9,
+                true,
+                format!("{:.0} / {:.0} requests/s", r.result.rps, m.result.rps),
+            );
+            bound(
+                format!("ring CPU per request / monolith CPU per request (hello, c={c})"),
+                r.sut_cpu_ms_per_1k / m.sut_cpu_ms_per_1k.max(1e-9),
+                1.15,
+                false,
+                format!(
+                    "{:.1} / {:.1} CPU ms per 1,000 requests, load generator excluded",
+                    r.sut_cpu_ms_per_1k, m.sut_cpu_ms_per_1k
+                ),
+            );
+        }
+        if let (Some(r), Some(m)) = (
+            self.hello_point("zerohop-ring", 1),
+            self.hello_point("monolith", 1),
+        ) {
+            bound(
+                "ring p50 latency / monolith p50 latency (hello, c=1)".into(),
+                r.result.latency.p50_us / m.result.latency.p50_us.max(1e-9),
+                1.15,
+                false,
+                format!(
+                    "{:.0} us / {:.0} us",
+                    r.result.latency.p50_us, m.result.latency.p50_us
+                ),
+            );
+        }
+        let open = |sys: &str| -> Vec<&Run> {
+            self.runs
+                .iter()
+                .filter(|r| r.system == sys && r.experiment == "open_loop")
+                .collect()
+        };
+        for (r, m) in open("zerohop-ring").into_iter().zip(open("monolith")) {
+            if r.rate != m.rate {
+                continue;
+            }
+            bound(
+                format!(
+                    "ring p99 / monolith p99, open loop at {:.0} requests/s",
+                    r.rate.unwrap_or(0.0)
+                ),
+                r.result.latency.p99_us / m.result.latency.p99_us.max(1e-9),
+                1.5,
+                false,
+                format!(
+                    "{:.0} us / {:.0} us (the same rate, a fraction of the monolith's peak)",
+                    r.result.latency.p99_us, m.result.latency.p99_us
+                ),
+            );
+        }
+        let chain = |n: usize| {
+            self.runs.iter().find(|r| {
+                r.system == "zerohop-ring" && r.experiment == "chain_length" && r.chain_len == n
+            })
+        };
+        if let (Some(one), Some(eight)) = (chain(1), chain(8)) {
+            bound(
+                "ring chain of 8 pass-through functions RPS / chain of 1 RPS".into(),
+                eight.result.rps / one.result.rps.max(1e-9),
+                0.6,
+                true,
+                format!("{:.0} / {:.0} requests/s", eight.result.rps, one.result.rps),
+            );
+        }
+        let big = |sys: &str| {
+            self.runs
+                .iter()
+                .find(|r| r.system == sys && r.experiment == "body" && r.body == "1MiB")
+        };
+        if let (Some(r), Some(m)) = (big("zerohop-ring"), big("monolith")) {
+            bound(
+                format!(
+                    "ring RPS / monolith RPS (1 MiB bodies, c={})",
+                    r.concurrency
+                ),
+                r.result.rps / m.result.rps.max(1e-9),
+                0.9,
+                true,
+                format!("{:.0} / {:.0} requests/s", r.result.rps, m.result.rps),
+            );
         }
         if let (Some(r), Some(h)) = (ring, http) {
-            let v = r.result.rps / h.result.rps.max(1e-9);
-            t.push(Target {
-                name: format!("ring RPS / HTTP chain RPS (hello, c={c})"),
-                value: v,
-                target: 3.0,
-                met: v >= 3.0,
-                note: format!("{:.0} / {:.0} requests/s", r.result.rps, h.result.rps),
-            });
-            let v = r.sut_cpu_ms_per_1k / h.sut_cpu_ms_per_1k.max(1e-9);
-            t.push(Target {
-                name: format!("ring CPU per request / HTTP chain CPU per request (hello, c={c})"),
-                value: v,
-                target: 1.0 / 3.0,
-                met: v <= 1.0 / 3.0,
-                note: format!(
+            bound(
+                format!("ring RPS / HTTP chain RPS (hello, c={c})"),
+                r.result.rps / h.result.rps.max(1e-9),
+                3.0,
+                true,
+                format!("{:.0} / {:.0} requests/s", r.result.rps, h.result.rps),
+            );
+            bound(
+                format!("ring CPU per request / HTTP chain CPU per request (hello, c={c})"),
+                r.sut_cpu_ms_per_1k / h.sut_cpu_ms_per_1k.max(1e-9),
+                1.0 / 3.0,
+                false,
+                format!(
                     "{:.1} / {:.1} CPU ms per 1,000 requests, load generator excluded",
                     r.sut_cpu_ms_per_1k, h.sut_cpu_ms_per_1k
                 ),
-            });
+            );
+        }
+        let floor = |n: &str| self.floors.iter().find(|f| f.name == n);
+        if let (Some(hop), Some(line)) = (floor("hop_ring_busy_rtt"), floor("cacheline_rtt")) {
+            bound(
+                "ring hop p50 / cache-line ping-pong p50 (receiver busy)".into(),
+                hop.p50_ns / line.p50_ns.max(1e-9),
+                2.0,
+                false,
+                format!("{:.0} ns / {:.0} ns round trip", hop.p50_ns, line.p50_ns),
+            );
         }
         if let Some(idle) = self.idle.iter().find(|i| i.system == "zerohop-ring") {
             let v: f64 = idle.cpu_s.values().sum();
@@ -222,17 +318,6 @@ impl Results {
                 // One 10 ms tick of slack: /proc counts in ticks.
                 met: v <= 0.01,
                 note: format!("over {:.0} s", idle.seconds),
-            });
-        }
-        let floor = |n: &str| self.floors.iter().find(|f| f.name == n);
-        if let (Some(hop), Some(line)) = (floor("hop_ring_busy_rtt"), floor("cacheline_rtt")) {
-            let v = hop.p50_ns / line.p50_ns.max(1e-9);
-            t.push(Target {
-                name: "ring hop p50 / cache-line ping-pong p50 (receiver busy)".into(),
-                value: v,
-                target: 2.0,
-                met: v <= 2.0,
-                note: format!("{:.0} ns / {:.0} ns round trip", hop.p50_ns, line.p50_ns),
             });
         }
         self.targets = t;
