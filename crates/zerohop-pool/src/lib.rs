@@ -10,9 +10,9 @@
 //! ```text
 //!  offset 0        64          128                parties_off      owners_off        slots_off
 //!  +--------------+-----------+------------------+----------------+-----------------+----------
-//!  | PoolHeader   | cursor    | (pad)            | PartyRecord x P| u64 owner x N   | slot 0 ...
-//!  | magic,version| (alloc    |                  | 64 B each      | gen:32|owner:32 | N x slot_size
-//!  | geometry     |  hint)    |                  |                |                 | page aligned
+//!  | PoolHeader   | reserved  | (pad)            | PartyRecord x P| u64 owner x N   | slot 0 ...
+//!  | magic,version|           |                  | 64 B each      | gen:32|owner:32 | N x slot_size
+//!  | geometry     |           |                  |                |                 | page aligned
 //!  +--------------+-----------+------------------+----------------+-----------------+----------
 //!
 //!  one slot:  +------------+--------------------+----------------------+---------+

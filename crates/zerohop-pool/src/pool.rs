@@ -38,9 +38,6 @@ struct PoolHeader {
 const _: () = assert!(core::mem::size_of::<PoolHeader>() == 64);
 const FLAG_HUGETLB: u32 = 1;
 
-/// Offset of the allocation cursor (own cache line, after the header).
-const CURSOR_OFFSET: usize = 64;
-
 /// Lifecycle of a party slot in the party table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -332,10 +329,9 @@ impl Pool {
     /// The owner table. Its indices are this pool's own (0..slot_count); the chain-wide
     /// number of index `i` is `first_slot() + i`.
     pub fn owners(&self) -> OwnerTable<'_> {
-        // SAFETY: the owner words and cursor lie inside the mapping (checked in attach, built
-        // so in create), are 8/4-aligned (offsets are multiples of 64 in a page-aligned
-        // mapping), and std atomics have the layout of the plain integer. They live as long
-        // as `self`.
+        // SAFETY: the owner words lie inside the mapping (checked in attach, built so in
+        // create), are 8-aligned (the offset is a multiple of 64 in a page-aligned mapping),
+        // and std atomics have the layout of the plain integer. They live as long as `self`.
         unsafe {
             let words = std::slice::from_raw_parts(
                 self.base
@@ -343,8 +339,7 @@ impl Pool {
                     .cast::<AtomicU64>(),
                 self.header.slot_count as usize,
             );
-            let cursor = &*self.base.add(CURSOR_OFFSET).cast::<AtomicU32>();
-            OwnerTable::new(words, cursor)
+            OwnerTable::new(words)
         }
     }
 
