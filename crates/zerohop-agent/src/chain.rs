@@ -149,7 +149,7 @@ impl Running {
 
     /// The chain's pools, one per security domain (slot accounting).
     pub fn pools(&self) -> &Pools {
-        &self.shared.pools
+        self.shared.gateway.pools()
     }
 
     /// Times party `party` was restarted, from the agent's own records.
@@ -289,20 +289,23 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             hugepages: spec.pool.hugepages,
         })?));
     }
-    let party_pools: Vec<Vec<Arc<Pool>>> = plan
+    let pools = Pools::new(list.clone())?;
+    let party_pools = plan
         .party_function
         .iter()
         .enumerate()
         .map(|(p, &f)| match p {
-            0 => list.clone(),
-            _ => plan
-                .domains_of(f)
-                .into_iter()
-                .map(|d| list[d].clone())
-                .collect(),
+            0 => Ok(pools.clone()),
+            _ => Pools::new(
+                domains
+                    .iter()
+                    .zip(&list)
+                    .filter(|(d, _)| d.functions.contains(&f))
+                    .map(|(_, pool)| pool.clone())
+                    .collect(),
+            ),
         })
-        .collect();
-    let pools = Pools::new(list)?;
+        .collect::<Result<Vec<_>, _>>()?;
     let policy = Arc::new(
         plan.policy()
             .map_err(|e| TransportError::Layout(e.to_string()))?,
@@ -321,12 +324,10 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             max_connections: spec.max_connections,
         },
     );
-    for p in pools.iter() {
-        if let Some(rec) = p.party(0) {
-            rec.set_pid(std::process::id());
-        }
-    }
-    pools.set_state(0, PartyState::Ready);
+    pools.records(0).for_each(|r| {
+        r.set_pid(std::process::id());
+        r.set_state(PartyState::Ready);
+    });
     let mut receiving = Some(gateway.start_receiving(endpoint));
     let listener = TcpListener::bind(opts.listen)
         .await
@@ -340,7 +341,6 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     })?;
     tracing::info!(chain = %spec.name, "{}", domain.describe());
     let shared = Arc::new(Shared {
-        pools,
         party_pools,
         transport,
         gateway,

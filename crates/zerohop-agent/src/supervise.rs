@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use tokio::process::Child;
 use tokio::sync::watch;
 use zerohop_gateway::Gateway;
-use zerohop_pool::{PartyState, Pool, Pools};
+use zerohop_pool::{PartyRecord, PartyState, Pool, Pools};
 use zerohop_transport::{handover, PartyId, Transport};
 
 use crate::confine::cgroup::InstanceCgroup;
@@ -21,11 +21,9 @@ use crate::confine::{self, Domain, Program};
 
 /// What all supervisors of a chain share.
 pub(crate) struct Shared {
-    /// Every pool of the chain, one per security domain.
-    pub pools: Pools,
-    /// Per party, the pools of its function's domains in domain order (all for party 0):
-    /// what it is handed and where its party records are.
-    pub party_pools: Vec<Vec<Arc<Pool>>>,
+    /// Per party, the pools of its function's domains (all for party 0, the gateway): what
+    /// it is handed and where its party records are.
+    pub party_pools: Vec<Pools>,
     pub transport: Box<dyn Transport>,
     pub gateway: Arc<Gateway>,
     pub plan_json: String,
@@ -38,30 +36,25 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The pools of `party`.
-    pub fn pools_of(&self, party: PartyId) -> &[Arc<Pool>] {
+    /// The pools of `party` (none for a party that does not exist).
+    fn pools_of(&self, party: PartyId) -> &[Arc<Pool>] {
         self.party_pools
             .get(party as usize)
-            .map_or(&[], Vec::as_slice)
+            .map_or(&[], Pools::as_slice)
     }
 
-    /// Sets `party`'s state in each of its pools.
-    fn set_state(&self, party: PartyId, state: PartyState) {
-        for p in self.pools_of(party) {
-            if let Some(rec) = p.party(party) {
-                rec.set_state(state);
-            }
-        }
+    /// `party`'s record in each of its pools.
+    fn records(&self, party: PartyId) -> impl Iterator<Item = &PartyRecord> {
+        self.party_pools
+            .get(party as usize)
+            .into_iter()
+            .flat_map(move |p| p.records(party))
     }
 
     /// Whether `party` has attached: ready in each of its pools.
     pub fn ready(&self, party: PartyId) -> bool {
-        let pools = self.pools_of(party);
-        !pools.is_empty()
-            && pools.iter().all(|p| {
-                p.party(party)
-                    .is_some_and(|r| r.state() == PartyState::Ready)
-            })
+        !self.pools_of(party).is_empty()
+            && self.records(party).all(|r| r.state() == PartyState::Ready)
     }
 }
 
@@ -130,14 +123,12 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
         fds,
         cgroup.as_ref(),
     )?;
-    shared.set_state(inst.party, PartyState::Starting);
+    shared
+        .records(inst.party)
+        .for_each(|r| r.set_state(PartyState::Starting));
     let child = cmd.spawn().map_err(confine::explain)?;
     let pid = child.id().unwrap_or(0);
-    for p in shared.pools_of(inst.party) {
-        if let Some(rec) = p.party(inst.party) {
-            rec.set_pid(pid);
-        }
-    }
+    shared.records(inst.party).for_each(|r| r.set_pid(pid));
     // The child leads its own group (process_group(0)): pgid = pid.
     shared.domain.started(pid);
     if let Some(c) = shared.parties.get(inst.party as usize) {
@@ -233,12 +224,10 @@ pub(crate) async fn supervise(
             .get(inst.party as usize)
             .and_then(|c| c.hung.lock().unwrap_or_else(|p| p.into_inner()).take());
         let what = hung.unwrap_or_else(|| describe(status));
-        shared.set_state(inst.party, PartyState::Dead);
-        for p in shared.pools_of(inst.party) {
-            if let Some(rec) = p.party(inst.party) {
-                rec.count_restart();
-            }
-        }
+        shared.records(inst.party).for_each(|r| {
+            r.set_state(PartyState::Dead);
+            r.count_restart();
+        });
         if let Some(c) = shared.parties.get(inst.party as usize) {
             c.restarts.fetch_add(1, Ordering::Relaxed);
         }

@@ -64,7 +64,7 @@ fn sample(
 ) {
     let now = Instant::now();
     let mut hung: Vec<(u16, u32, Duration)> = Vec::new();
-    let words = shared.pools.iter().flat_map(|p| {
+    let words = shared.gateway.pools().iter().flat_map(|p| {
         let owners = p.owners();
         (0..owners.len()).filter_map(move |l| owners.get(l).map(|w| (p.first_slot() + l, w)))
     });

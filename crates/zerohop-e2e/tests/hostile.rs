@@ -7,11 +7,12 @@
 mod common;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{client, func, post, runtime};
+use common::{client, func, post, runtime, Answer};
 use zerohop_agent::{spec, up, UpOptions};
 use zerohop_test_support::{alive, children, memfds, target_bin, wait_until, ChainProcess};
 
@@ -32,6 +33,69 @@ fn processes_of(uid: u32) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Asks the `chaos` function at `url` for its report until one arrives (the report itself
+/// may be lost to the chaos).
+fn chaos_report(url: &str) -> Answer {
+    let agent = client();
+    (0..50)
+        .map(|_| post(&agent, url, "report"))
+        .find(|a| a.status == 200)
+        .expect("one report arrives out of 50")
+}
+
+/// `workers` clients sending `n` requests each to the hello chain at `url`; each thread
+/// panics on the first answer that is not exactly right.
+fn hello_load(url: &str, workers: u32, n: u32) -> Vec<JoinHandle<()>> {
+    (0..workers)
+        .map(|w| {
+            let url = url.to_owned();
+            std::thread::spawn(move || {
+                let agent = client();
+                for i in 0..n {
+                    let a = post(&agent, &url, &format!("w{w} n{i}"));
+                    assert_eq!(
+                        (a.status, a.body.as_str()),
+                        (200, format!("W{w} N{i}!").as_str())
+                    );
+                }
+            })
+        })
+        .collect()
+}
+
+/// Two clients sending to the hostile route at `url` until `done` is set (at least 30
+/// requests each); each thread panics on an answer that is not an HTTP status within the
+/// timeout. Answers are counted by status class (`0xx..5xx`) in `statuses`.
+fn hostile_load(
+    url: &str,
+    done: &Arc<AtomicBool>,
+    statuses: &Arc<[AtomicU32; 6]>,
+) -> Vec<JoinHandle<()>> {
+    (0..2)
+        .map(|_| {
+            let (url, statuses, done) = (url.to_owned(), statuses.clone(), done.clone());
+            std::thread::spawn(move || {
+                let agent = client();
+                let mut i = 0;
+                while i < 30 || !done.load(Ordering::Relaxed) {
+                    i += 1;
+                    let started = Instant::now();
+                    let a = post(&agent, &url, &format!("chaos {i}"));
+                    // Within the chain's timeout (2 s), plus generous slack for a loaded VM.
+                    assert!(
+                        started.elapsed() < Duration::from_secs(12),
+                        "an answer within the timeout"
+                    );
+                    assert!((200..600).contains(&a.status), "{a:?}");
+                    if statuses[(a.status / 100) as usize].fetch_add(1, Ordering::Relaxed) < 3 {
+                        eprintln!("hostile route answered {}: {}", a.status, a.body.trim_end());
+                    }
+                }
+            })
+        })
+        .collect()
 }
 
 #[test]
@@ -65,13 +129,8 @@ fn a_hostile_chain_beside_the_hello_chain_under_load() {
     assert_eq!(hostile_kids.len(), 2, "two instances in the hostile chain");
     let hostile_uid = uid_of(hostile_kids[0]).expect("instance uid");
 
-    // The read-only descriptors stay read-only (the report may itself be lost to the chaos:
-    // ask until one arrives).
-    let agent = client();
-    let report = (0..50)
-        .map(|_| post(&agent, &format!("{}/x", hostile.url), "report"))
-        .find(|a| a.status == 200)
-        .expect("one report arrives out of 50");
+    // The read-only descriptors stay read-only.
+    let report = chaos_report(&format!("{}/x", hostile.url));
     let lines: Vec<&str> = report
         .body
         .lines()
@@ -92,49 +151,10 @@ fn a_hostile_chain_beside_the_hello_chain_under_load() {
     // The attack starts shortly after the first request.
     std::thread::sleep(Duration::from_millis(600));
 
-    let hello_url = Arc::new(format!("{}/hello", hello.url()));
-    let hostile_url = Arc::new(format!("{}/x", hostile.url));
     let statuses: Arc<[AtomicU32; 6]> = Arc::new(Default::default());
-    let hello_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let hostile_clients: Vec<_> = (0..2)
-        .map(|_| {
-            let (url, statuses, done) = (hostile_url.clone(), statuses.clone(), hello_done.clone());
-            std::thread::spawn(move || {
-                let agent = client();
-                // Attacked all the while the hello chain is under load.
-                let mut i = 0;
-                while i < 30 || !done.load(Ordering::Relaxed) {
-                    i += 1;
-                    let started = Instant::now();
-                    let a = post(&agent, &url, &format!("chaos {i}"));
-                    // Within the chain's timeout (2 s), plus generous slack for a loaded VM.
-                    assert!(
-                        started.elapsed() < Duration::from_secs(12),
-                        "an answer within the timeout"
-                    );
-                    assert!((200..600).contains(&a.status), "{a:?}");
-                    if statuses[(a.status / 100) as usize].fetch_add(1, Ordering::Relaxed) < 3 {
-                        eprintln!("hostile chain answered {}: {}", a.status, a.body.trim_end());
-                    }
-                }
-            })
-        })
-        .collect();
-    let hello_clients: Vec<_> = (0..4)
-        .map(|w| {
-            let url = hello_url.clone();
-            std::thread::spawn(move || {
-                let agent = client();
-                for i in 0..1500 {
-                    let a = post(&agent, &url, &format!("w{w} n{i}"));
-                    assert_eq!(
-                        (a.status, a.body.as_str()),
-                        (200, format!("W{w} N{i}!").as_str())
-                    );
-                }
-            })
-        })
-        .collect();
+    let hello_done = Arc::new(AtomicBool::new(false));
+    let hostile_clients = hostile_load(&format!("{}/x", hostile.url), &hello_done, &statuses);
+    let hello_clients = hello_load(&format!("{}/hello", hello.url()), 4, 1500);
     for c in hello_clients {
         c.join().expect("every hello request answered correctly");
     }
@@ -212,11 +232,7 @@ fn a_hostile_function_cannot_touch_another_route_of_its_chain() {
     assert_eq!(chain.pools().len(), 2, "one pool per security domain");
 
     // The hostile function was handed exactly one pool: its own route's.
-    let agent = client();
-    let report = (0..50)
-        .map(|_| post(&agent, &format!("{}/x", chain.url()), "report"))
-        .find(|a| a.status == 200)
-        .expect("one report arrives out of 50");
+    let report = chaos_report(&format!("{}/x", chain.url()));
     let pools: Vec<&str> = report
         .body
         .lines()
@@ -226,41 +242,10 @@ fn a_hostile_function_cannot_touch_another_route_of_its_chain() {
     assert!(pools[0].contains("zerohop-pool:mixed:1"), "{pools:?}");
     std::thread::sleep(Duration::from_millis(600));
 
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let answered = Arc::new(AtomicU32::new(0));
-    let hostile_clients: Vec<_> = (0..2)
-        .map(|_| {
-            let (url, done, answered) =
-                (format!("{}/x", chain.url()), done.clone(), answered.clone());
-            std::thread::spawn(move || {
-                let agent = client();
-                let mut i = 0;
-                while i < 30 || !done.load(Ordering::Relaxed) {
-                    i += 1;
-                    let started = Instant::now();
-                    let a = post(&agent, &url, &format!("chaos {i}"));
-                    assert!(started.elapsed() < Duration::from_secs(12), "in time");
-                    assert!((200..600).contains(&a.status), "{a:?}");
-                    answered.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let hello_clients: Vec<_> = (0..4)
-        .map(|w| {
-            let url = format!("{}/hello", chain.url());
-            std::thread::spawn(move || {
-                let agent = client();
-                for i in 0..1000 {
-                    let a = post(&agent, &url, &format!("w{w} n{i}"));
-                    assert_eq!(
-                        (a.status, a.body.as_str()),
-                        (200, format!("W{w} N{i}!").as_str())
-                    );
-                }
-            })
-        })
-        .collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let statuses: Arc<[AtomicU32; 6]> = Arc::new(Default::default());
+    let hostile_clients = hostile_load(&format!("{}/x", chain.url()), &done, &statuses);
+    let hello_clients = hello_load(&format!("{}/hello", chain.url()), 4, 1000);
     let hello_ok = hello_clients.into_iter().all(|c| c.join().is_ok());
     done.store(true, Ordering::Relaxed);
     let hostile_ok = hostile_clients.into_iter().all(|c| c.join().is_ok());
@@ -272,7 +257,8 @@ fn a_hostile_function_cannot_touch_another_route_of_its_chain() {
         hostile_ok,
         "every /x request answered with a status in time"
     );
-    assert!(answered.load(Ordering::Relaxed) >= 60);
+    let answered: u32 = statuses.iter().map(|s| s.load(Ordering::Relaxed)).sum();
+    assert!(answered >= 60);
     let hello_pool = chain.pools().iter().next().expect("domain 0").clone();
     assert!(
         wait_until(Duration::from_secs(5), || hello_pool.owners().in_use() == 0),

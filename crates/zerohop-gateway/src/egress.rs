@@ -56,11 +56,6 @@ impl Receiving {
             }
         }
     }
-
-    /// Whether answers are received on the runtime (no thread of its own).
-    pub fn on_runtime(&self) -> bool {
-        matches!(self, Receiving::Task(_))
-    }
 }
 
 impl Drop for Receiving {

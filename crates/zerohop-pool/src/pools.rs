@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::owner::{Owner, OwnershipError};
-use crate::pool::{OwnedSlot, PartyState, Pool, SlotHeader, TakeError};
+use crate::pool::{OwnedSlot, PartyRecord, Pool, SlotHeader, TakeError};
 use crate::{Descriptor, PoolError};
 
 /// The pools a party maps, ordered by their first slot. A chain has one pool per security
@@ -47,6 +47,11 @@ impl Pools {
         self.list.iter()
     }
 
+    /// The pools, by first slot.
+    pub fn as_slice(&self) -> &[Arc<Pool>] {
+        &self.list
+    }
+
     /// Number of pools.
     pub fn len(&self) -> usize {
         self.list.len()
@@ -86,14 +91,10 @@ impl Pools {
             .is_some_and(|p| p.revoke(slot, generation, owner))
     }
 
-    /// Sets `party`'s state in every pool (each pool has its own party table, read by the
+    /// `party`'s record in each pool (each pool has its own party table, read by the
     /// parties of that domain).
-    pub fn set_state(&self, party: u16, state: PartyState) {
-        for p in self.iter() {
-            if let Some(r) = p.party(party) {
-                r.set_state(state);
-            }
-        }
+    pub fn records(&self, party: u16) -> impl Iterator<Item = &PartyRecord> {
+        self.iter().filter_map(move |p| p.party(party))
     }
 
     /// The (chain-wide slot, generation) of every slot `owner` holds, in all pools.

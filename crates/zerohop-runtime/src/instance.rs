@@ -137,12 +137,10 @@ impl Instance {
             .functions
             .get(router.function as usize)
             .map_or(1, |f| f.concurrency.max(1));
-        for pool in router.pools.iter() {
-            if let Some(rec) = pool.party(self.me) {
-                rec.set_pid(std::process::id());
-            }
-        }
-        router.pools.set_state(self.me, PartyState::Ready);
+        router.pools.records(self.me).for_each(|r| {
+            r.set_pid(std::process::id());
+            r.set_state(PartyState::Ready);
+        });
         if concurrency == 1 {
             while let Some(d) = self.endpoint.recv() {
                 router.process(&handler, d);

@@ -90,13 +90,8 @@ impl Endpoint {
     /// `None` once stopped.
     pub fn recv(&mut self) -> Option<Delivery> {
         loop {
-            // Take the slot while the descriptor is still queued, then consume it: see
-            // `Receiver`.
             let raw = self.rx.peek()?;
-            let delivery = self.validate(raw);
-            self.rx.consume();
-            if let Some(d) = delivery {
-                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+            if let Some(d) = self.accept(raw) {
                 return Some(d);
             }
         }
@@ -107,13 +102,21 @@ impl Endpoint {
     pub fn try_recv(&mut self) -> Option<Delivery> {
         loop {
             let raw = self.rx.try_peek()?;
-            let delivery = self.validate(raw);
-            self.rx.consume();
-            if let Some(d) = delivery {
-                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+            if let Some(d) = self.accept(raw) {
                 return Some(d);
             }
         }
+    }
+
+    /// Takes the slot of a peeked descriptor over while the descriptor is still queued, then
+    /// consumes it (see `Receiver`): a valid one is counted and delivered.
+    fn accept(&mut self, raw: Raw) -> Option<Delivery> {
+        let delivery = self.validate(raw);
+        self.rx.consume();
+        if delivery.is_some() {
+            self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        }
+        delivery
     }
 
     /// For receiving on a tokio runtime: the transport's wait descriptor (see

@@ -209,9 +209,7 @@ impl Receiver for RingReceiver {
             // Sleep phase.
             // SYNC POINT: Acquire pairs with the Release `fetch_add` of the stopper.
             let stop_seen = self.stop.word.load(Ordering::Acquire);
-            let shared = self.shared.clone();
-            let sleeping = shared.sleeping(self.me);
-            sleeping.store(1, Ordering::Relaxed);
+            self.shared.sleeping(self.me).store(1, Ordering::Relaxed);
             // SYNC POINT: this SeqCst fence pairs with the sender's fence between publishing
             // `tail` and reading `sleeping`.
             fence(Ordering::SeqCst);
@@ -228,7 +226,7 @@ impl Receiver for RingReceiver {
             } else if self.arm(stop_seen) && !self.stop.stopped.load(Ordering::SeqCst) {
                 sys::futex_waitv(&self.waiters);
             }
-            sleeping.store(0, Ordering::Relaxed);
+            self.shared.sleeping(self.me).store(0, Ordering::Relaxed);
             spin_start = None;
             rounds = 0;
         }
@@ -254,26 +252,20 @@ impl Receiver for RingReceiver {
         // The same rule as the sleep phase of `peek`: `sleeping` first, a full fence, then
         // every tail once more; a sender that publishes after our look sees `sleeping` and
         // wakes the tail we wait on.
-        let shared = self.shared.clone();
-        let sleeping = shared.sleeping(self.me);
-        sleeping.store(1, Ordering::Relaxed);
+        self.shared.sleeping(self.me).store(1, Ordering::Relaxed);
         // SYNC POINT: this SeqCst fence pairs with the sender's fence between publishing
         // `tail` and reading `sleeping`.
         fence(Ordering::SeqCst);
-        if !self.arm_tails() {
-            sleeping.store(0, Ordering::Relaxed);
-            return false;
+        // Not set up for an event loop (no ring to wait on) counts as work: look again.
+        let waiting = self.arm_tails()
+            && match self.uring.as_mut() {
+                Some(Some(uring)) => uring.arm(&self.waiters).is_ok(),
+                _ => false,
+            };
+        if !waiting {
+            self.shared.sleeping(self.me).store(0, Ordering::Relaxed);
         }
-        let Some(Some(uring)) = self.uring.as_mut() else {
-            // Not set up for an event loop: nothing to wait on, look again.
-            sleeping.store(0, Ordering::Relaxed);
-            return false;
-        };
-        if uring.arm(&self.waiters).is_err() {
-            sleeping.store(0, Ordering::Relaxed);
-            return false;
-        }
-        true
+        waiting
     }
 
     fn disarm(&mut self) {

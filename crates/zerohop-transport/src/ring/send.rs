@@ -1,7 +1,6 @@
 //! Sending on the ring: push into our own queue to the receiver (in our outbox), wake it only
 //! if it said it sleeps and has not yet taken the entry our last wake-up was for.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,15 +23,10 @@ pub struct RingSender {
     me: PartyId,
     /// Per receiver party: the lane, `None` when the policy does not allow the edge.
     lanes: Vec<Option<Lane>>,
-    /// The queues are single-producer: threads of this party take turns per receiver.
-    locks: Vec<Mutex<()>>,
-    /// Per receiver party, our tail just after our last wake-up of it (bit 32 set when
-    /// there was one); written under that receiver's lock.
-    woke: Vec<AtomicU64>,
+    /// The queues are single-producer: threads of this party take turns per receiver. The
+    /// lock holds our tail just after our last wake-up of that receiver, if any.
+    locks: Vec<Mutex<Option<u32>>>,
 }
-
-/// Bit of a `woke` word that says it holds a tail value.
-const WOKE: u64 = 1 << 32;
 
 impl RingSender {
     pub(crate) fn new(shared: Arc<RingShared>, me: PartyId) -> Self {
@@ -46,14 +40,12 @@ impl RingSender {
                 .expect("an edge is in both lists");
             lanes[to as usize] = Some(Lane { out, in_ });
         }
-        let locks = (0..parties).map(|_| Mutex::new(())).collect();
-        let woke = (0..parties).map(|_| AtomicU64::new(0)).collect();
+        let locks = (0..parties).map(|_| Mutex::new(None)).collect();
         Self {
             shared,
             me,
             lanes,
             locks,
-            woke,
         }
     }
 
@@ -73,7 +65,7 @@ impl RingSender {
         wait: Duration,
     ) -> Result<(), SendError> {
         let q = self.shared.queue(self.me, lane.out, to, lane.in_);
-        let _turn = self.locks[to as usize]
+        let mut woke = self.locks[to as usize]
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         {
@@ -107,14 +99,11 @@ impl RingSender {
             // taken the entry of our last wake-up it cannot go back to sleep without
             // re-reading our tail (after its fence, which follows ours: it has not moved
             // its head, which we read after our fence), so it will see this entry too.
-            let woke = &self.woke[to as usize];
-            let last = woke.load(Ordering::Relaxed);
-            if last & WOKE != 0 && q.behind(last as u32) {
+            if woke.is_some_and(|mark| q.behind(mark)) {
                 return Ok(());
             }
             self.wake(lane);
-            let tail = self.shared.tail(self.me, lane.out).load(Ordering::Relaxed);
-            woke.store(WOKE | u64::from(tail), Ordering::Relaxed);
+            *woke = Some(self.shared.tail(self.me, lane.out).load(Ordering::Relaxed));
         }
         Ok(())
     }
