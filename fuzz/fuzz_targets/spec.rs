@@ -127,7 +127,7 @@ fn check_spec(s: &spec::ChainSpec) {
     }
 
     // What the agent does next: the plan every party gets, and the policy from it.
-    let plan = zerohop_agent::plan_from_spec(s, "ring", 20);
+    let plan = zerohop_agent::plan_from_spec(s, "ring", 20, s.gateway_threads.unwrap_or(2));
     check_plan(s, &plan);
 }
 
@@ -151,10 +151,20 @@ fn check_plan(s: &spec::ChainSpec, plan: &Plan) {
             );
         }
     }
-    assert_eq!(plan.party_function.first(), Some(&GATEWAY_FN));
-    assert!(plan.party_function[1..]
+    let gateways = usize::from(plan.gateways());
+    assert_eq!(gateways, usize::from(s.gateway_threads.unwrap_or(2)));
+    assert!(plan.party_function[..gateways].iter().all(|&f| f == GATEWAY_FN));
+    assert!(plan.party_function[gateways..]
         .iter()
         .all(|&f| (f as usize) < plan.functions.len()));
+    // Each gateway party gets back exactly the answers to the requests it numbered.
+    for g in 0..gateways as u16 {
+        for k in [0, 1, 7, u32::MAX / 3, u32::MAX - 1, u32::MAX] {
+            let id = plan.request_id(g, k);
+            assert_ne!(id, 0);
+            assert_eq!(plan.gateway_of(id), g, "request {id} of gateway {g}");
+        }
+    }
     let policy = match plan.policy() {
         Ok(p) => p,
         Err(e) => panic!("a valid spec gives a plan whose policy fails: {e}"),

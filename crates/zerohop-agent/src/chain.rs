@@ -5,16 +5,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use zerohop_gateway::{Gateway, GatewayConfig};
+use zerohop_gateway::{Gateway, GatewayConfig, Gateways};
 use zerohop_pool::{PartyState, Pool, PoolConfig, PoolError, Pools};
 use zerohop_transport::{Backend, Endpoint, TransportError};
 
 use crate::confine::{CgroupMode, Domain, Program, UidRange};
 use crate::plan::plan_from_spec;
-use crate::spec::{ChainSpec, SpecError};
+use crate::spec::{ChainSpec, SpecError, MAX_GATEWAY_THREADS, MAX_PARTIES};
 use crate::supervise::{self, Instance, InstanceSpec, PartyControl, Shared};
 use crate::watchdog;
 
@@ -33,6 +33,8 @@ pub struct UpOptions {
     pub uid_range: UidRange,
     /// Which cgroup hierarchy instances are put in.
     pub cgroups: CgroupMode,
+    /// Overrides the spec's `gateway_threads`.
+    pub gateway_threads: Option<u16>,
 }
 
 impl Default for UpOptions {
@@ -44,6 +46,7 @@ impl Default for UpOptions {
             spin_us: None,
             uid_range: UidRange::default(),
             cgroups: CgroupMode::Auto,
+            gateway_threads: None,
         }
     }
 }
@@ -123,6 +126,8 @@ pub struct Running {
     supervisors: Vec<JoinHandle<()>>,
     watchdog: JoinHandle<()>,
     receiving: Option<zerohop_gateway::Receiving>,
+    /// Gateway parties 1.. (party 0 runs on the caller's runtime).
+    gateway_threads: Vec<std::thread::JoinHandle<()>>,
     summary: String,
 }
 
@@ -142,14 +147,21 @@ impl Running {
         &self.summary
     }
 
-    /// The gateway (stats, in-flight requests).
-    pub fn gateway(&self) -> &Arc<Gateway> {
-        &self.shared.gateway
+    /// The gateway's threads (stats, in-flight requests).
+    pub fn gateways(&self) -> &Gateways {
+        &self.shared.gateways
     }
 
     /// The chain's pools, one per security domain (slot accounting).
     pub fn pools(&self) -> &Pools {
-        self.shared.gateway.pools()
+        self.shared.gateways.pools()
+    }
+
+    /// The parties running function `function` (empty for an unknown name).
+    pub fn parties_of(&self, function: &str) -> Vec<u16> {
+        let plan = self.shared.gateways.plan();
+        plan.function_index(function)
+            .map_or_else(Vec::new, |f| plan.parties_of(f))
     }
 
     /// Times party `party` was restarted, from the agent's own records.
@@ -192,6 +204,108 @@ impl Running {
         let _ = (&mut self.watchdog).await;
         if let Some(r) = self.receiving.take() {
             r.stop().await;
+        }
+        join_threads(std::mem::take(&mut self.gateway_threads)).await;
+    }
+}
+
+/// Waits for gateway threads to end (they end once both stop signals were sent).
+async fn join_threads(threads: Vec<std::thread::JoinHandle<()>>) {
+    if threads.is_empty() {
+        return;
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        for t in threads {
+            let _ = t.join();
+        }
+    })
+    .await;
+}
+
+/// The gateway threads a chain gets when the spec says `auto`: one per core the agent may
+/// run on, at most [`MAX_GATEWAY_THREADS`].
+pub fn auto_gateway_threads() -> u16 {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_GATEWAY_THREADS.into()) as u16
+}
+
+/// A listening socket on `addr`; `shared` sets SO_REUSEPORT, so every gateway thread
+/// listens on the same address and the kernel spreads connections over them.
+fn bind(addr: SocketAddr, shared: bool) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    if shared {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Starts gateway party `gw` on a thread of its own with its own runtime: it listens on
+/// `addr` (SO_REUSEPORT), serves until `http` turns true, and receives answers until
+/// `instances` turns true (instances may still answer while connections drain). Returns
+/// once it listens.
+async fn spawn_gateway(
+    gw: Arc<Gateway>,
+    endpoint: Endpoint,
+    addr: SocketAddr,
+    http: watch::Receiver<bool>,
+    mut instances: watch::Receiver<bool>,
+) -> Result<std::thread::JoinHandle<()>, AgentError> {
+    let (listening_tx, listening) = tokio::sync::oneshot::channel();
+    let listen_err = |source| AgentError::Listen { addr, source };
+    let thread = std::thread::Builder::new()
+        .name(format!("gateway-{}", gw.party_index()))
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = listening_tx.send(Err(e));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let listener = match bind(addr, true) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = listening_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let receiving = gw.start_receiving(endpoint);
+                let _ = listening_tx.send(Ok(()));
+                // Stopped before it started (a failed `up`): nothing to drain.
+                if !*http.borrow() {
+                    gw.clone().serve(listener, http).await;
+                }
+                while !*instances.borrow_and_update() {
+                    if instances.changed().await.is_err() {
+                        break;
+                    }
+                }
+                receiving.stop().await;
+            });
+        })
+        .map_err(listen_err)?;
+    match listening.await {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(listen_err(e))
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err(listen_err(std::io::Error::other(
+                "the gateway thread ended",
+            )))
         }
     }
 }
@@ -257,7 +371,24 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     let spin_us = opts
         .spin_us
         .unwrap_or(zerohop_transport::Options::default().spin_us);
-    let plan = plan_from_spec(&spec, backend.name(), spin_us);
+    let gateway_threads = opts
+        .gateway_threads
+        .or(spec.gateway_threads)
+        .unwrap_or_else(auto_gateway_threads)
+        .clamp(1, MAX_GATEWAY_THREADS);
+    let instances: usize = spec.functions.iter().map(|f| f.instances as usize).sum();
+    if usize::from(gateway_threads) + instances > MAX_PARTIES {
+        return Err(AgentError::Spec(SpecError {
+            file: spec.file.display().to_string(),
+            line: 1,
+            field: "gateway_threads".into(),
+            message: format!(
+                "{gateway_threads} gateway threads and {instances} instances exceed the \
+                 {MAX_PARTIES} parties of a chain; set gateway_threads lower"
+            ),
+        }));
+    }
+    let plan = plan_from_spec(&spec, backend.name(), spin_us, gateway_threads);
     let parties = plan.parties();
     // One pool per security domain, numbered in disjoint slot ranges.
     let domains = plan.domains();
@@ -294,9 +425,9 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         .party_function
         .iter()
         .enumerate()
-        .map(|(p, &f)| match p {
-            0 => Ok(pools.clone()),
-            _ => Pools::new(
+        .map(|(p, &f)| match p < usize::from(gateway_threads) {
+            true => Ok(pools.clone()),
+            false => Pools::new(
                 domains
                     .iter()
                     .zip(&list)
@@ -311,11 +442,21 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             .map_err(|e| TransportError::Layout(e.to_string()))?,
     );
     let transport = zerohop_transport::create(backend, &spec.name, &policy, plan.options())?;
-    let endpoint = Endpoint::new(pools.clone(), policy, 0, transport.receiver(0)?);
+    let mut senders = Vec::new();
+    let mut endpoints = Vec::new();
+    for g in 0..gateway_threads {
+        senders.push(transport.sender(g)?);
+        endpoints.push(Endpoint::new(
+            pools.clone(),
+            policy.clone(),
+            g,
+            transport.receiver(g)?,
+        ));
+    }
     let plan_json = plan.to_json();
-    let gateway = Gateway::new(
+    let gateways = Gateways::new(
         pools.clone(),
-        transport.sender(0)?,
+        senders,
         Arc::new(plan),
         GatewayConfig {
             max_body: spec.max_body,
@@ -324,26 +465,40 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             max_connections: spec.max_connections,
         },
     );
-    pools.records(0).for_each(|r| {
-        r.set_pid(std::process::id());
-        r.set_state(PartyState::Ready);
-    });
-    let mut receiving = Some(gateway.start_receiving(endpoint));
-    let listener = TcpListener::bind(opts.listen)
-        .await
-        .map_err(|source| AgentError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| AgentError::Listen {
+    for g in 0..gateway_threads {
+        pools.records(g).for_each(|r| {
+            r.set_pid(std::process::id());
+            r.set_state(PartyState::Ready);
+        });
+    }
+    let listen_err = |source| AgentError::Listen {
         addr: opts.listen,
         source,
-    })?;
+    };
+    let listener = bind(opts.listen, gateway_threads > 1).map_err(listen_err)?;
+    let addr = listener.local_addr().map_err(listen_err)?;
+    let (http_stop, http_rx) = watch::channel(false);
+    let (instance_stop, stop_rx) = watch::channel(false);
+    let mut endpoints = endpoints.into_iter();
+    let first = endpoints.next().expect("at least one gateway");
+    let mut threads = Vec::new();
+    for (gw, endpoint) in gateways.iter().skip(1).zip(endpoints) {
+        match spawn_gateway(gw.clone(), endpoint, addr, http_rx.clone(), stop_rx.clone()).await {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                let _ = http_stop.send(true);
+                let _ = instance_stop.send(true);
+                join_threads(threads).await;
+                return Err(e);
+            }
+        }
+    }
+    let mut receiving = Some(gateways.iter().next().expect("one").start_receiving(first));
     tracing::info!(chain = %spec.name, "{}", domain.describe());
     let shared = Arc::new(Shared {
         party_pools,
         transport,
-        gateway,
+        gateways,
         plan_json,
         domain,
         programs,
@@ -360,10 +515,12 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         if let Some(r) = receiving.take() {
             r.stop().await;
         }
+        let _ = http_stop.send(true);
+        let _ = instance_stop.send(true);
+        join_threads(threads).await;
         return Err(e);
     }
 
-    let (instance_stop, stop_rx) = watch::channel(false);
     let supervisors = instances
         .into_iter()
         .map(|(inst, instance)| {
@@ -376,10 +533,10 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         })
         .collect();
     let watchdog = tokio::spawn(watchdog::watch(shared.clone(), spec.timeout, stop_rx));
-    let (http_stop, http_rx) = watch::channel(false);
-    let server = tokio::spawn(shared.gateway.clone().serve(listener, http_rx));
+    let first = shared.gateways.iter().next().expect("one").clone();
+    let server = tokio::spawn(first.serve(listener, http_rx));
     let summary = format!(
-        "transport {backend}; functions: {}",
+        "transport {backend}; gateway threads: {gateway_threads}; functions: {}",
         spec.functions
             .iter()
             .map(|f| format!("{} x{}", f.name, f.instances))
@@ -395,6 +552,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         supervisors,
         watchdog,
         receiving,
+        gateway_threads: threads,
         summary,
     })
 }
@@ -406,7 +564,7 @@ async fn start_instances(
     opts: &UpOptions,
     instances: &mut Vec<(InstanceSpec, Instance)>,
 ) -> Result<(), AgentError> {
-    let mut party = 1u16;
+    let mut party = shared.gateways.plan().gateways();
     for (index, f) in spec.functions.iter().enumerate() {
         for _ in 0..f.instances {
             let inst = InstanceSpec {

@@ -4,9 +4,10 @@ use zerohop_transport::{FunctionPlan, Plan, RoutePlan, GATEWAY_FN};
 
 use crate::spec::ChainSpec;
 
-/// Builds the plan: functions in spec order, party 0 the gateway, then each function's
-/// instances in order; headers the gateway copies are the union of what functions ask for.
-pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32) -> Plan {
+/// Builds the plan: functions in spec order, parties `0..gateways` the gateway's threads,
+/// then each function's instances in order; headers the gateway copies are the union of
+/// what functions ask for.
+pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways: u16) -> Plan {
     let index = |name: &str| {
         spec.functions
             .iter()
@@ -38,7 +39,7 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32) -> Plan {
         .collect();
     headers.sort();
     headers.dedup();
-    let mut party_function = vec![GATEWAY_FN];
+    let mut party_function = vec![GATEWAY_FN; usize::from(gateways.max(1))];
     for (i, f) in spec.functions.iter().enumerate() {
         party_function.extend(std::iter::repeat_n(i as u8, f.instances as usize));
     }

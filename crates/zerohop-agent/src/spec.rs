@@ -40,6 +40,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default cap on the gateway's open client connections.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 4096;
+/// Most parties (gateway threads and instances) a chain may have.
+pub const MAX_PARTIES: usize = 1024;
+/// Most gateway threads a chain may have.
+pub const MAX_GATEWAY_THREADS: u16 = 64;
 /// Most instances one function may have.
 pub const MAX_INSTANCES: u16 = 64;
 /// Most handler threads one instance may run.
@@ -128,6 +132,8 @@ pub struct ChainSpec {
     pub body_timeout: Duration,
     /// Most client connections the gateway serves at once.
     pub max_connections: u32,
+    /// Gateway threads; `None` (`auto`): one per core the agent may run on.
+    pub gateway_threads: Option<u16>,
     /// Functions, in spec order.
     pub functions: Vec<FunctionSpec>,
     /// Routes, in spec order.
@@ -177,6 +183,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         "timeout",
         "body_timeout",
         "max_connections",
+        "gateway_threads",
         "functions",
         "routes",
     ];
@@ -257,6 +264,24 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         None => DEFAULT_MAX_CONNECTIONS,
         Some(n) => cx.integer(n, "max_connections", 1, 1_000_000)? as u32,
     };
+    let gateway_threads = match get(&top, "gateway_threads") {
+        None => None,
+        Some(n) => match &n.data {
+            YamlData::Value(Scalar::String(s)) if s == "auto" => None,
+            YamlData::Value(Scalar::Integer(_)) => {
+                Some(cx.integer(n, "gateway_threads", 1, MAX_GATEWAY_THREADS.into())? as u16)
+            }
+            _ => {
+                return Err(cx.err(
+                    line(n),
+                    "gateway_threads",
+                    format!(
+                        "expected `auto` or a number of threads from 1 to {MAX_GATEWAY_THREADS}"
+                    ),
+                ))
+            }
+        },
+    };
 
     let dir = path.parent().unwrap_or(Path::new(""));
     let functions = cx.functions(root, &top, dir)?;
@@ -290,15 +315,18 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
              remove it",
         ));
     }
-    let parties: usize = 1 + functions
-        .iter()
-        .map(|f| f.instances as usize)
-        .sum::<usize>();
-    if parties > 1024 {
+    let parties: usize = usize::from(gateway_threads.unwrap_or(1))
+        + functions
+            .iter()
+            .map(|f| f.instances as usize)
+            .sum::<usize>();
+    if parties > MAX_PARTIES {
         return Err(cx.err(
             line(cx.required(root, &top, "functions", "")?),
             "functions",
-            format!("{parties} parties (the gateway plus every instance); at most 1024"),
+            format!(
+                "{parties} parties (the gateway threads plus every instance); at most {MAX_PARTIES}"
+            ),
         ));
     }
     Ok(ChainSpec {
@@ -310,6 +338,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         timeout,
         body_timeout,
         max_connections,
+        gateway_threads,
         functions,
         routes,
     })
@@ -919,6 +948,14 @@ routes:
         );
         assert_eq!(s.max_body, 8192 - 32 - 1024);
         assert_eq!(s.timeout, Duration::from_secs(2));
+        assert_eq!(s.gateway_threads, None, "auto by default");
+        for (text, want) in [("auto", None), ("3", Some(3))] {
+            let t = HELLO.replace("timeout: 2s", &format!("gateway_threads: {text}"));
+            assert_eq!(
+                parse(Path::new("c.yaml"), &t).unwrap().gateway_threads,
+                want
+            );
+        }
         let up = &s.functions[0];
         assert_eq!(up.command, vec!["dir/bin/upper".to_owned(), "-v".into()]);
         assert_eq!((up.instances, up.concurrency, up.line), (2, 4, 5));
@@ -950,6 +987,8 @@ routes:
             (HELLO.replace("timeout: 2s", "timeout: soon"), "c.yaml:3: timeout: `soon` is not a duration"),
             (HELLO.replace("timeout: 2s", "body_timeout: 5ms"), "c.yaml:3: body_timeout: must be between 10ms and 1h"),
             (HELLO.replace("timeout: 2s", "max_connections: 0"), "c.yaml:3: max_connections: 0 is out of range"),
+            (HELLO.replace("timeout: 2s", "gateway_threads: 65"), "c.yaml:3: gateway_threads: 65 is out of range; use 1 to 64"),
+            (HELLO.replace("timeout: 2s", "gateway_threads: many"), "c.yaml:3: gateway_threads: expected `auto` or a number of threads from 1 to 64"),
             (HELLO.replace("instances: 2", "instances: two"), "c.yaml:5: functions.upper.instances: expected a whole number, found a string"),
             (HELLO.replace("instances: 2", "instances: 0"), "c.yaml:5: functions.upper.instances: 0 is out of range"),
             (HELLO.replace("[ptrace, setsid]", "[ptrace, ptracee]"), "c.yaml:11: functions.exclaim.syscalls[1]: unknown system call `ptracee`"),

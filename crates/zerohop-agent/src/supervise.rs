@@ -12,7 +12,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::Child;
 use tokio::sync::watch;
-use zerohop_gateway::Gateway;
+use zerohop_gateway::Gateways;
 use zerohop_pool::{PartyRecord, PartyState, Pool, Pools};
 use zerohop_transport::{handover, PartyId, Transport};
 
@@ -21,16 +21,16 @@ use crate::confine::{self, Domain, Program};
 
 /// What all supervisors of a chain share.
 pub(crate) struct Shared {
-    /// Per party, the pools of its function's domains (all for party 0, the gateway): what
+    /// Per party, the pools of its function's domains (all for the gateway's parties): what
     /// it is handed and where its party records are.
     pub party_pools: Vec<Pools>,
     pub transport: Box<dyn Transport>,
-    pub gateway: Arc<Gateway>,
+    pub gateways: Gateways,
     pub plan_json: String,
     pub domain: Domain,
     /// Per function, in spec order.
     pub programs: Vec<Program>,
-    /// Per party (index = party; 0, the gateway, unused): the agent's own record of each
+    /// Per party (index = party; the gateway's parties unused): the agent's own record of each
     /// instance, never read back from shared memory.
     pub parties: Vec<PartyControl>,
 }
@@ -231,7 +231,7 @@ pub(crate) async fn supervise(
         if let Some(c) = shared.parties.get(inst.party as usize) {
             c.restarts.fetch_add(1, Ordering::Relaxed);
         }
-        let failed = shared.gateway.party_died(inst.party, &what);
+        let failed = shared.gateways.party_died(inst.party, &what);
         if started.elapsed() > HEALTHY_AFTER {
             backoff = BACKOFF_MIN;
         }

@@ -41,10 +41,10 @@ pub(crate) async fn watch(shared: Arc<Shared>, timeout: Duration, mut stop: watc
     // slot -> (owner word, first seen)
     let mut seen: HashMap<u32, (OwnerWord, Instant)> = HashMap::new();
     loop {
-        if shared.gateway.inflight() == 0 && seen.is_empty() {
+        if shared.gateways.inflight() == 0 && seen.is_empty() {
             // Idle: no timer at all until a request enters the chain.
             tokio::select! {
-                _ = shared.gateway.busy() => {}
+                _ = shared.gateways.busy() => {}
                 r = stop.changed() => if r.is_err() || *stop.borrow() { return },
             }
         }
@@ -64,12 +64,13 @@ fn sample(
 ) {
     let now = Instant::now();
     let mut hung: Vec<(u16, u32, Duration)> = Vec::new();
-    let words = shared.gateway.pools().iter().flat_map(|p| {
+    let words = shared.gateways.pools().iter().flat_map(|p| {
         let owners = p.owners();
         (0..owners.len()).filter_map(move |l| owners.get(l).map(|w| (p.first_slot() + l, w)))
     });
+    let gateways = shared.gateways.plan().gateways();
     for (slot, word) in words {
-        let party = word.owner.as_party().filter(|&p| p != 0);
+        let party = word.owner.as_party().filter(|&p| p >= gateways);
         let Some(party) = party else {
             seen.remove(&slot);
             continue;
@@ -95,12 +96,11 @@ fn sample(
         if pgid == 0 {
             continue;
         }
-        let function = shared
-            .gateway
-            .plan()
+        let plan = shared.gateways.plan();
+        let function = plan
             .party_function
             .get(party as usize)
-            .map_or("unknown", |&f| shared.gateway.plan().function_name(f))
+            .map_or("unknown", |&f| plan.function_name(f))
             .to_owned();
         tracing::warn!(
             function = %function,

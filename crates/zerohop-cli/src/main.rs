@@ -43,6 +43,10 @@ enum Command {
         /// between agents).
         #[arg(long, default_value = "100000-165535")]
         uid_range: UidRange,
+        /// Gateway threads, overriding the spec's `gateway_threads` (default: one per core
+        /// this process may run on).
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+        gateway_threads: Option<u16>,
     },
     /// Validates a chain spec and exits (2 when invalid).
     Check {
@@ -84,6 +88,7 @@ fn main() -> ExitCode {
             transport,
             spin_us,
             uid_range,
+            gateway_threads,
         } => {
             // The gateway's thread: a woken gateway waits for the instance running on its
             // core to block, rather than preempting it for every answer.
@@ -92,18 +97,20 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .expect("tokio runtime");
-            runtime.block_on(run_up(path, listen, transport, spin_us, uid_range))
+            let opts = UpOptions {
+                listen,
+                transport,
+                spin_us,
+                uid_range,
+                gateway_threads,
+                ..UpOptions::default()
+            };
+            runtime.block_on(run_up(path, opts))
         }
     }
 }
 
-async fn run_up(
-    path: PathBuf,
-    listen: SocketAddr,
-    transport: Option<Backend>,
-    spin_us: Option<u32>,
-    uid_range: UidRange,
-) -> ExitCode {
+async fn run_up(path: PathBuf, opts: UpOptions) -> ExitCode {
     let spec = match spec::load(&path) {
         Ok(s) => s,
         Err(e) => {
@@ -119,13 +126,6 @@ async fn run_up(
     ) else {
         eprintln!("zerohop: cannot install signal handlers");
         return ExitCode::FAILURE;
-    };
-    let opts = UpOptions {
-        listen,
-        transport,
-        spin_us,
-        uid_range,
-        ..UpOptions::default()
     };
     let running = match up(spec, opts).await {
         Ok(r) => r,

@@ -170,7 +170,7 @@ fn a_hostile_chain_beside_the_hello_chain_under_load() {
     // No agent died.
     assert!(alive(hostile.pid()), "the hostile chain's agent is alive");
     assert_eq!(hello.pools().in_use(), 0, "no slot left in hello's pool");
-    assert_eq!(hello.gateway().inflight(), 0);
+    assert_eq!(hello.gateways().inflight(), 0);
 
     // Shutdown: nothing of either chain left.
     let hostile_agent = hostile.pid();

@@ -475,7 +475,7 @@ fn hung_instance_is_killed_answered_and_restarted() {
     // plus slack for a loaded machine.
     let line = agent
         .log_line(
-            &["function 'stuck' instance 1 hung: held slot", "for "],
+            &["function 'stuck' instance ", " hung: held slot", "for "],
             Duration::from_secs(8),
         )
         .expect("the log names the hung function and for how long");
@@ -528,7 +528,7 @@ fn shutdown_kills_the_whole_instance_with_each_cgroup_version() {
         };
         let running = rt.block_on(up(spec, opts)).expect("chain up");
         let confinement = running.confinement();
-        let inst = running.instance_pid(1).unwrap();
+        let inst = running.instance_pid(running.parties_of("g")[0]).unwrap();
         let a = post(&client(), &format!("{}/g", running.url()), "");
         let gc: u32 = Facts::parse(&a.body).get("grandchild").parse().unwrap();
         let (ci, cg) = (cgroups_of(inst), cgroups_of(gc));

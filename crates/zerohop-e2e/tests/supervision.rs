@@ -41,7 +41,8 @@ fn kill_9_with_32_in_flight_answers_all_and_recovers() {
         let url = format!("{}/hello", chain.url());
         // From the agent's own records: an instance is not dumpable and its environment is
         // cleared, so /proc/PID/environ says nothing about which function it runs.
-        let victim = chain.instance_pid(1).expect("upper runs");
+        let upper = chain.parties_of("upper")[0];
+        let victim = chain.instance_pid(upper).expect("upper runs");
         let clients: Vec<_> = (0..32)
             .map(|i| {
                 let url = url.clone();
@@ -49,7 +50,7 @@ fn kill_9_with_32_in_flight_answers_all_and_recovers() {
             })
             .collect();
         // All 32 are inside `upper` once it holds 32 slots.
-        let upper_party = Owner::party(1);
+        let upper_party = Owner::party(upper);
         assert!(
             wait_until(Duration::from_secs(10), || chain
                 .pools()
@@ -68,9 +69,9 @@ fn kill_9_with_32_in_flight_answers_all_and_recovers() {
             "{transport}: every request answered 200 or 502: {answers:?}"
         );
         assert_eq!(failed, 32, "{transport}: all were in the killed instance");
-        assert!(answers
-            .iter()
-            .all(|a| a.status == 200 || a.body.contains("instance 1 was killed by signal 9")));
+        assert!(answers.iter().all(|a| a.status == 200
+            || a.body
+                .contains(&format!("instance {upper} was killed by signal 9"))));
         assert!(
             chain.pools().held_by(upper_party).is_empty(),
             "{transport}: no slot stays with the dead instance"
@@ -83,8 +84,8 @@ fn kill_9_with_32_in_flight_answers_all_and_recovers() {
                 == 200),
             "{transport}: chain recovered"
         );
-        assert_ne!(chain.instance_pid(1), Some(victim));
-        assert_eq!(chain.restarts(1), 1);
+        assert_ne!(chain.instance_pid(upper), Some(victim));
+        assert_eq!(chain.restarts(upper), 1);
         rt.block_on(chain.shutdown());
     }
 }
@@ -120,15 +121,8 @@ fn ten_thousand_requests_leave_no_leak() {
         w.join().expect("worker saw only correct answers");
     }
     assert_eq!(chain.pools().in_use(), 0, "no slot owned after the load");
-    assert_eq!(chain.gateway().inflight(), 0);
-    assert_eq!(
-        chain
-            .gateway()
-            .stats()
-            .accepted
-            .load(std::sync::atomic::Ordering::Relaxed),
-        10_000
-    );
+    assert_eq!(chain.gateways().inflight(), 0);
+    assert_eq!(chain.gateways().total(|s| &s.accepted), 10_000);
     let kids = children(me);
     assert_eq!(kids.len(), 3);
     rt.block_on(chain.shutdown());
@@ -162,8 +156,10 @@ fn failed_start_stops_and_reaps_the_instances_already_started() {
         func("good", "upper", "", ", instances: 2"),
     );
     let spec = spec::parse(Path::new("test.yaml"), &yaml).expect("valid spec");
+    // Two gateway threads (parties 0 and 1): the second thread is stopped too.
     let opts = UpOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
+        gateway_threads: Some(2),
         ..UpOptions::default()
     };
     let err = match rt.block_on(up(spec, opts)) {
@@ -171,11 +167,89 @@ fn failed_start_stops_and_reaps_the_instances_already_started() {
         Err(e) => e.to_string(),
     };
     assert!(
-        err.contains("function 'quits' (instance 3) exited"),
+        err.contains("function 'quits' (instance 4) exited"),
         "{err}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || !thread_names(me)
+            .iter()
+            .any(|n| n.starts_with("gateway-"))),
+        "the gateway thread ended: {:?}",
+        thread_names(me)
     );
     // Every instance started before the failure is gone and reaped (no zombie child).
     assert!(children(me).is_empty(), "children left: {:?}", children(me));
     assert!(memfds(me).is_empty(), "memfds left: {:?}", memfds(me));
     drop(rt);
+}
+
+/// Names of the threads of process `pid`.
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn every_gateway_thread_serves_and_gets_its_own_answers() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for transport in ["ring", "socket"] {
+        let rt = runtime();
+        let yaml = format!(
+            "name: threads\ngateway_threads: 4\nfunctions:\n{}{}routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n",
+            func("upper", "upper", "", ", instances: 2"),
+            func("exclaim", "exclaim", "", ""),
+        );
+        let chain = start(&rt, &yaml, transport);
+        assert_eq!(chain.gateways().len(), 4);
+        assert_eq!(
+            chain.parties_of("upper"),
+            vec![4, 5],
+            "instances follow the gateways"
+        );
+        let url = Arc::new(format!("{}/hello", chain.url()));
+        // One connection per worker; SO_REUSEPORT spreads connections by their address.
+        let workers: Vec<_> = (0..32)
+            .map(|w| {
+                let url = url.clone();
+                std::thread::spawn(move || {
+                    let agent = client();
+                    for i in 0..100 {
+                        let a = post(&agent, &url, &format!("w{w} n{i}"));
+                        assert_eq!(a.status, 200, "{a:?}");
+                        assert_eq!(a.body, format!("W{w} N{i}!"));
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().expect("worker saw only correct answers");
+        }
+        let per: Vec<u64> = chain
+            .gateways()
+            .iter()
+            .map(|g| {
+                g.stats()
+                    .accepted
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .collect();
+        assert_eq!(per.iter().sum::<u64>(), 3200, "{transport}: {per:?}");
+        assert!(
+            per.iter().filter(|&&n| n > 0).count() >= 2,
+            "{transport}: connections reached several gateway threads: {per:?}"
+        );
+        assert_eq!(chain.gateways().total(|s| &s.refused), 0);
+        assert_eq!(chain.gateways().total(|s| &s.late), 0);
+        assert_eq!(
+            chain.pools().in_use(),
+            0,
+            "{transport}: no slot owned after the load"
+        );
+        rt.block_on(chain.shutdown());
+    }
 }

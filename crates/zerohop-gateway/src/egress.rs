@@ -273,14 +273,32 @@ impl Gateway {
     ///
     /// The request a slot belongs to is taken from the gateway's own record of which slot
     /// and generation each request was sent in, not from the dead party's slot header.
+    /// With several gateway threads use [`Gateways::party_died`](crate::Gateways::party_died).
     pub fn party_died(&self, party: PartyId, what: &str) -> usize {
+        let held = self.pools.held_by(Owner::party(party));
+        let failed = self.fail_held(party, &held, what);
+        self.free_held(party, &held);
+        failed
+    }
+
+    /// Frees `held`, the slots dead party `party` held.
+    pub(crate) fn free_held(&self, party: PartyId, held: &[(u32, u32)]) {
+        for (slot, _) in held {
+            if let Some(p) = self.pools.of_slot(*slot) {
+                p.free_held(*slot, Owner::party(party));
+            }
+        }
+    }
+
+    /// Answers with 502 this gateway's requests whose slot and generation dead party
+    /// `party` held (`held`); returns how many.
+    pub(crate) fn fail_held(&self, party: PartyId, held: &[(u32, u32)], what: &str) -> usize {
         let function = self
             .plan
             .party_function
             .get(party as usize)
             .map_or("unknown", |&f| self.plan.function_name(f))
             .to_owned();
-        let held = self.pools.held_by(Owner::party(party));
         let mut hit: Vec<u32> = Vec::new();
         {
             let table = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
@@ -288,11 +306,6 @@ impl Gateway {
                 if held.contains(&(w.slot, w.generation)) {
                     hit.push(*id);
                 }
-            }
-        }
-        for (slot, _) in &held {
-            if let Some(p) = self.pools.of_slot(*slot) {
-                p.free_held(*slot, Owner::party(party));
             }
         }
         for &id in &hit {

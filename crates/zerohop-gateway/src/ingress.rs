@@ -174,7 +174,7 @@ impl Gateway {
                 }
             };
         let pool = &self.route_pools[route as usize];
-        let Some(mut slot) = pool.alloc(Owner::party(0)) else {
+        let Some(mut slot) = pool.alloc(Owner::party(self.party)) else {
             return Err(GatewayError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorSource::Gateway,
@@ -196,7 +196,10 @@ impl Gateway {
             }
         }
         drop(chunks);
-        let id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let id = self.plan.request_id(
+            self.party,
+            self.next_request.fetch_add(1, Ordering::Relaxed),
+        );
         slot.set_header(&SlotHeader {
             request: id,
             route,
@@ -259,7 +262,7 @@ impl Gateway {
             // No answer: if the head never took the slot (the descriptor still waits in the
             // queue of a dead or stuck instance), it is still ours under the generation we
             // sent; take it back so it cannot leak. A slot anyone took is left alone.
-            pool.revoke(sent.0, sent.1, Owner::party(0));
+            pool.revoke(sent.0, sent.1, Owner::party(self.party));
         }
         match outcome {
             Ok(Ok(Outcome::Done {

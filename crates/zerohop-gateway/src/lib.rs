@@ -42,7 +42,10 @@ mod error;
 mod ingress;
 mod router;
 
+mod group;
+
 pub use egress::Receiving;
+pub use group::Gateways;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -52,7 +55,7 @@ use std::time::Duration;
 pub use error::{ErrorSource, GatewayError};
 use tokio::sync::oneshot;
 use zerohop_pool::{Pool, Pools};
-use zerohop_transport::{Picker, Plan, Sender};
+use zerohop_transport::{PartyId, Picker, Plan, Sender};
 
 use crate::egress::Outcome;
 use crate::router::Router;
@@ -103,8 +106,11 @@ pub(crate) struct Inflight {
     pub route: u16,
 }
 
-/// The gateway of one chain.
+/// One gateway thread of a chain: a party of its own, with its own listener (SO_REUSEPORT
+/// when there are several), in-flight table and inbox; see [`Gateways`].
 pub struct Gateway {
+    /// Its party index (`0..plan.gateways()`).
+    party: PartyId,
     /// The pools of every security domain of the chain.
     pools: Pools,
     /// Per route, the pool of its domain.
@@ -114,10 +120,12 @@ pub struct Gateway {
     router: Router,
     config: GatewayConfig,
     inflight: Mutex<HashMap<u32, Inflight>>,
+    /// Requests sent so far; the request id is [`Plan::request_id`] of it.
     next_request: AtomicU32,
     picker: Picker,
-    /// Notified when a request enters an empty in-flight table (see [`Gateway::busy`]).
-    became_busy: tokio::sync::Notify,
+    /// Notified when a request enters an empty in-flight table (see [`Gateway::busy`]);
+    /// shared by the gateways of one chain.
+    became_busy: Arc<tokio::sync::Notify>,
     /// Per route, the functions that may answer it (ascending).
     answerers: Vec<Vec<u8>>,
     stats: GatewayStats,
@@ -126,7 +134,7 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway for `plan`, sending with `sender` (party 0's) into `pools`: one pool per
     /// security domain of the plan ([`Plan::domains`], in that order), or a single pool for
-    /// all routes.
+    /// all routes. For several gateway threads see [`Gateways::new`].
     ///
     /// # Panics
     ///
@@ -137,7 +145,18 @@ impl Gateway {
         plan: Arc<Plan>,
         config: GatewayConfig,
     ) -> Arc<Self> {
-        let pools: Pools = pools.into();
+        Self::party(0, pools.into(), sender, plan, config, Default::default())
+    }
+
+    /// Gateway party `party` of `plan`.
+    fn party(
+        party: PartyId,
+        pools: Pools,
+        sender: Box<dyn Sender>,
+        plan: Arc<Plan>,
+        config: GatewayConfig,
+        became_busy: Arc<tokio::sync::Notify>,
+    ) -> Arc<Self> {
         let list: Vec<Arc<Pool>> = pools.iter().cloned().collect();
         let domains = plan.domains().len();
         assert!(
@@ -153,7 +172,8 @@ impl Gateway {
         Arc::new(Self {
             route_pools,
             router: Router::new(&plan),
-            picker: Picker::new(&plan, 0),
+            party,
+            picker: Picker::new(&plan, u32::from(party)),
             answerers: (0..plan.routes.len())
                 .map(|r| plan.answerers(r as u16))
                 .collect(),
@@ -162,8 +182,8 @@ impl Gateway {
             plan,
             config,
             inflight: Mutex::new(HashMap::new()),
-            became_busy: tokio::sync::Notify::new(),
-            next_request: AtomicU32::new(1),
+            became_busy,
+            next_request: AtomicU32::new(0),
             stats: GatewayStats::default(),
         })
     }
@@ -189,6 +209,11 @@ impl Gateway {
             return;
         }
         notified.await;
+    }
+
+    /// Its party index.
+    pub fn party_index(&self) -> PartyId {
+        self.party
     }
 
     /// The pools, one per security domain.

@@ -262,7 +262,8 @@ impl Router {
         hop: Hop,
     ) -> Result<(), (OwnedSlot, String)> {
         let (to, next) = match hop {
-            Hop::Gateway => (0, Descriptor::GATEWAY),
+            // The gateway thread that holds the client waits on its own queue.
+            Hop::Gateway => (self.plan.gateway_of(request), Descriptor::GATEWAY),
             // Instances of the next function as the request's own domain sees them.
             Hop::Function { function, .. } => match self.picker.pick(function, slot.pool()) {
                 Some(p) => (p, function),

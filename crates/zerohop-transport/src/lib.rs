@@ -48,7 +48,8 @@ pub use plan::{handover, Domain, FunctionPlan, Hop, Plan, RoutePlan};
 pub use policy::{Policy, PolicyError, GATEWAY_FN};
 use zerohop_pool::Descriptor;
 
-/// Party index: 0 is the gateway, 1.. the function instances.
+/// Party index: first the gateway's parties (one per gateway thread, see
+/// [`Plan::gateways`]), then the function instances.
 pub type PartyId = u16;
 
 /// Which backend moves descriptors.

@@ -61,7 +61,8 @@ pub struct Plan {
     pub routes: Vec<RoutePlan>,
     /// Request header names (lower case) the gateway copies into every slot's metadata.
     pub headers: Vec<String>,
-    /// Function index of each party; party 0 is the gateway.
+    /// Function index of each party: first the gateway's parties (one per gateway thread,
+    /// [`GATEWAY_FN`]), then every instance.
     pub party_function: Vec<u8>,
 }
 
@@ -94,6 +95,33 @@ impl Plan {
     /// Number of parties (gateway + instances).
     pub fn parties(&self) -> u16 {
         self.party_function.len() as u16
+    }
+
+    /// Number of gateway parties (gateway threads): the leading [`GATEWAY_FN`] entries of
+    /// `party_function`, at least 1.
+    pub fn gateways(&self) -> u16 {
+        (self
+            .party_function
+            .iter()
+            .take_while(|&&f| f == GATEWAY_FN)
+            .count() as u16)
+            .max(1)
+    }
+
+    /// The gateway party that sent request `request` into the chain and waits for its
+    /// answer: gateway thread `g` of `n` numbers its requests `g + n * k`, so an answer
+    /// goes straight back to the thread that holds the client's connection. See
+    /// [`request_id`](Plan::request_id).
+    pub fn gateway_of(&self, request: u32) -> PartyId {
+        (request % u32::from(self.gateways())) as PartyId
+    }
+
+    /// The `k`-th request id of gateway party `gateway` (`k` may wrap: ids stay in the
+    /// gateway's residue class, and are never 0).
+    pub fn request_id(&self, gateway: PartyId, k: u32) -> u32 {
+        let n = u32::from(self.gateways());
+        let per = u32::MAX / n - 1;
+        u32::from(gateway) + n * (1 + k % per)
     }
 
     /// The allowed edges: along every route's sequence (gateway -> head -> ... -> gateway),
@@ -170,12 +198,11 @@ impl Plan {
         })
     }
 
-    /// Parties that run function `f`.
+    /// Parties that run function `f` (the gateway's parties for [`GATEWAY_FN`]).
     pub fn parties_of(&self, f: u8) -> Vec<PartyId> {
         self.party_function
             .iter()
             .enumerate()
-            .skip(1)
             .filter(|(_, &g)| g == f)
             .map(|(p, _)| p as PartyId)
             .collect()
@@ -258,6 +285,35 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_gateway_thread_gets_the_answers_to_its_own_requests() {
+        for n in [1u16, 2, 3, 64] {
+            let plan = Plan {
+                chain: "c".into(),
+                transport: "ring".into(),
+                spin_us: 0,
+                queue_capacity: 8,
+                functions: vec![],
+                routes: vec![],
+                headers: vec![],
+                party_function: [vec![GATEWAY_FN; n as usize], vec![0, 0]].concat(),
+            };
+            assert_eq!(plan.gateways(), n);
+            assert_eq!(plan.parties_of(GATEWAY_FN).len(), n as usize);
+            assert_eq!(plan.parties_of(0), vec![n, n + 1]);
+            for g in 0..n {
+                let mut ids = std::collections::HashSet::new();
+                for k in [0, 1, 2, 1000, u32::MAX / 2, u32::MAX - 1, u32::MAX] {
+                    let id = plan.request_id(g, k);
+                    assert_ne!(id, 0);
+                    assert_eq!(plan.gateway_of(id), g, "n={n} g={g} k={k}");
+                    ids.insert(id);
+                }
+                assert!(ids.len() >= 5, "ids repeat only after wrapping: {ids:?}");
+            }
+        }
+    }
 
     fn hello() -> Plan {
         Plan {
