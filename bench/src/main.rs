@@ -37,6 +37,12 @@ struct Args {
     /// Skip the physical floors and transport hop measurements.
     #[arg(long)]
     no_floors: bool,
+    /// Cores for the multi-core point (zerohop with 1 and with N gateway threads, N
+    /// instances per function): the system gets CPUs 1..=N and the load generator CPU 0;
+    /// on a machine with only N CPUs the load generator shares CPU 0 with the system.
+    /// Default: 2 where the machine has 2 CPUs or more. 0 or 1 skips the point.
+    #[arg(long)]
+    cores: Option<usize>,
     /// Folder of the built binaries (default: this binary's folder).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
@@ -54,6 +60,7 @@ struct Matrix {
     open_fractions: Vec<f64>,
     open_connections: usize,
     idle: Duration,
+    cores_concurrency: usize,
 }
 
 impl Matrix {
@@ -70,6 +77,7 @@ impl Matrix {
                 open_fractions: vec![0.5],
                 open_connections: 8,
                 idle: Duration::from_millis(500),
+                cores_concurrency: 8,
             };
         }
         if args.quick {
@@ -88,6 +96,7 @@ impl Matrix {
                 open_fractions: vec![0.5, 0.8],
                 open_connections: 64,
                 idle: Duration::from_secs(3),
+                cores_concurrency: 64,
             };
         }
         let all = vec![1, 8, 32, 128];
@@ -106,6 +115,7 @@ impl Matrix {
             open_fractions: vec![0.5, 0.8],
             open_connections: 128,
             idle: Duration::from_secs(10),
+            cores_concurrency: 64,
         }
     }
 
@@ -222,15 +232,24 @@ fn run(args: &Args) -> Result<bool> {
     std::fs::create_dir_all(&work).context("scratch folder")?;
     let _cleanup = RemoveDir(work.clone());
     let opts = StartOpts {
-        cpu: pin.then_some(1),
+        cpus: pin.then(|| "1".to_owned()),
+        // The one-core matrix: one gateway thread, as the affinity gives it.
+        gateway_threads: None,
+        instances: 1,
         bin_dir,
         work_dir: work,
     };
+    let cores = args
+        .cores
+        .unwrap_or(if cores >= 2 { 2 } else { 0 })
+        .min(cores);
+    let multi = cores >= 2 && ids.iter().any(|i| i.name() == "zerohop-ring");
 
     let mut results = Results {
         machine: Machine::read(),
         matrix: matrix.name.into(),
         pinning,
+        cores_pinning: String::new(),
         seconds_per_point: matrix.point.as_secs_f64(),
         floors: Vec::new(),
         runs: Vec::new(),
@@ -242,7 +261,7 @@ fn run(args: &Args) -> Result<bool> {
     let mut progress = Progress {
         start: Instant::now(),
         done: 0,
-        total: ids.len() * (matrix.points_per_system() + 1),
+        total: ids.len() * (matrix.points_per_system() + 1) + if multi { 2 } else { 0 },
         point: matrix.warmup + matrix.point,
     };
     eprintln!(
@@ -272,6 +291,9 @@ fn run(args: &Args) -> Result<bool> {
             results.failures.push(format!("{}: {e:#}", id.name()));
             eprintln!("bench: {} failed: {e:#}", id.name());
         }
+    }
+    if multi {
+        bench_cores(cores, &matrix, &opts, &mut results, &mut progress);
     }
     for &n in &matrix.chain_lengths {
         let chain = passes(n);
@@ -418,6 +440,85 @@ fn bench_hello(
     Ok(())
 }
 
+/// zerohop-ring on `n` cores with 1 and with `n` gateway threads (and `n` instances of each
+/// function), closed loop: does the gateway scale across cores?
+fn bench_cores(
+    n: usize,
+    matrix: &Matrix,
+    opts: &StartOpts,
+    results: &mut Results,
+    progress: &mut Progress,
+) {
+    let online = procstat::online_cpus();
+    let (cpus, note) = if online > n {
+        (
+            format!("1-{n}"),
+            format!("zerohop pinned to CPUs 1-{n}, the load generator to CPU 0."),
+        )
+    } else {
+        (
+            format!("0-{}", n - 1),
+            format!(
+                "zerohop pinned to CPUs 0-{} (every CPU of this machine); the load generator \
+                 shares CPU 0 with it, so the ratio understates what the gateway threads \
+                 gain where the load generator has cores of its own.",
+                n - 1
+            ),
+        )
+    };
+    results.cores_pinning = note;
+    let id = SystemId::Zerohop(zerohop_transport::Backend::Ring);
+    for threads in [1, n as u16] {
+        progress.step(&format!(
+            "zerohop-ring on {n} cores, {threads} gateway thread(s)"
+        ));
+        let opts = StartOpts {
+            cpus: Some(cpus.clone()),
+            gateway_threads: Some(threads),
+            instances: threads,
+            ..opts.clone()
+        };
+        let r = systems::start(id, &HELLO, &opts).and_then(|sys| {
+            let gateway = sys
+                .components
+                .iter()
+                .find(|c| c.name == "gateway")
+                .map(|c| c.pid);
+            let before = gateway.map(procstat::gateway_thread_ticks);
+            let run = measure(
+                &sys,
+                &HELLO,
+                "cores",
+                &BodyMix::Fixed(100),
+                &Load::Closed {
+                    concurrency: matrix.cores_concurrency,
+                },
+                matrix,
+            );
+            let after = gateway.map(procstat::gateway_thread_ticks);
+            sys.stop();
+            let mut run = run?;
+            run.gateway_threads = Some(threads);
+            if let (Some(b), Some(a)) = (before, after) {
+                run.threads_cpu_s = a
+                    .iter()
+                    .map(|(k, v)| {
+                        let t = v.saturating_sub(b.get(k).copied().unwrap_or(0));
+                        (k.clone(), t as f64 / procstat::TICKS_PER_SECOND)
+                    })
+                    .collect();
+            }
+            Ok(run)
+        });
+        match r {
+            Ok(run) => results.runs.push(run),
+            Err(e) => results.failures.push(format!(
+                "zerohop-ring on {n} cores with {threads} gateway threads: {e:#}"
+            )),
+        }
+    }
+}
+
 /// One load point: drive the system, read CPU around it.
 fn measure(
     sys: &RunningSystem,
@@ -472,6 +573,8 @@ fn measure(
         cpu_s,
         cpu_ms_per_1k,
         sut_cpu_ms_per_1k,
+        gateway_threads: None,
+        threads_cpu_s: Default::default(),
     })
 }
 

@@ -91,6 +91,42 @@ pub fn online_cpus() -> usize {
     usize::try_from(n).unwrap_or(1).max(1)
 }
 
+/// CPU ticks of the gateway threads of zerohop process `pid`, by name: its main thread
+/// (which runs gateway thread 0) as `gateway-0`, the others as they name themselves
+/// (`gateway-1`, ...). Other threads are left out.
+pub fn gateway_thread_ticks(pid: u32) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        // `tid (comm) state ...`: comm may hold spaces; fields after the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        let name = if t.file_name().to_str() == Some(&pid.to_string()) {
+            "gateway-0".to_owned()
+        } else if comm.starts_with("gateway-") {
+            comm.to_owned()
+        } else {
+            continue;
+        };
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // After the comm: state is field 3, utime 14, stime 15 (1-based in proc(5)).
+        let ticks = f
+            .get(11)
+            .and_then(|u| u.parse::<u64>().ok())
+            .zip(f.get(12).and_then(|s| s.parse::<u64>().ok()))
+            .map_or(0, |(u, s)| u + s);
+        out.insert(name, ticks);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -80,6 +80,12 @@ pub struct Run {
     /// CPU milliseconds per 1,000 answers of the system under test (load generator
     /// excluded).
     pub sut_cpu_ms_per_1k: f64,
+    /// `cores` experiment: the gateway threads zerohop ran with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway_threads: Option<u16>,
+    /// `cores` experiment: CPU seconds of each gateway thread (by thread name).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub threads_cpu_s: BTreeMap<String, f64>,
 }
 
 /// CPU of a system with everything up and no traffic.
@@ -134,6 +140,8 @@ pub struct Results {
     pub matrix: String,
     /// What was pinned where.
     pub pinning: String,
+    /// What was pinned where in the `cores` experiment (empty when it did not run).
+    pub cores_pinning: String,
     /// Seconds of measurement per load point (after warm-up).
     pub seconds_per_point: f64,
     /// Physical floors and transport hops.
@@ -312,6 +320,63 @@ impl Results {
                 format!("{:.0} ns / {:.0} ns round trip", hop.p50_ns, line.p50_ns),
             );
         }
+        let cores: Vec<&Run> = self
+            .runs
+            .iter()
+            .filter(|r| r.experiment == "cores" && r.system == "zerohop-ring")
+            .collect();
+        if let ([one], [.., many]) = (
+            &cores
+                .iter()
+                .filter(|r| r.gateway_threads == Some(1))
+                .copied()
+                .collect::<Vec<_>>()[..],
+            &cores
+                .iter()
+                .filter(|r| r.gateway_threads.unwrap_or(1) > 1)
+                .copied()
+                .collect::<Vec<_>>()[..],
+        ) {
+            let n = many.gateway_threads.unwrap_or(1);
+            let shared = self.cores_pinning.contains("shares");
+            bound(
+                format!(
+                    "ring RPS with {n} gateway threads / 1 thread, on {n} cores (hello, c={})",
+                    many.concurrency
+                ),
+                many.result.rps / one.result.rps.max(1e-9),
+                if shared { 1.0 } else { 1.8 },
+                true,
+                format!(
+                    "{:.0} / {:.0} requests/s; {}",
+                    many.result.rps,
+                    one.result.rps,
+                    if shared {
+                        "the load generator shares a core with the system here, so the bound is \
+                         only 'not slower'; 1.8 applies where it has cores of its own"
+                    } else {
+                        "the load generator on cores of its own"
+                    }
+                ),
+            );
+            // Both threads must carry load: the least busy gateway thread against the busiest.
+            let busy: Vec<f64> = many.threads_cpu_s.values().copied().collect();
+            let max = busy.iter().copied().fold(0.0, f64::max);
+            let min = busy.iter().copied().fold(f64::INFINITY, f64::min);
+            if busy.len() >= 2 {
+                bound(
+                    format!("least / most busy of the {n} gateway threads (CPU seconds)"),
+                    min / max.max(1e-9),
+                    0.5,
+                    true,
+                    many.threads_cpu_s
+                        .iter()
+                        .map(|(k, v)| format!("{k} {v:.2} s"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                );
+            }
+        }
         if let Some(idle) = self.idle.iter().find(|i| i.system == "zerohop-ring") {
             let v: f64 = idle.cpu_s.values().sum();
             t.push(Target {
@@ -391,6 +456,25 @@ impl Results {
             "Open loop (hello, 100 B, constant rate)",
             |r| format!("{:.0}/s", r.rate.unwrap_or(0.0)),
         );
+        if !self.cores_pinning.is_empty() {
+            let _ = writeln!(
+                s,
+                "## Gateway threads on several cores\n\n{}\n",
+                self.cores_pinning
+            );
+        }
+        self.summary_experiment(&mut s, "cores", "Gateway threads (hello, 100 B)", |r| {
+            format!(
+                "{} gateway thread(s) c={} [{}]",
+                r.gateway_threads.unwrap_or(1),
+                r.concurrency,
+                r.threads_cpu_s
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.2}s"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
         let _ = writeln!(s, "## Idle (everything up, no traffic)\n");
         let _ = writeln!(
             s,

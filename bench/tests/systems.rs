@@ -107,7 +107,9 @@ fn check(id: SystemId) {
     let work = TempDir::new("bench-systems");
     let cpu = first_allowed_cpu();
     let opts = StartOpts {
-        cpu: Some(cpu),
+        cpus: Some(cpu.to_string()),
+        gateway_threads: None,
+        instances: 1,
         bin_dir: target_bin("zerohop")
             .parent()
             .expect("binary folder")
@@ -226,7 +228,9 @@ fn missing_binaries_and_empty_chains_are_clear_errors() {
     let work = TempDir::new("bench-systems-missing");
     let empty = TempDir::new("bench-systems-nobin");
     let opts = StartOpts {
-        cpu: None,
+        cpus: None,
+        gateway_threads: None,
+        instances: 1,
         bin_dir: empty.path().to_path_buf(),
         work_dir: work.path().to_path_buf(),
     };
@@ -257,7 +261,9 @@ fn zerohop_components_follow_a_restarted_function() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let work = TempDir::new("bench-systems-restart");
     let opts = StartOpts {
-        cpu: None,
+        cpus: None,
+        gateway_threads: None,
+        instances: 1,
         bin_dir: target_bin("zerohop")
             .parent()
             .expect("binary folder")
