@@ -32,6 +32,12 @@ pub struct RingReceiver {
     /// one CPU only. Spinning then only keeps the sender (which needs that very CPU) from
     /// running, so the receiver sleeps at once.
     spin: Duration,
+    /// The spin budget now, between zero and `spin`: halved each time spinning ran out
+    /// without work arriving, doubled each time work arrived while spinning or soon enough
+    /// after falling asleep that spinning would have caught it. A receiver whose work comes
+    /// in bursts keeps spinning between them; one fed rarely (or by a sender sharing its
+    /// core) stops burning CPU after a few misses.
+    budget: Duration,
     stop: Arc<RingStop>,
     /// Reused futex_waitv argument (tails, then the stop word).
     waiters: Vec<sys::FutexWaiter>,
@@ -82,7 +88,17 @@ impl Stop for RingStop {
     }
 }
 
+/// The smallest spin budget worth its clock reads; below it the receiver does not spin.
+const MIN_SPIN: Duration = Duration::from_micros(1);
+
 impl RingReceiver {
+    /// Doubles the spin budget (from [`MIN_SPIN`] when it was zero), up to the configured one.
+    fn grow_budget(&mut self) {
+        if self.spin >= MIN_SPIN {
+            self.budget = (self.budget * 2).clamp(MIN_SPIN, self.spin);
+        }
+    }
+
     pub(crate) fn new(shared: Arc<RingShared>, me: PartyId) -> Self {
         let spin = if sys::allowed_cpus() > 1 {
             Duration::from_micros(shared.opts.spin_us as u64)
@@ -119,6 +135,7 @@ impl RingReceiver {
             next_lane: 0,
             peeked: None,
             spin,
+            budget: spin,
             stop,
             waiters: Vec::new(),
             uring: None,
@@ -186,7 +203,6 @@ impl Receiver for RingReceiver {
     }
 
     fn peek(&mut self) -> Option<Raw> {
-        let spin = self.spin;
         let mut spin_start: Option<Instant> = None;
         let mut rounds = 0u32;
         loop {
@@ -195,17 +211,27 @@ impl Receiver for RingReceiver {
                 return None;
             }
             if let Some(raw) = self.poll_once() {
+                if spin_start.is_some() {
+                    // Spinning paid.
+                    self.grow_budget();
+                }
                 return Some(raw);
             }
             // Spin phase: look at the clock only every 64 rounds.
-            if !spin.is_zero() {
+            if !self.budget.is_zero() {
                 let start = *spin_start.get_or_insert_with(Instant::now);
                 rounds = rounds.wrapping_add(1);
-                if rounds % 64 != 0 || start.elapsed() < spin {
+                if rounds % 64 != 0 || start.elapsed() < self.budget {
                     spin_hint();
                     continue;
                 }
+                // Spinning did not pay this time.
+                self.budget /= 2;
+                if self.budget < MIN_SPIN {
+                    self.budget = Duration::ZERO;
+                }
             }
+            let asleep = (!self.spin.is_zero()).then(Instant::now);
             // Sleep phase.
             // SYNC POINT: Acquire pairs with the Release `fetch_add` of the stopper.
             let stop_seen = self.stop.word.load(Ordering::Acquire);
@@ -227,6 +253,10 @@ impl Receiver for RingReceiver {
                 sys::futex_waitv(&self.waiters);
             }
             self.shared.sleeping(self.me).store(0, Ordering::Relaxed);
+            if asleep.is_some_and(|t| t.elapsed() < self.spin) {
+                // Work came within the configured spin: spinning would have caught it.
+                self.grow_budget();
+            }
             spin_start = None;
             rounds = 0;
         }
