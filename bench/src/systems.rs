@@ -885,7 +885,7 @@ mod tests {
         let names = function_names(&passes(2));
         let spec = zerohop_spec(&passes(2), &names, Path::new("/opt/bin"), 1).unwrap();
         assert!(spec.contains(
-            "  pass1: { command: [\"/opt/bin/zerohop-bench-pass\"], env: { BENCH_FUNCTION: pass1 } }"
+            "  pass1: { command: [\"/opt/bin/zerohop-bench-pass\"], instances: 1, env: { BENCH_FUNCTION: pass1 } }"
         ));
         assert!(spec.contains("pass2: { command"));
         assert!(spec.contains("sequence: [pass1, pass2]"));
