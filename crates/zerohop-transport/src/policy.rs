@@ -24,10 +24,12 @@ pub struct Policy {
     party_function: Vec<u8>,
     /// Allowed (from function, to function) pairs; the gateway is [`GATEWAY_FN`].
     edges: HashSet<(u8, u8)>,
-    /// Parties each party may send to, ascending.
-    targets: Vec<Vec<PartyId>>,
-    /// Parties that may send to each party, ascending.
-    senders: Vec<Vec<PartyId>>,
+    /// Per function index (256 entries, the gateway's last), its parties, ascending.
+    by_function: Vec<Vec<PartyId>>,
+    /// Per function index, the functions it may send to, ascending.
+    fn_targets: Vec<Vec<u8>>,
+    /// Per function index, the functions that may send to it, ascending.
+    fn_senders: Vec<Vec<u8>>,
 }
 
 impl Policy {
@@ -41,31 +43,40 @@ impl Policy {
                 return Err(PolicyError::TooManyFunctions(max as usize + 1));
             }
         }
+        // Kept per function, not per party: with a thousand instances a party table of
+        // every party's targets would cost each instance hundreds of KiB and a million
+        // lookups at start.
         let edges: HashSet<(u8, u8)> = edges.into_iter().collect();
-        let n = party_function.len();
-        let allowed = |s: usize, r: usize| edges.contains(&(party_function[s], party_function[r]));
-        let targets = (0..n)
-            .map(|s| {
-                (0..n)
-                    .filter(|&r| allowed(s, r))
-                    .map(|r| r as PartyId)
-                    .collect()
-            })
-            .collect();
-        let senders = (0..n)
-            .map(|r| {
-                (0..n)
-                    .filter(|&s| allowed(s, r))
-                    .map(|s| s as PartyId)
-                    .collect()
-            })
-            .collect();
+        let mut by_function: Vec<Vec<PartyId>> = vec![Vec::new(); 256];
+        for (p, &f) in party_function.iter().enumerate() {
+            by_function[f as usize].push(p as PartyId);
+        }
+        let mut fn_targets: Vec<Vec<u8>> = vec![Vec::new(); 256];
+        let mut fn_senders: Vec<Vec<u8>> = vec![Vec::new(); 256];
+        for &(from, to) in &edges {
+            fn_targets[from as usize].push(to);
+            fn_senders[to as usize].push(from);
+        }
+        for l in fn_targets.iter_mut().chain(fn_senders.iter_mut()) {
+            l.sort_unstable();
+        }
         Ok(Self {
             party_function,
             edges,
-            targets,
-            senders,
+            by_function,
+            fn_targets,
+            fn_senders,
         })
+    }
+
+    /// The parties running any of `functions`, ascending.
+    fn parties_running(&self, functions: &[u8]) -> Vec<PartyId> {
+        let mut out: Vec<PartyId> = functions
+            .iter()
+            .flat_map(|&f| self.by_function[f as usize].iter().copied())
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Two parties, the gateway and one function (index 0), each allowed to send to the
@@ -75,14 +86,54 @@ impl Policy {
             .expect("one function is within the limit")
     }
 
-    /// Parties `party` may send to, ascending (empty for an unknown party).
-    pub fn targets(&self, party: PartyId) -> &[PartyId] {
-        self.targets.get(party as usize).map_or(&[], Vec::as_slice)
+    /// Parties `party` may send to, ascending (empty for an unknown party). Computed on
+    /// each call: for setting up, not for the request path.
+    pub fn targets(&self, party: PartyId) -> Vec<PartyId> {
+        match self.function_of(party) {
+            Some(f) => self.parties_running(&self.fn_targets[f as usize]),
+            None => Vec::new(),
+        }
     }
 
-    /// Parties that may send to `party`, ascending (empty for an unknown party).
-    pub fn senders(&self, party: PartyId) -> &[PartyId] {
-        self.senders.get(party as usize).map_or(&[], Vec::as_slice)
+    /// Parties that may send to `party`, ascending (empty for an unknown party). Computed on
+    /// each call, like [`targets`](Policy::targets).
+    pub fn senders(&self, party: PartyId) -> Vec<PartyId> {
+        match self.function_of(party) {
+            Some(f) => self.parties_running(&self.fn_senders[f as usize]),
+            None => Vec::new(),
+        }
+    }
+
+    /// Position of `from` among [`senders`](Policy::senders)`(to)`, without building the
+    /// list; `None` when the edge is not allowed.
+    pub fn sender_index(&self, from: PartyId, to: PartyId) -> Option<usize> {
+        let f = self.function_of(from)?;
+        let t = self.function_of(to)?;
+        if !self.allows(f, t) {
+            return None;
+        }
+        Some(
+            self.fn_senders[t as usize]
+                .iter()
+                .map(|&g| self.by_function[g as usize].partition_point(|&p| p < from))
+                .sum(),
+        )
+    }
+
+    /// Position of `to` among [`targets`](Policy::targets)`(from)`, without building the
+    /// list; `None` when the edge is not allowed.
+    pub fn target_index(&self, from: PartyId, to: PartyId) -> Option<usize> {
+        let f = self.function_of(from)?;
+        let t = self.function_of(to)?;
+        if !self.allows(f, t) {
+            return None;
+        }
+        Some(
+            self.fn_targets[f as usize]
+                .iter()
+                .map(|&g| self.by_function[g as usize].partition_point(|&p| p < to))
+                .sum(),
+        )
     }
 
     /// Number of parties.
@@ -147,5 +198,21 @@ mod tests {
         assert_eq!(p.senders(3), [1, 2]);
         assert_eq!(p.senders(0), [3]);
         assert!(p.targets(9).is_empty());
+        for s in 0..5 {
+            for r in 0..5 {
+                let t = p.targets(s);
+                assert_eq!(
+                    p.target_index(s, r),
+                    t.iter().position(|&x| x == r),
+                    "{s}->{r}"
+                );
+                let f = p.senders(r);
+                assert_eq!(
+                    p.sender_index(s, r),
+                    f.iter().position(|&x| x == s),
+                    "{s}->{r}"
+                );
+            }
+        }
     }
 }

@@ -108,13 +108,12 @@ impl RingReceiver {
         let lanes: Vec<Lane> = shared
             .policy
             .senders(me)
-            .iter()
-            .map(|&from| Lane {
+            .into_iter()
+            .map(|from| Lane {
                 from,
                 out: shared
                     .policy
-                    .targets(from)
-                    .binary_search(&me)
+                    .target_index(from, me)
                     .expect("an edge is in both lists"),
             })
             .collect();

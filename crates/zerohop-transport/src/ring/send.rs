@@ -32,11 +32,10 @@ impl RingSender {
     pub(crate) fn new(shared: Arc<RingShared>, me: PartyId) -> Self {
         let parties = shared.policy.parties();
         let mut lanes = vec![None; parties as usize];
-        for (out, &to) in shared.policy.targets(me).iter().enumerate() {
+        for (out, to) in shared.policy.targets(me).into_iter().enumerate() {
             let in_ = shared
                 .policy
-                .senders(to)
-                .binary_search(&me)
+                .sender_index(me, to)
                 .expect("an edge is in both lists");
             lanes[to as usize] = Some(Lane { out, in_ });
         }

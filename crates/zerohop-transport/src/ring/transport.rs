@@ -307,14 +307,14 @@ impl RingTransport {
         let inb = |p, fd, writable| attach_region(fd, Expected::inbox(policy, p, writable));
         outboxes[me as usize] = Some(out(me, next(), true)?);
         inboxes[me as usize] = Some(inb(me, next(), true)?);
-        for &t in targets {
+        for t in targets {
             if t != me {
                 inboxes[t as usize] = Some(inb(t, next(), false)?);
             } else {
                 drop(next());
             }
         }
-        for &s in senders {
+        for s in senders {
             if s != me {
                 outboxes[s as usize] = Some(out(s, next(), false)?);
             } else {
@@ -380,10 +380,10 @@ impl Transport for RingTransport {
             agent_side(&s.outboxes[party as usize])?.region.fd(),
             agent_side(&s.inboxes[party as usize])?.region.fd(),
         ];
-        for &t in s.policy.targets(party) {
+        for t in s.policy.targets(party) {
             v.push(readonly(agent_side(&s.inboxes[t as usize])?));
         }
-        for &f in s.policy.senders(party) {
+        for f in s.policy.senders(party) {
             v.push(readonly(agent_side(&s.outboxes[f as usize])?));
         }
         Ok(v)

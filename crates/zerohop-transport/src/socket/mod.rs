@@ -46,7 +46,7 @@ impl SocketTransport {
         }
         let mut edges = BTreeMap::new();
         for s in 0..policy.parties() {
-            for &r in policy.targets(s) {
+            for r in policy.targets(s) {
                 let (rx, tx) = sys::seqpacket_pair()?;
                 sys::set_send_timeout(tx.as_fd(), opts.send_timeout_ms)?;
                 edges.insert(
@@ -82,10 +82,10 @@ impl SocketTransport {
         }
         let mut fds = fds.into_iter();
         let mut edges: BTreeMap<(PartyId, PartyId), Edge> = BTreeMap::new();
-        for &s in senders {
+        for s in senders {
             edges.entry((s, me)).or_default().rx = Some(Arc::new(fds.next().expect("counted")));
         }
-        for &t in targets {
+        for t in targets {
             edges.entry((me, t)).or_default().tx = Some(Arc::new(fds.next().expect("counted")));
         }
         Ok(Self {
@@ -131,10 +131,10 @@ impl Transport for SocketTransport {
     fn fds_for(&self, party: PartyId) -> Result<Vec<BorrowedFd<'_>>, TransportError> {
         self.check(party)?;
         let mut v = Vec::new();
-        for &s in self.policy.senders(party) {
+        for s in self.policy.senders(party) {
             v.push(self.end((s, party), |e| e.rx.as_ref())?.as_fd());
         }
-        for &t in self.policy.targets(party) {
+        for t in self.policy.targets(party) {
             v.push(self.end((party, t), |e| e.tx.as_ref())?.as_fd());
         }
         Ok(v)
@@ -143,7 +143,7 @@ impl Transport for SocketTransport {
     fn sender(&self, me: PartyId) -> Result<Box<dyn Sender>, TransportError> {
         self.check(me)?;
         let mut tx = vec![None; self.policy.parties() as usize];
-        for &t in self.policy.targets(me) {
+        for t in self.policy.targets(me) {
             tx[t as usize] = Some(self.end((me, t), |e| e.tx.as_ref())?.clone());
         }
         Ok(Box::new(SocketSender::new(tx, self.opts)))
@@ -152,7 +152,7 @@ impl Transport for SocketTransport {
     fn receiver(&self, me: PartyId) -> Result<Box<dyn Receiver>, TransportError> {
         self.check(me)?;
         let mut lanes = Vec::new();
-        for &s in self.policy.senders(me) {
+        for s in self.policy.senders(me) {
             lanes.push((s, self.end((s, me), |e| e.rx.as_ref())?.clone()));
         }
         Ok(Box::new(SocketReceiver::new(lanes)?))
