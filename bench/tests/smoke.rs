@@ -126,3 +126,41 @@ fn smoke_matrix_answers_correctly_and_reports_every_field() {
         assert!(summary.contains(heading), "summary lacks {heading}");
     }
 }
+
+#[test]
+fn scale_point_reports_memory_ready_time_and_answers() {
+    let out = Command::new(target_bin("zerohop-bench-scale"))
+        .args([
+            "--instances",
+            "3,20",
+            "--idle-seconds",
+            "0.5",
+            "--load-seconds",
+            "0.5",
+            "--concurrency",
+            "4",
+        ])
+        .output()
+        .expect("run zerohop-bench-scale");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "scale point failed: {stderr}");
+    let json: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    let points = json["points"].as_array().expect("points");
+    assert_eq!(points.len(), 2, "{stderr}");
+    for (p, n) in points.iter().zip([3, 20]) {
+        assert_eq!(p["instances"], n);
+        assert_eq!(p["ok"], true, "{p}");
+        assert!(p["ready_s"].as_f64().is_some_and(|s| s > 0.0));
+        let mem = &p["memory_at_ready"];
+        assert_eq!(mem["instances_found"], n, "every instance found: {mem}");
+        assert!(mem["private_kib_mean"].as_f64().is_some_and(|k| k > 0.0));
+        let load = &p["load"];
+        assert!(load["requests"].as_u64().is_some_and(|r| r > 0), "{load}");
+        assert_eq!(load["errors"], 0, "{load}");
+        assert_eq!(load["wrong"], 0, "{load}");
+        assert_eq!(
+            p["stop"]["leftovers"], 0,
+            "nothing left after the stop: {p}"
+        );
+    }
+}

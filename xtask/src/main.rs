@@ -135,6 +135,14 @@ fn bench(extra: &[String]) -> Result<()> {
         bail!("zerohop-bench failed ({status})");
     }
     plot(&out)?;
+    let scale_ok = if extra.iter().any(|a| a == "--smoke" || a == "--no-scale") {
+        true
+    } else {
+        scale(&out, extra.iter().any(|a| a == "--quick"))?
+    };
+    if !scale_ok {
+        bail!("the scale point failed; see {}/scale.md", out.display());
+    }
     if status.code() == Some(1) {
         bail!(
             "some systems failed or answered wrongly; see {}/summary.md",
@@ -143,6 +151,33 @@ fn bench(extra: &[String]) -> Result<()> {
     }
     eprintln!("xtask: report in {}/summary.md", out.display());
     Ok(())
+}
+
+/// The scale point: 10, 100 and 1,000 warm instances in one chain (ready time, memory per
+/// instance, ring memory, idle CPU, RPS), written to `out/scale.json` and `out/scale.md`.
+/// Returns whether every point succeeded.
+fn scale(out: &Path, quick: bool) -> Result<bool> {
+    eprintln!("xtask: scale point (10, 100, 1000 instances in one chain)");
+    let idle = if quick { "2" } else { "5" };
+    let output = Command::new("target/release/zerohop-bench-scale")
+        .args(["--markdown", "--idle-seconds", idle])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running target/release/zerohop-bench-scale")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    // The JSON document first, then the markdown table after a blank line.
+    let (json, table) = text.split_once("\n\n").unwrap_or((&text, ""));
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join("scale.json"), json)?;
+    std::fs::write(
+        out.join("scale.md"),
+        format!(
+            "# Scale: many warm instances in one chain\n\n{table}\n\nGoals: 1,000 warm \
+             instances at <= 1 MiB private memory each, ring memory proportional to the edges, \
+             ready in <= 2 s, no idle CPU.\n"
+        ),
+    )?;
+    Ok(output.status.success())
 }
 
 /// Draws the plots with matplotlib, installing it with pip when it is missing.
