@@ -120,9 +120,32 @@ fuzz_target!(|data: &[u8]| {
             (_, Some(fp)) => assert_eq!(name, fp.name),
             (_, None) => assert_eq!(name, "unknown"),
         }
-        for p in plan.parties_of(f) {
-            assert!(p >= 1, "the gateway runs no function");
-            assert_eq!(plan.party_function.get(p as usize), Some(&f));
+        let parties = plan.parties_of(f);
+        if f == GATEWAY_FN && !plan.party_function.is_empty() {
+            assert!(
+                (0..plan.gateways()).all(|g| parties.contains(&g)),
+                "every gateway party runs the gateway: {parties:?}"
+            );
+        }
+        for p in parties {
+            if f != GATEWAY_FN {
+                assert!(
+                    p >= plan.gateways(),
+                    "the gateway's party {p} runs no function"
+                );
+                assert_eq!(plan.party_function.get(p as usize), Some(&f));
+            }
+        }
+        // Answers go back to a gateway party.
+        for request in [0, 1, 2, 63, u32::MAX]
+            .into_iter()
+            .filter(|_| !plan.party_function.is_empty())
+        {
+            let g = plan.gateway_of(request);
+            assert!(
+                plan.parties_of(GATEWAY_FN).contains(&g),
+                "answer to party {g}"
+            );
         }
     }
 

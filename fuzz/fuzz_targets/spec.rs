@@ -153,7 +153,9 @@ fn check_plan(s: &spec::ChainSpec, plan: &Plan) {
     }
     let gateways = usize::from(plan.gateways());
     assert_eq!(gateways, usize::from(s.gateway_threads.unwrap_or(2)));
-    assert!(plan.party_function[..gateways].iter().all(|&f| f == GATEWAY_FN));
+    assert!(plan.party_function[..gateways]
+        .iter()
+        .all(|&f| f == GATEWAY_FN));
     assert!(plan.party_function[gateways..]
         .iter()
         .all(|&f| (f as usize) < plan.functions.len()));

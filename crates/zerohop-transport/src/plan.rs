@@ -100,12 +100,13 @@ impl Plan {
     /// Number of gateway parties (gateway threads): the leading [`GATEWAY_FN`] entries of
     /// `party_function`, at least 1.
     pub fn gateways(&self) -> u16 {
-        (self
+        // Party 0 is the gateway whatever the plan says (as in [`Plan::policy`]).
+        1 + self
             .party_function
             .iter()
+            .skip(1)
             .take_while(|&&f| f == GATEWAY_FN)
-            .count() as u16)
-            .max(1)
+            .count() as u16
     }
 
     /// The gateway party that sent request `request` into the chain and waits for its
@@ -203,7 +204,8 @@ impl Plan {
         self.party_function
             .iter()
             .enumerate()
-            .filter(|(_, &g)| g == f)
+            // Party 0 is the gateway whatever the plan says (as in [`Plan::policy`]).
+            .filter(|&(p, &g)| if p == 0 { f == GATEWAY_FN } else { g == f })
             .map(|(p, _)| p as PartyId)
             .collect()
     }
