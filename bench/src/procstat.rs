@@ -91,6 +91,45 @@ pub fn online_cpus() -> usize {
     usize::try_from(n).unwrap_or(1).max(1)
 }
 
+/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat; `n` >= 3.
+pub fn stat_field(pid: u32, n: usize) -> Option<String> {
+    stat_field_at(&format!("/proc/{pid}/stat"), n)
+}
+
+/// Field `n` (1-based, as in proc(5), `n` >= 3) of a stat file: a process's or a thread's
+/// (`/proc/PID/task/TID/stat`).
+fn stat_field_at(path: &str, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // The command (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(n - 3).map(str::to_owned)
+}
+
+/// A pid plus its start time (field 22 of /proc/PID/stat), so a recycled pid is never
+/// mistaken for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessId {
+    /// The pid.
+    pub pid: u32,
+    /// Start time in clock ticks after boot.
+    pub start: u64,
+}
+
+impl ProcessId {
+    /// Process `pid` as it is now (`None` when it is gone).
+    pub fn of(pid: u32) -> Option<Self> {
+        Some(Self {
+            pid,
+            start: stat_field(pid, 22)?.parse().ok()?,
+        })
+    }
+
+    /// Whether this very process still runs (not a zombie, not a recycled pid).
+    pub fn alive(self) -> bool {
+        Self::of(self.pid) == Some(self) && stat_field(self.pid, 3).is_some_and(|s| s != "Z")
+    }
+}
+
 /// CPU ticks of the gateway threads of zerohop process `pid`, by name: its main thread
 /// (which runs gateway thread 0) as `gateway-0`, the others as they name themselves
 /// (`gateway-1`, ...). Other threads are left out.
@@ -100,29 +139,17 @@ pub fn gateway_thread_ticks(pid: u32) -> BTreeMap<String, u64> {
         return out;
     };
     for t in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
-            continue;
-        };
-        // `tid (comm) state ...`: comm may hold spaces; fields after the last ')'.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let comm = &stat[open + 1..close];
         let name = if t.file_name().to_str() == Some(&pid.to_string()) {
             "gateway-0".to_owned()
-        } else if comm.starts_with("gateway-") {
-            comm.to_owned()
         } else {
-            continue;
+            match std::fs::read_to_string(t.path().join("comm")) {
+                Ok(comm) if comm.starts_with("gateway-") => comm.trim().to_owned(),
+                _ => continue,
+            }
         };
-        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        // After the comm: state is field 3, utime 14, stime 15 (1-based in proc(5)).
-        let ticks = f
-            .get(11)
-            .and_then(|u| u.parse::<u64>().ok())
-            .zip(f.get(12).and_then(|s| s.parse::<u64>().ok()))
-            .map_or(0, |(u, s)| u + s);
-        out.insert(name, ticks);
+        let stat = t.path().join("stat");
+        let field = |n| stat_field_at(stat.to_str()?, n)?.parse::<u64>().ok();
+        out.insert(name, field(14).unwrap_or(0) + field(15).unwrap_or(0));
     }
     out
 }

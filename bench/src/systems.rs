@@ -39,6 +39,7 @@ use nix::unistd::Pid;
 use zerohop_test_support::{children, wait_until};
 use zerohop_transport::Backend;
 
+use crate::procstat::ProcessId;
 use crate::{Component, Step};
 
 /// How long a system may take to answer its first request correctly.
@@ -51,11 +52,11 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(2);
 /// shows).
 const PROBE_BODY: &[u8] = b"zerohop bench probe: is every hop there?";
 /// The route every zerohop chain of the benchmark serves.
-const ZEROHOP_PATH: &str = "/bench";
+pub const ZEROHOP_PATH: &str = "/bench";
 /// Environment variable naming a zerohop function in its process: how the components of a
 /// chain are told apart (`pass1` and `pass2` run the same program). Not `ZEROHOP_*`: those
 /// are reserved for the agent.
-const FUNCTION_ENV: &str = "BENCH_FUNCTION";
+pub const FUNCTION_ENV: &str = "BENCH_FUNCTION";
 /// Where Debian's `nginx` and `nginx-light` packages install the binary.
 const NGINX: &str = "/usr/sbin/nginx";
 
@@ -137,27 +138,6 @@ struct Started {
     child: Child,
     /// Its stderr log.
     log: PathBuf,
-}
-
-/// A pid plus its start time, so a recycled pid is never mistaken for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ProcessId {
-    pid: u32,
-    start: u64,
-}
-
-impl ProcessId {
-    fn of(pid: u32) -> Option<Self> {
-        Some(Self {
-            pid,
-            start: stat_field(pid, 22)?.parse().ok()?,
-        })
-    }
-
-    /// Whether this very process still runs (not a zombie, not a recycled pid).
-    fn alive(self) -> bool {
-        Self::of(self.pid) == Some(self) && stat_field(self.pid, 3).is_some_and(|s| s != "Z")
-    }
 }
 
 /// The nginx binary, or what to do when it is missing.
@@ -765,14 +745,6 @@ fn children_of(pid: u32) -> Vec<u32> {
     let mut pids = children(pid);
     pids.sort_unstable();
     pids
-}
-
-/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat; `n` >= 3.
-fn stat_field(pid: u32, n: usize) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(n - 3).map(str::to_owned)
 }
 
 /// Effective uid of this process, from /proc/self/status (no `unsafe` needed).

@@ -50,14 +50,11 @@ use nix::unistd::Pid;
 use serde::Serialize;
 use zerohop_bench::loadgen::{self, BodyMix, Load};
 use zerohop_bench::passes;
-use zerohop_test_support::{children, cpu_ticks};
+use zerohop_bench::procstat::{stat_field, ProcessId as Proc, TICKS_PER_SECOND};
+use zerohop_bench::report::Machine;
+use zerohop_bench::systems::{FUNCTION_ENV, ZEROHOP_PATH};
+use zerohop_test_support::{children, cpu_ticks, open_fds, wait_until};
 
-/// Clock ticks per second of `/proc/PID/stat` (USER_HZ).
-const TICKS_PER_SECOND: f64 = 100.0;
-/// Environment variable naming the function in an instance (not `ZEROHOP_*`, reserved).
-const FUNCTION_ENV: &str = "BENCH_FUNCTION";
-/// The route of the chain.
-const ROUTE: &str = "/bench";
 /// Instances per function the spec allows.
 const MAX_INSTANCES_PER_FUNCTION: usize = 64;
 /// How long instances and zerohop's process group get to follow zerohop out.
@@ -114,14 +111,6 @@ struct Report {
     settings: Settings,
     points: Vec<Point>,
     ok: bool,
-}
-
-#[derive(Serialize)]
-struct Machine {
-    kernel: String,
-    cpus: usize,
-    cpu_model: String,
-    mem_total_kib: u64,
 }
 
 #[derive(Serialize)]
@@ -314,39 +303,11 @@ struct Stop {
 // ---------------------------------------------------------------------------------------
 // Processes.
 
-/// A pid plus its start time (field 22 of /proc/PID/stat), so a recycled pid is never
-/// mistaken for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Proc {
-    pid: u32,
-    start: u64,
-}
-
-impl Proc {
-    fn of(pid: u32) -> Option<Self> {
-        Some(Self {
-            pid,
-            start: stat_field(pid, 22)?.parse().ok()?,
-        })
+/// SIGKILL to `p` if it is still that very process.
+fn sigkill(p: Proc) {
+    if p.alive() {
+        let _ = kill(Pid::from_raw(p.pid as i32), Signal::SIGKILL);
     }
-
-    /// Whether this very process still runs (not a zombie, not a recycled pid).
-    fn alive(self) -> bool {
-        Self::of(self.pid) == Some(self) && stat_field(self.pid, 3).is_some_and(|s| s != "Z")
-    }
-
-    fn sigkill(self) {
-        if self.alive() {
-            let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
-        }
-    }
-}
-
-/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat; `n` >= 3.
-fn stat_field(pid: u32, n: usize) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(n - 3).map(str::to_owned)
 }
 
 /// (utime, stime) of `pid` in ticks.
@@ -413,39 +374,25 @@ fn kill_chain(zerohop: Proc, instances: &[Proc], grace: Duration) -> usize {
         }
         if zerohop.alive() {
             collect(&mut all);
-            zerohop.sigkill();
+            sigkill(zerohop);
         }
     }
     // zerohop's reaper and the instances' parent-death signals end the rest; make sure.
     let group = || group_members(zerohop.pid);
-    wait_for(ORPHAN_GRACE, || {
+    wait_until(ORPHAN_GRACE, || {
         !all.iter().any(|p| p.alive()) && group().is_empty()
     });
     let mut left = 0;
     for p in all.iter().copied().chain(group()) {
         if p.alive() {
             left += 1;
-            p.sigkill();
+            sigkill(p);
         }
     }
     if left > 0 {
         let _ = killpg(Pid::from_raw(zerohop.pid as i32), Signal::SIGKILL);
     }
     left
-}
-
-/// Polls `cond` every 10 ms for at most `timeout`.
-fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// On SIGINT or SIGTERM: stop the chain, then exit 130.
@@ -513,7 +460,7 @@ impl Chain {
         let t = Instant::now();
         let _ = kill(Pid::from_raw(self.me.pid as i32), Signal::SIGTERM);
         let mut exit = None;
-        wait_for(timeout, || {
+        wait_until(timeout, || {
             exit = self.child.try_wait().ok().flatten();
             exit.is_some()
         });
@@ -598,10 +545,6 @@ fn rollup(pid: u32) -> Option<(u64, u64, u64, u64)> {
 fn status(pid: u32) -> (u64, u64) {
     kib_fields(&format!("/proc/{pid}/status"), &["VmPTE", "Threads"])
         .map_or((0, 0), |v| (v[0], v[1]))
-}
-
-fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
 /// One mapping of /proc/PID/smaps.
@@ -760,24 +703,6 @@ fn memfds_of(pid: u32) -> (Vec<(String, u64)>, usize) {
 // ---------------------------------------------------------------------------------------
 // One point.
 
-fn machine() -> Machine {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    Machine {
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .unwrap_or_default()
-            .trim()
-            .to_owned(),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        cpu_model: cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_owned())
-            .unwrap_or_default(),
-        mem_total_kib: meminfo_kib("MemTotal"),
-    }
-}
-
 /// Instances per function: `n` spread evenly over `f` (the first ones get one more).
 fn spread(n: usize, f: usize) -> Vec<usize> {
     (0..f).map(|i| n / f + usize::from(i < n % f)).collect()
@@ -802,7 +727,7 @@ fn spec(counts: &[usize], program: &Path) -> Result<String> {
     }
     let _ = writeln!(
         s,
-        "routes:\n  - http: POST {ROUTE}\n    sequence: [{}]",
+        "routes:\n  - http: POST {ZEROHOP_PATH}\n    sequence: [{}]",
         names.join(", ")
     );
     Ok(s)
@@ -837,7 +762,7 @@ fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) ->
         pss.push(ps);
         rss.push(r);
         pte.push(status(p.pid).0);
-        fds.push(fd_count(p.pid) as u64);
+        fds.push(open_fds(p.pid) as u64);
         resident_shmem += shm;
         per_instance.push((*p, exe));
     }
@@ -963,7 +888,7 @@ fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) ->
             private_kib: a_private,
             pss_kib: a_pss,
             page_tables_kib: a_pte,
-            fds: fd_count(zerohop),
+            fds: open_fds(zerohop),
             mappings: agent_maps.len(),
             threads: a_threads,
             by_kind: agent_kinds,
@@ -1097,13 +1022,13 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
         .ok_or_else(|| anyhow!("no URL in zerohop's ready line {line:?}"))?;
-    let url = format!("{base}{ROUTE}");
+    let url = format!("{base}{ZEROHOP_PATH}");
     let agent_cpu = cpu_split(me.pid).unwrap_or_default();
 
     // The instances: the children of the zerohop process.
     let mut pids = children(me.pid);
     if pids.len() < n {
-        wait_for(Duration::from_secs(2), || {
+        wait_until(Duration::from_secs(2), || {
             pids = children(me.pid);
             pids.len() >= n
         });
@@ -1270,9 +1195,9 @@ fn markdown(report: &Report) -> String {
         s,
         "Machine: {} CPUs ({}), {:.1} GiB, kernel {}. Chain: F = min(16, N) pass functions, one \
          route, gateway_threads 1, default pool. Load: c={}, {} B bodies, {} s.\n",
-        m.cpus,
+        m.cores,
         m.cpu_model,
-        m.mem_total_kib as f64 / (1 << 20) as f64,
+        m.mem_kib as f64 / (1 << 20) as f64,
         m.kernel,
         report.settings.concurrency,
         report.settings.body_bytes,
@@ -1433,7 +1358,7 @@ fn run(args: &Args) -> Result<bool> {
         let _ = std::fs::remove_dir_all(&root);
     }
     let report = Report {
-        machine: machine(),
+        machine: Machine::read(),
         settings: Settings {
             idle_seconds: args.idle_seconds,
             load_seconds: args.load_seconds,

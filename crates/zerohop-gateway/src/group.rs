@@ -1,6 +1,6 @@
 //! The gateway threads of one chain, seen as one: several [`Gateway`] parties share the
 //! chain's pools and plan, each with its own listener, in-flight table and inbox. A request
-//! id names the gateway that sent it ([`Plan::gateway_of`]), so an answer never crosses
+//! id names the gateway that sent it ([`RequestIds`](zerohop_transport::RequestIds)), so an answer never crosses
 //! threads.
 
 use std::sync::atomic::AtomicU64;

@@ -196,7 +196,7 @@ impl Gateway {
             }
         }
         drop(chunks);
-        let id = self.plan.request_id(
+        let id = self.ids.id(
             self.party,
             self.next_request.fetch_add(1, Ordering::Relaxed),
         );

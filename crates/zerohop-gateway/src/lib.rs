@@ -55,7 +55,7 @@ use std::time::Duration;
 pub use error::{ErrorSource, GatewayError};
 use tokio::sync::oneshot;
 use zerohop_pool::{Pool, Pools};
-use zerohop_transport::{PartyId, Picker, Plan, Sender};
+use zerohop_transport::{PartyId, Picker, Plan, RequestIds, Sender};
 
 use crate::egress::Outcome;
 use crate::router::Router;
@@ -120,8 +120,10 @@ pub struct Gateway {
     router: Router,
     config: GatewayConfig,
     inflight: Mutex<HashMap<u32, Inflight>>,
-    /// Requests sent so far; the request id is [`Plan::request_id`] of it.
+    /// Requests sent so far; the request id is [`RequestIds::id`] of it.
     next_request: AtomicU32,
+    /// How this chain's gateway threads number requests.
+    ids: RequestIds,
     picker: Picker,
     /// Notified when a request enters an empty in-flight table (see [`Gateway::busy`]);
     /// shared by the gateways of one chain.
@@ -173,6 +175,7 @@ impl Gateway {
             route_pools,
             router: Router::new(&plan),
             party,
+            ids: plan.request_ids(),
             picker: Picker::new(&plan, u32::from(party)),
             answerers: (0..plan.routes.len())
                 .map(|r| plan.answerers(r as u16))

@@ -5,7 +5,8 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use zerohop_pool::{Descriptor, OwnedSlot, PartyState, Pool, PoolError, Pools, SlotHeader};
 use zerohop_transport::{
-    Backend, Delivery, Endpoint, Hop, PartyId, Picker, Plan, Sender, TransportError, GATEWAY_FN,
+    Backend, Delivery, Endpoint, Hop, PartyId, Picker, Plan, RequestIds, Sender, TransportError,
+    GATEWAY_FN,
 };
 
 use crate::request::{HandlerError, Next, Request};
@@ -43,6 +44,8 @@ struct Router {
     function: u8,
     /// Which instance of the next function gets a descriptor.
     picker: Picker,
+    /// Which gateway thread waits for a request's answer.
+    ids: RequestIds,
 }
 
 /// An attached instance, ready to serve.
@@ -104,6 +107,7 @@ pub fn start() -> Result<Instance, StartError> {
     let endpoint = Endpoint::new(pools.clone(), policy, me, transport.receiver(me)?);
     let router = Router {
         picker: Picker::new(&plan, me as u32),
+        ids: plan.request_ids(),
         sender: transport.sender(me)?,
         plan: Arc::new(plan),
         pools,
@@ -263,7 +267,7 @@ impl Router {
     ) -> Result<(), (OwnedSlot, String)> {
         let (to, next) = match hop {
             // The gateway thread that holds the client waits on its own queue.
-            Hop::Gateway => (self.plan.gateway_of(request), Descriptor::GATEWAY),
+            Hop::Gateway => (self.ids.gateway_of(request), Descriptor::GATEWAY),
             // Instances of the next function as the request's own domain sees them.
             Hop::Function { function, .. } => match self.picker.pick(function, slot.pool()) {
                 Some(p) => (p, function),

@@ -77,6 +77,38 @@ pub struct Domain {
     pub functions: Vec<u8>,
 }
 
+/// How gateway threads number their requests: thread `g` of `n` numbers its `k`-th request
+/// `g + n * (1 + k mod (u32::MAX / n - 1))`, so the request id alone names the thread that
+/// holds the client's connection, and an answer goes straight back to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestIds {
+    gateways: u32,
+    /// Ids per gateway before they wrap.
+    per: u32,
+}
+
+impl RequestIds {
+    /// The numbering of `gateways` threads (at least 1).
+    pub fn new(gateways: u16) -> Self {
+        let gateways = u32::from(gateways.max(1));
+        Self {
+            gateways,
+            per: u32::MAX / gateways - 1,
+        }
+    }
+
+    /// The gateway party waiting for the answer to `request`.
+    pub fn gateway_of(self, request: u32) -> PartyId {
+        (request % self.gateways) as PartyId
+    }
+
+    /// The `k`-th request id of gateway party `gateway` (`k` may wrap: ids stay in the
+    /// gateway's residue class, and are never 0).
+    pub fn id(self, gateway: PartyId, k: u32) -> u32 {
+        u32::from(gateway) + self.gateways * (1 + k % self.per)
+    }
+}
+
 /// Where a request goes after a function finished with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hop {
@@ -109,20 +141,20 @@ impl Plan {
             .count() as u16
     }
 
-    /// The gateway party that sent request `request` into the chain and waits for its
-    /// answer: gateway thread `g` of `n` numbers its requests `g + n * k`, so an answer
-    /// goes straight back to the thread that holds the client's connection. See
-    /// [`request_id`](Plan::request_id).
-    pub fn gateway_of(&self, request: u32) -> PartyId {
-        (request % u32::from(self.gateways())) as PartyId
+    /// How this chain's gateway threads number requests (computed once; for the request
+    /// path).
+    pub fn request_ids(&self) -> RequestIds {
+        RequestIds::new(self.gateways())
     }
 
-    /// The `k`-th request id of gateway party `gateway` (`k` may wrap: ids stay in the
-    /// gateway's residue class, and are never 0).
+    /// The gateway party waiting for the answer to `request`; see [`RequestIds`].
+    pub fn gateway_of(&self, request: u32) -> PartyId {
+        self.request_ids().gateway_of(request)
+    }
+
+    /// The `k`-th request id of gateway party `gateway`; see [`RequestIds`].
     pub fn request_id(&self, gateway: PartyId, k: u32) -> u32 {
-        let n = u32::from(self.gateways());
-        let per = u32::MAX / n - 1;
-        u32::from(gateway) + n * (1 + k % per)
+        self.request_ids().id(gateway, k)
     }
 
     /// The allowed edges: along every route's sequence (gateway -> head -> ... -> gateway),

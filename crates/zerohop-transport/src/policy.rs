@@ -107,33 +107,30 @@ impl Policy {
     /// Position of `from` among [`senders`](Policy::senders)`(to)`, without building the
     /// list; `None` when the edge is not allowed.
     pub fn sender_index(&self, from: PartyId, to: PartyId) -> Option<usize> {
-        let f = self.function_of(from)?;
-        let t = self.function_of(to)?;
-        if !self.allows(f, t) {
-            return None;
-        }
-        Some(
-            self.fn_senders[t as usize]
-                .iter()
-                .map(|&g| self.by_function[g as usize].partition_point(|&p| p < from))
-                .sum(),
-        )
+        let t = self.edge(from, to)?.1;
+        Some(self.rank(&self.fn_senders[t as usize], from))
     }
 
     /// Position of `to` among [`targets`](Policy::targets)`(from)`, without building the
     /// list; `None` when the edge is not allowed.
     pub fn target_index(&self, from: PartyId, to: PartyId) -> Option<usize> {
-        let f = self.function_of(from)?;
-        let t = self.function_of(to)?;
-        if !self.allows(f, t) {
-            return None;
-        }
-        Some(
-            self.fn_targets[f as usize]
-                .iter()
-                .map(|&g| self.by_function[g as usize].partition_point(|&p| p < to))
-                .sum(),
-        )
+        let f = self.edge(from, to)?.0;
+        Some(self.rank(&self.fn_targets[f as usize], to))
+    }
+
+    /// The functions of `from` and `to` when `from` may send to `to`.
+    fn edge(&self, from: PartyId, to: PartyId) -> Option<(u8, u8)> {
+        let e = (self.function_of(from)?, self.function_of(to)?);
+        self.edges.contains(&e).then_some(e)
+    }
+
+    /// How many parties running any of `functions` come before `party`: its position in
+    /// [`parties_running`](Policy::parties_running)`(functions)`.
+    fn rank(&self, functions: &[u8], party: PartyId) -> usize {
+        functions
+            .iter()
+            .map(|&g| self.by_function[g as usize].partition_point(|&p| p < party))
+            .sum()
     }
 
     /// Number of parties.
