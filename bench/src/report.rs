@@ -86,6 +86,10 @@ pub struct Run {
     /// `cores` experiment: CPU seconds of each gateway thread (by thread name).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub threads_cpu_s: BTreeMap<String, f64>,
+    /// Open loop: the p99 of each repeated run of this point, in the order run; this run
+    /// is the one with the median p99.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub p99_repeats_us: Vec<f64>,
 }
 
 /// CPU of a system with everything up and no traffic.
@@ -255,8 +259,10 @@ impl Results {
                 1.5,
                 false,
                 format!(
-                    "{:.0} us / {:.0} us (the same rate, a fraction of the monolith's peak)",
-                    r.result.latency.p99_us, m.result.latency.p99_us
+                    "{:.0} us / {:.0} us (the same rate, a fraction of the monolith's peak){}",
+                    r.result.latency.p99_us,
+                    m.result.latency.p99_us,
+                    repeats(r, m)
                 ),
             );
         }
@@ -600,4 +606,25 @@ impl Results {
         }
         let _ = writeln!(s);
     }
+}
+
+/// `; median of N runs each (p99s ring a/b/c us, monolith d/e/f us)` where the open-loop
+/// point was repeated, else nothing.
+fn repeats(ring: &Run, monolith: &Run) -> String {
+    if ring.p99_repeats_us.is_empty() && monolith.p99_repeats_us.is_empty() {
+        return String::new();
+    }
+    let list = |r: &Run| {
+        r.p99_repeats_us
+            .iter()
+            .map(|p| format!("{p:.0}"))
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    format!(
+        "; median of {} runs (p99 of each: ring {} us, monolith {} us)",
+        ring.p99_repeats_us.len().max(monolith.p99_repeats_us.len()),
+        list(ring),
+        list(monolith)
+    )
 }
