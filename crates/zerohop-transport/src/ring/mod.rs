@@ -34,6 +34,14 @@
 //! re-check or the sender sees `sleeping` and wakes it; a tail that moved after the receiver
 //! read it makes `futex_waitv` return at once.
 //!
+//! Each side keeps the other side's index as it last read it: the sender re-reads a queue's
+//! head only when the queue looks full by its copy, the receiver re-reads a tail only when
+//! the entries its copy promised are taken (and always, fresh, before it sleeps). A busy hop
+//! then reads the other side's line once per burst, not once per entry. A copy is never
+//! ahead of the real index (heads and tails only move on), so it never promises room or
+//! entries that are not there; a hostile party that moves its own index back garbles only
+//! its own queue, whose descriptors are validated anyway.
+//!
 //! Everything read from another party's memory is input: a tail more than `capacity` ahead
 //! of the head makes the receiver skip that queue's entries, a head that is not behind the
 //! tail makes the sender report the queue full; descriptors are validated by the
@@ -78,21 +86,40 @@ impl<'a> Spsc<'a> {
 
     /// Producer: appends `d`; false when full. Only one thread may push at a time.
     pub fn push(&self, d: Descriptor) -> bool {
+        let mut head = self.head_acquire();
+        self.push_cached(d, &mut head)
+    }
+
+    /// Producer: [`Spsc::push`] with the consumer's head as last read kept in `head` (start
+    /// it from [`Spsc::head_acquire`]): the consumer's line is read again only when the
+    /// queue looks full by it. A head read earlier is never ahead of the real one (heads
+    /// only move on), so the room it shows is there.
+    pub fn push_cached(&self, d: Descriptor, head: &mut u32) -> bool {
         let tail = self.tail.load(Ordering::Relaxed);
-        // SYNC POINT: Acquire pairs with the Release store of `head` in `pop`: the consumer
-        // has finished reading the entries we are about to overwrite.
-        let head = self.head.load(Ordering::Acquire);
-        if tail.wrapping_sub(head) >= self.capacity() {
-            return false;
+        if tail.wrapping_sub(*head) >= self.capacity() {
+            // SYNC POINT: Acquire pairs with the Release store of `head` in `advance`: the
+            // consumer has finished reading the entries we are about to overwrite (a cached
+            // value came from such a load too).
+            *head = self.head.load(Ordering::Acquire);
+            if tail.wrapping_sub(*head) >= self.capacity() {
+                return false;
+            }
         }
         let i = (tail & (self.capacity() - 1)) as usize * 2;
         let [a, b] = d.to_words();
         self.entries[i].store(a, Ordering::Relaxed);
         self.entries[i + 1].store(b, Ordering::Relaxed);
-        // SYNC POINT: Release pairs with the Acquire load of `tail` in `pop`: the entry words
-        // (and the slot bytes written before the send) are visible to the consumer.
+        // SYNC POINT: Release pairs with the Acquire load of `tail` in `peek_cached`: the
+        // entry words (and the slot bytes written before the send) are visible to the
+        // consumer.
         self.tail.store(tail.wrapping_add(1), Ordering::Release);
         true
+    }
+
+    /// Producer: the consumer's head now, as a start for [`Spsc::push_cached`].
+    pub fn head_acquire(&self) -> u32 {
+        // SYNC POINT: Acquire pairs with the Release store of `head` in `advance`.
+        self.head.load(Ordering::Acquire)
     }
 
     /// Consumer: removes the oldest entry. Only one thread may pop at a time.
@@ -112,18 +139,30 @@ impl<'a> Spsc<'a> {
 
     /// Consumer: the oldest entry, left in the queue. Only one thread may consume.
     pub fn peek(&self) -> Option<Descriptor> {
+        let mut tail = self.head.load(Ordering::Relaxed);
+        self.peek_cached(&mut tail)
+    }
+
+    /// Consumer: [`Spsc::peek`] with the producer's tail as last read kept in `tail`: the
+    /// producer's line is read again only when the entries known by it are used up, so a
+    /// burst costs one read of it. Any start value works (one equal to the head reads it).
+    pub fn peek_cached(&self, tail: &mut u32) -> Option<Descriptor> {
         let head = self.head.load(Ordering::Relaxed);
-        // SYNC POINT: Acquire pairs with the Release store of `tail` in `push`.
-        let tail = self.tail.load(Ordering::Acquire);
         let queued = tail.wrapping_sub(head);
-        if queued == 0 {
-            return None;
-        }
-        if queued > self.capacity() {
-            // Indices corrupted (a party scribbled on the region): drop what is there rather
-            // than read garbage forever.
-            self.head.store(tail, Ordering::Release);
-            return None;
+        if queued == 0 || queued > self.capacity() {
+            // SYNC POINT: Acquire pairs with the Release store of `tail` in `push_cached`
+            // (entries below a cached value were published before the load that read it).
+            *tail = self.tail.load(Ordering::Acquire);
+            let queued = tail.wrapping_sub(head);
+            if queued == 0 {
+                return None;
+            }
+            if queued > self.capacity() {
+                // Indices corrupted (a party scribbled on the region): drop what is there
+                // rather than read garbage forever.
+                self.head.store(*tail, Ordering::Release);
+                return None;
+            }
         }
         let i = (head & (self.capacity() - 1)) as usize * 2;
         Some(Descriptor::from_words([
@@ -202,6 +241,43 @@ mod loom_tests {
             while got.len() < 3 {
                 match s.pop() {
                     Some(d) => got.push(d),
+                    None => loom::thread::yield_now(),
+                }
+            }
+            producer.join().unwrap();
+            assert_eq!(got, vec![desc(1), desc(2), desc(3)]);
+            assert!(s.is_empty());
+        });
+    }
+
+    /// The same with the cached indices the ring's sender and receiver use.
+    #[test]
+    fn spsc_with_cached_indices_delivers_in_order_without_tearing() {
+        loom::model(|| {
+            let q = Arc::new(Q {
+                head: AtomicU32::new(0),
+                tail: AtomicU32::new(0),
+                entries: (0..4).map(|_| AtomicU64::new(0)).collect(),
+            });
+            let p = q.clone();
+            let producer = loom::thread::spawn(move || {
+                let s = Spsc::new(&p.head, &p.tail, &p.entries);
+                let mut head = s.head_acquire();
+                for n in 1..=3 {
+                    while !s.push_cached(desc(n), &mut head) {
+                        loom::thread::yield_now();
+                    }
+                }
+            });
+            let s = Spsc::new(&q.head, &q.tail, &q.entries);
+            let mut tail = 0;
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                match s.peek_cached(&mut tail) {
+                    Some(d) => {
+                        s.advance();
+                        got.push(d);
+                    }
                     None => loom::thread::yield_now(),
                 }
             }

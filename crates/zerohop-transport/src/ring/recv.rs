@@ -28,6 +28,8 @@ pub struct RingReceiver {
     next_lane: usize,
     /// The lane whose queue holds the descriptor the last `peek` returned.
     peeked: Option<usize>,
+    /// Per lane, the sender's tail as last read ([`Spsc::peek_cached`]).
+    tails: Vec<u32>,
     /// Spin budget before sleeping: the configured one, or zero when this thread may run on
     /// one CPU only. Spinning then only keeps the sender (which needs that very CPU) from
     /// running, so the receiver sleeps at once.
@@ -130,6 +132,7 @@ impl RingReceiver {
         Self {
             shared,
             me,
+            tails: vec![0; lanes.len()],
             lanes,
             next_lane: 0,
             peeked: None,
@@ -153,7 +156,10 @@ impl RingReceiver {
         let first = self.peeked.unwrap_or(self.next_lane);
         for k in 0..n {
             let i = (first + k) % n;
-            if let Some(desc) = self.queue(i).peek() {
+            let mut tail = self.tails[i];
+            let found = self.queue(i).peek_cached(&mut tail);
+            self.tails[i] = tail;
+            if let Some(desc) = found {
                 self.peeked = Some(i);
                 return Some(Raw {
                     from: self.lanes[i].from,

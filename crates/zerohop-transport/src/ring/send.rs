@@ -23,23 +23,35 @@ pub struct RingSender {
     me: PartyId,
     /// Per receiver party: the lane, `None` when the policy does not allow the edge.
     lanes: Vec<Option<Lane>>,
-    /// The queues are single-producer: threads of this party take turns per receiver. The
-    /// lock holds our tail just after our last wake-up of that receiver, if any.
-    locks: Vec<Mutex<Option<u32>>>,
+    /// The queues are single-producer: threads of this party take turns per receiver.
+    locks: Vec<Mutex<LaneState>>,
+}
+
+/// What a sender keeps per receiver, under its lock.
+#[derive(Default)]
+struct LaneState {
+    /// Our tail just after our last wake-up of that receiver, if any.
+    woke: Option<u32>,
+    /// The receiver's head as last read ([`super::Spsc::push_cached`]).
+    head: u32,
 }
 
 impl RingSender {
     pub(crate) fn new(shared: Arc<RingShared>, me: PartyId) -> Self {
         let parties = shared.policy.parties();
         let mut lanes = vec![None; parties as usize];
+        let mut locks: Vec<Mutex<LaneState>> = (0..parties).map(|_| Mutex::default()).collect();
         for (out, to) in shared.policy.targets(me).into_iter().enumerate() {
             let in_ = shared
                 .policy
                 .sender_index(me, to)
                 .expect("an edge is in both lists");
             lanes[to as usize] = Some(Lane { out, in_ });
+            let head = shared.queue(me, out, to, in_).head_acquire();
+            *locks[to as usize]
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner()) = LaneState { woke: None, head };
         }
-        let locks = (0..parties).map(|_| Mutex::new(None)).collect();
         Self {
             shared,
             me,
@@ -64,11 +76,12 @@ impl RingSender {
         wait: Duration,
     ) -> Result<(), SendError> {
         let q = self.shared.queue(self.me, lane.out, to, lane.in_);
-        let mut woke = self.locks[to as usize]
+        let mut state = self.locks[to as usize]
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let LaneState { woke, head } = &mut *state;
         {
-            if !q.push(desc) {
+            if !q.push_cached(desc, head) {
                 if wait.is_zero() {
                     return Err(SendError::Full(to));
                 }
@@ -79,7 +92,7 @@ impl RingSender {
                 loop {
                     self.wake(lane);
                     std::thread::sleep(pause);
-                    if q.push(desc) {
+                    if q.push_cached(desc, head) {
                         break;
                     }
                     if Instant::now() > deadline {
