@@ -150,16 +150,24 @@ fuzz_target!(|data: &[u8]| {
     }
 
     let picker = Picker::new(&plan, 0);
+    let policy = plan.policy();
     for f in 0..nf.min(256) {
         let f = f as u8;
-        let parties = plan.parties_of(f);
+        // The gateway picks among the instances it may reach (none when the policy failed).
+        let reachable = policy
+            .as_ref()
+            .map_or_else(|_| Vec::new(), |p| p.targets_running(0, f));
+        assert!(reachable.iter().all(|p| plan.parties_of(f).contains(p)));
         match picker.pick(f, pool()) {
-            Some(p) => assert!(parties.contains(&p), "picked party {p} does not run {f}"),
-            None => assert!(parties.is_empty(), "function {f} has instances {parties:?}"),
+            Some(p) => assert!(reachable.contains(&p), "picked party {p} it cannot reach"),
+            None => assert!(
+                reachable.is_empty(),
+                "function {f} has {reachable:?} to pick"
+            ),
         }
     }
 
-    let policy = match plan.policy() {
+    let policy = match policy {
         Ok(p) => p,
         Err(PolicyError::TooManyFunctions(_)) => {
             assert!(plan
@@ -185,19 +193,34 @@ fuzz_target!(|data: &[u8]| {
         assert!(targets.windows(2).all(|w| w[0] < w[1]));
         assert!(senders.windows(2).all(|w| w[0] < w[1]));
         for q in 0..n.min(64) {
-            let edge = edge_set.contains(&(function_of(p), function_of(q)));
+            let (f, g) = (function_of(p), function_of(q));
+            let edge = edge_set.contains(&(f, g));
             let (p16, q16) = (p as u16, q as u16);
-            assert_eq!(
-                targets.contains(&q16),
-                edge,
-                "targets({p}) and the edges on {q}"
-            );
+            let allowed = policy.allows_parties(p16, q16);
+            // Instance edges lie on function edges; the gateway's hops are never capped.
+            assert!(!allowed || edge, "{p}->{q} without a function edge");
+            if edge && (f == GATEWAY_FN || g == GATEWAY_FN) {
+                assert!(allowed, "gateway hop {p}->{q} capped");
+            }
+            assert_eq!(targets.contains(&q16), allowed, "targets({p}) and {q}");
             assert_eq!(
                 policy.senders(q16).contains(&p16),
-                edge,
-                "senders({q}) and the edges on {p}"
+                allowed,
+                "senders({q}) and {p}"
             );
-            assert_eq!(policy.allows_parties(p16, q16), edge);
+            assert_eq!(
+                policy.target_index(p16, q16),
+                targets.iter().position(|&x| x == q16)
+            );
+        }
+        // Every instance is reached from every function with an edge into it.
+        for &(f, g) in &edge_set {
+            if g == function_of(p) && !plan.parties_of(f).is_empty() && p != 0 {
+                assert!(
+                    senders.iter().any(|&s| function_of(s as usize) == f),
+                    "party {p} has no sender running {f}"
+                );
+            }
         }
     }
     assert!(policy.targets(n as u16).is_empty() && policy.senders(n as u16).is_empty());

@@ -176,7 +176,7 @@ impl Gateway {
             router: Router::new(&plan),
             party,
             ids: plan.request_ids(),
-            picker: Picker::new(&plan, u32::from(party)),
+            picker: Picker::new(&plan, party),
             answerers: (0..plan.routes.len())
                 .map(|r| plan.answerers(r as u16))
                 .collect(),

@@ -106,7 +106,7 @@ pub fn start() -> Result<Instance, StartError> {
     let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
     let endpoint = Endpoint::new(pools.clone(), policy, me, transport.receiver(me)?);
     let router = Router {
-        picker: Picker::new(&plan, me as u32),
+        picker: Picker::new(&plan, me),
         ids: plan.request_ids(),
         sender: transport.sender(me)?,
         plan: Arc::new(plan),

@@ -17,13 +17,20 @@ pub struct Picker {
 }
 
 impl Picker {
-    /// A picker for `plan` whose cursors start at `start` (parties start apart, so their
-    /// first requests spread).
-    pub fn new(plan: &Plan, start: u32) -> Self {
+    /// The picker of party `me` of `plan`: per function, the instances `me` may send to
+    /// ([`Policy::targets_running`](crate::Policy::targets_running)); its cursors start at
+    /// `me`, so parties' first requests spread.
+    pub fn new(plan: &Plan, me: PartyId) -> Self {
         let n = plan.functions.len();
+        let policy = plan.policy().ok();
         Self {
-            parties: (0..n).map(|f| plan.parties_of(f as u8)).collect(),
-            cursors: (0..n).map(|_| AtomicU32::new(start)).collect(),
+            parties: (0..n)
+                .map(|f| match &policy {
+                    Some(p) => p.targets_running(me, f as u8),
+                    None => Vec::new(),
+                })
+                .collect(),
+            cursors: (0..n).map(|_| AtomicU32::new(u32::from(me))).collect(),
         }
     }
 

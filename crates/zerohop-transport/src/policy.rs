@@ -9,6 +9,18 @@ use crate::PartyId;
 /// The gateway's function index in edges (same value as [`Descriptor::GATEWAY`]).
 pub const GATEWAY_FN: u8 = Descriptor::GATEWAY;
 
+/// Instances of the next function each instance may send to, at least. With many
+/// instances on both sides of a hop a full mesh would give every instance a queue to and
+/// from each instance of the neighbouring functions: memory, start time and the receiver's
+/// scan would all grow with the square of the instances.
+pub const FAN_OUT: usize = 8;
+
+/// How many of `b` instances each of `a` senders may send to: [`FAN_OUT`], or more where
+/// there are too few senders to reach every receiver, never more than `b`.
+pub fn fan_out(a: usize, b: usize) -> usize {
+    FAN_OUT.max(b.div_ceil(a.max(1))).min(b)
+}
+
 /// Errors building a policy.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PolicyError {
@@ -69,16 +81,6 @@ impl Policy {
         })
     }
 
-    /// The parties running any of `functions`, ascending.
-    fn parties_running(&self, functions: &[u8]) -> Vec<PartyId> {
-        let mut out: Vec<PartyId> = functions
-            .iter()
-            .flat_map(|&f| self.by_function[f as usize].iter().copied())
-            .collect();
-        out.sort_unstable();
-        out
-    }
-
     /// Two parties, the gateway and one function (index 0), each allowed to send to the
     /// other: the smallest chain, for benchmarks and tests of the transports alone.
     pub fn pair() -> Self {
@@ -89,48 +91,105 @@ impl Policy {
     /// Parties `party` may send to, ascending (empty for an unknown party). Computed on
     /// each call: for setting up, not for the request path.
     pub fn targets(&self, party: PartyId) -> Vec<PartyId> {
-        match self.function_of(party) {
-            Some(f) => self.parties_running(&self.fn_targets[f as usize]),
-            None => Vec::new(),
-        }
+        let Some(f) = self.function_of(party) else {
+            return Vec::new();
+        };
+        let mut out: Vec<PartyId> = self.fn_targets[f as usize]
+            .iter()
+            .flat_map(|&g| self.targets_running(party, g))
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Parties that may send to `party`, ascending (empty for an unknown party). Computed on
     /// each call, like [`targets`](Policy::targets).
     pub fn senders(&self, party: PartyId) -> Vec<PartyId> {
-        match self.function_of(party) {
-            Some(f) => self.parties_running(&self.fn_senders[f as usize]),
-            None => Vec::new(),
+        let Some(g) = self.function_of(party) else {
+            return Vec::new();
+        };
+        let mut out: Vec<PartyId> = self.fn_senders[g as usize]
+            .iter()
+            .flat_map(|&f| self.senders_running(party, f))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The parties running function `g` that `party` may send to, ascending: all of them
+    /// where the gateway is either end, else the block of [`fan_out`] instances its
+    /// position gives it (see [`Policy::allows_parties`]).
+    pub fn targets_running(&self, party: PartyId, g: u8) -> Vec<PartyId> {
+        let Some(f) = self.function_of(party) else {
+            return Vec::new();
+        };
+        if !self.allows(f, g) {
+            return Vec::new();
+        }
+        let to = &self.by_function[g as usize];
+        match self.capped(f, g) {
+            None => to.clone(),
+            Some(k) => {
+                let Ok(i) = self.by_function[f as usize].binary_search(&party) else {
+                    return Vec::new();
+                };
+                let mut out: Vec<PartyId> = (0..k).map(|j| to[(i * k + j) % to.len()]).collect();
+                out.sort_unstable();
+                out
+            }
         }
     }
 
-    /// Position of `from` among [`senders`](Policy::senders)`(to)`, without building the
-    /// list; `None` when the edge is not allowed.
+    /// The parties running function `f` that may send to `party`, ascending.
+    fn senders_running(&self, party: PartyId, f: u8) -> Vec<PartyId> {
+        let Some(g) = self.function_of(party) else {
+            return Vec::new();
+        };
+        if !self.allows(f, g) {
+            return Vec::new();
+        }
+        let from = &self.by_function[f as usize];
+        match self.capped(f, g) {
+            None => from.clone(),
+            Some(_) => from
+                .iter()
+                .copied()
+                .filter(|&s| self.allows_parties(s, party))
+                .collect(),
+        }
+    }
+
+    /// Instances per sender on the function edge `f -> g` when it is capped (neither end is
+    /// the gateway, and `g` has more instances than [`fan_out`] gives each sender); `None`
+    /// when every instance of `f` may send to every instance of `g`.
+    fn capped(&self, f: u8, g: u8) -> Option<usize> {
+        if f == GATEWAY_FN || g == GATEWAY_FN {
+            return None;
+        }
+        let (a, b) = (
+            self.by_function[f as usize].len(),
+            self.by_function[g as usize].len(),
+        );
+        let k = fan_out(a, b);
+        (k < b).then_some(k)
+    }
+
+    /// Position of `from` among [`senders`](Policy::senders)`(to)`; `None` when the edge is
+    /// not allowed. Builds that list: for setting up.
     pub fn sender_index(&self, from: PartyId, to: PartyId) -> Option<usize> {
-        let t = self.edge(from, to)?.1;
-        Some(self.rank(&self.fn_senders[t as usize], from))
+        if !self.allows_parties(from, to) {
+            return None;
+        }
+        self.senders(to).binary_search(&from).ok()
     }
 
-    /// Position of `to` among [`targets`](Policy::targets)`(from)`, without building the
-    /// list; `None` when the edge is not allowed.
+    /// Position of `to` among [`targets`](Policy::targets)`(from)`; `None` when the edge is
+    /// not allowed. Builds that list: for setting up.
     pub fn target_index(&self, from: PartyId, to: PartyId) -> Option<usize> {
-        let f = self.edge(from, to)?.0;
-        Some(self.rank(&self.fn_targets[f as usize], to))
-    }
-
-    /// The functions of `from` and `to` when `from` may send to `to`.
-    fn edge(&self, from: PartyId, to: PartyId) -> Option<(u8, u8)> {
-        let e = (self.function_of(from)?, self.function_of(to)?);
-        self.edges.contains(&e).then_some(e)
-    }
-
-    /// How many parties running any of `functions` come before `party`: its position in
-    /// [`parties_running`](Policy::parties_running)`(functions)`.
-    fn rank(&self, functions: &[u8], party: PartyId) -> usize {
-        functions
-            .iter()
-            .map(|&g| self.by_function[g as usize].partition_point(|&p| p < party))
-            .sum()
+        if !self.allows_parties(from, to) {
+            return None;
+        }
+        self.targets(from).binary_search(&to).ok()
     }
 
     /// Number of parties.
@@ -157,10 +216,25 @@ impl Policy {
         self.edges.contains(&(from, to))
     }
 
-    /// Whether party `from` may send to party `to`.
+    /// Whether party `from` may send to party `to`: their functions are an allowed edge
+    /// and, where that edge is capped, `to` is in `from`'s block. With `a` instances of `f`
+    /// and `b` of `g` (each in ascending party order) and `k = fan_out(a, b)`, instance `i`
+    /// of `f` sends to instances `(i*k + j) mod b` of `g` for `j` in `0..k`: consecutive
+    /// blocks that wrap around, so every instance of `g` has about `a*k/b` senders and at
+    /// least one. A hop from or to the gateway is never capped.
     pub fn allows_parties(&self, from: PartyId, to: PartyId) -> bool {
-        match (self.function_of(from), self.function_of(to)) {
-            (Some(f), Some(t)) => self.allows(f, t),
+        let (Some(f), Some(g)) = (self.function_of(from), self.function_of(to)) else {
+            return false;
+        };
+        if !self.allows(f, g) {
+            return false;
+        }
+        let Some(k) = self.capped(f, g) else {
+            return true;
+        };
+        let (a, b) = (&self.by_function[f as usize], &self.by_function[g as usize]);
+        match (a.binary_search(&from), b.binary_search(&to)) {
+            (Ok(i), Ok(j)) => (j + b.len() - (i * k) % b.len()) % b.len() < k,
             _ => false,
         }
     }
@@ -209,6 +283,65 @@ mod tests {
                     f.iter().position(|&x| x == s),
                     "{s}->{r}"
                 );
+            }
+        }
+    }
+
+    /// Many instances on both sides of a hop: each sender reaches `fan_out` of the next
+    /// function's instances, every receiver is reached, the load spreads evenly, and the
+    /// lists, indices and `allows_parties` agree; the gateway's hops stay a full mesh.
+    #[test]
+    fn capped_fan_out() {
+        for (a, b) in [
+            (20usize, 30usize),
+            (63, 63),
+            (1, 40),
+            (3, 100),
+            (40, 5),
+            (9, 9),
+        ] {
+            // gateway, a instances of fn 0, b of fn 1; route gateway -> 0 -> 1 -> gateway.
+            let mut pf = vec![GATEWAY_FN];
+            pf.extend(std::iter::repeat_n(0u8, a));
+            pf.extend(std::iter::repeat_n(1u8, b));
+            let p = Policy::new(pf, [(GATEWAY_FN, 0), (0, 1), (1, GATEWAY_FN)]).unwrap();
+            let first: Vec<PartyId> = (1..=a as PartyId).collect();
+            let second: Vec<PartyId> = (a as PartyId + 1..=(a + b) as PartyId).collect();
+            let k = fan_out(a, b);
+            assert!(k == b || k >= FAN_OUT.min(b), "{a}x{b}: k {k}");
+            assert_eq!(
+                p.targets(0),
+                first,
+                "the gateway reaches every head instance"
+            );
+            for &s in &first {
+                let t = p.targets(s);
+                assert_eq!(t.len(), k, "{a}x{b}: instance {s} targets {t:?}");
+                assert!(t.iter().all(|x| second.contains(x)));
+                assert_eq!(p.senders(s), [0], "{a}x{b}");
+            }
+            let mut fan_in = Vec::new();
+            for &r in &second {
+                let from = p.senders(r);
+                assert!(!from.is_empty(), "{a}x{b}: instance {r} has no sender");
+                fan_in.push(from.len());
+                assert_eq!(p.targets(r), [0], "every instance answers the gateway");
+            }
+            let (lo, hi) = (fan_in.iter().min().unwrap(), fan_in.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{a}x{b}: fan-in {lo}..{hi}");
+            let parties = (a + b + 2) as PartyId;
+            for s in 0..parties {
+                let t = p.targets(s);
+                for r in 0..parties {
+                    let allowed = p.allows_parties(s, r);
+                    assert_eq!(allowed, t.contains(&r), "{a}x{b}: {s}->{r}");
+                    assert_eq!(allowed, p.senders(r).contains(&s), "{a}x{b}: {s}->{r}");
+                    assert_eq!(p.target_index(s, r), t.iter().position(|&x| x == r));
+                    assert_eq!(
+                        p.sender_index(s, r),
+                        p.senders(r).iter().position(|&x| x == s)
+                    );
+                }
             }
         }
     }
