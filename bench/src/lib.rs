@@ -23,6 +23,20 @@ pub mod procstat;
 pub mod report;
 pub mod systems;
 
+use anyhow::Context;
+
+/// The folder of the built binaries: `given`, else the folder of the running executable.
+pub fn bin_dir(given: Option<&std::path::Path>) -> anyhow::Result<std::path::PathBuf> {
+    match given {
+        Some(d) => Ok(d.to_path_buf()),
+        None => Ok(std::env::current_exe()
+            .context("current_exe")?
+            .parent()
+            .context("binary folder")?
+            .to_path_buf()),
+    }
+}
+
 /// One function of a benchmark chain; every system implements exactly these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

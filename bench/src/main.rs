@@ -187,14 +187,7 @@ fn main() -> std::process::ExitCode {
 /// Runs the matrix; `Ok(false)` when a system gave wrong answers or could not run.
 fn run(args: &Args) -> Result<bool> {
     let matrix = Matrix::new(args);
-    let bin_dir = match &args.bin_dir {
-        Some(d) => d.clone(),
-        None => std::env::current_exe()
-            .context("current_exe")?
-            .parent()
-            .context("binary folder")?
-            .to_path_buf(),
-    };
+    let bin_dir = zerohop_bench::bin_dir(args.bin_dir.as_deref())?;
     for b in [
         "zerohop",
         "upper",

@@ -11,7 +11,8 @@ use crate::Component;
 /// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on Linux).
 pub const TICKS_PER_SECOND: f64 = 100.0;
 
-pub use zerohop_test_support::cpu_ticks;
+use zerohop_test_support::stat_cpu_ticks;
+pub use zerohop_test_support::{cpu_ticks, stat_field};
 
 /// Resident memory of `pid`: `(VmRSS, RssShmem)` in KiB.
 pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
@@ -91,20 +92,6 @@ pub fn online_cpus() -> usize {
     usize::try_from(n).unwrap_or(1).max(1)
 }
 
-/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat; `n` >= 3.
-pub fn stat_field(pid: u32, n: usize) -> Option<String> {
-    stat_field_at(&format!("/proc/{pid}/stat"), n)
-}
-
-/// Field `n` (1-based, as in proc(5), `n` >= 3) of a stat file: a process's or a thread's
-/// (`/proc/PID/task/TID/stat`).
-fn stat_field_at(path: &str, n: usize) -> Option<String> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    // The command (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(n - 3).map(str::to_owned)
-}
-
 /// A pid plus its start time (field 22 of /proc/PID/stat), so a recycled pid is never
 /// mistaken for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,9 +134,7 @@ pub fn gateway_thread_ticks(pid: u32) -> BTreeMap<String, u64> {
                 _ => continue,
             }
         };
-        let stat = t.path().join("stat");
-        let field = |n| stat_field_at(stat.to_str()?, n)?.parse::<u64>().ok();
-        out.insert(name, field(14).unwrap_or(0) + field(15).unwrap_or(0));
+        out.insert(name, stat_cpu_ticks(t.path().join("stat")).unwrap_or(0));
     }
     out
 }

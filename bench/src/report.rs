@@ -207,22 +207,21 @@ impl Results {
             })
         };
         if let (Some(r), Some(m)) = (ring, mono) {
+            let (v, note) = rps_ratio(r, m);
             bound(
                 format!("ring RPS / monolith RPS (hello, c={c})"),
-                r.result.rps / m.result.rps.max(1e-9),
+                v,
                 0.9,
                 true,
-                format!("{:.0} / {:.0} requests/s", r.result.rps, m.result.rps),
+                note,
             );
+            let (v, note) = cpu_ratio(r, m);
             bound(
                 format!("ring CPU per request / monolith CPU per request (hello, c={c})"),
-                r.sut_cpu_ms_per_1k / m.sut_cpu_ms_per_1k.max(1e-9),
+                v,
                 1.15,
                 false,
-                format!(
-                    "{:.1} / {:.1} CPU ms per 1,000 requests, load generator excluded",
-                    r.sut_cpu_ms_per_1k, m.sut_cpu_ms_per_1k
-                ),
+                note,
             );
         }
         if let (Some(r), Some(m)) = (
@@ -272,12 +271,13 @@ impl Results {
             })
         };
         if let (Some(one), Some(eight)) = (chain(1), chain(8)) {
+            let (v, note) = rps_ratio(eight, one);
             bound(
                 "ring chain of 8 pass-through functions RPS / chain of 1 RPS".into(),
-                eight.result.rps / one.result.rps.max(1e-9),
+                v,
                 0.6,
                 true,
-                format!("{:.0} / {:.0} requests/s", eight.result.rps, one.result.rps),
+                note,
             );
         }
         let big = |sys: &str| {
@@ -286,34 +286,34 @@ impl Results {
                 .find(|r| r.system == sys && r.experiment == "body" && r.body == "1MiB")
         };
         if let (Some(r), Some(m)) = (big("zerohop-ring"), big("monolith")) {
+            let (v, note) = rps_ratio(r, m);
             bound(
                 format!(
                     "ring RPS / monolith RPS (1 MiB bodies, c={})",
                     r.concurrency
                 ),
-                r.result.rps / m.result.rps.max(1e-9),
+                v,
                 0.9,
                 true,
-                format!("{:.0} / {:.0} requests/s", r.result.rps, m.result.rps),
+                note,
             );
         }
         if let (Some(r), Some(h)) = (ring, http) {
+            let (v, note) = rps_ratio(r, h);
             bound(
                 format!("ring RPS / HTTP chain RPS (hello, c={c})"),
-                r.result.rps / h.result.rps.max(1e-9),
+                v,
                 3.0,
                 true,
-                format!("{:.0} / {:.0} requests/s", r.result.rps, h.result.rps),
+                note,
             );
+            let (v, note) = cpu_ratio(r, h);
             bound(
                 format!("ring CPU per request / HTTP chain CPU per request (hello, c={c})"),
-                r.sut_cpu_ms_per_1k / h.sut_cpu_ms_per_1k.max(1e-9),
+                v,
                 1.0 / 3.0,
                 false,
-                format!(
-                    "{:.1} / {:.1} CPU ms per 1,000 requests, load generator excluded",
-                    r.sut_cpu_ms_per_1k, h.sut_cpu_ms_per_1k
-                ),
+                note,
             );
         }
         let floor = |n: &str| self.floors.iter().find(|f| f.name == n);
@@ -345,18 +345,17 @@ impl Results {
         ) {
             let n = many.gateway_threads.unwrap_or(1);
             let shared = self.cores_pinning.contains("shares");
+            let (v, note) = rps_ratio(many, one);
             bound(
                 format!(
                     "ring RPS with {n} gateway threads / 1 thread, on {n} cores (hello, c={})",
                     many.concurrency
                 ),
-                many.result.rps / one.result.rps.max(1e-9),
+                v,
                 if shared { 1.0 } else { 1.8 },
                 true,
                 format!(
-                    "{:.0} / {:.0} requests/s; {}",
-                    many.result.rps,
-                    one.result.rps,
+                    "{note}; {}",
                     if shared {
                         "the load generator shares a core with the system here, so the bound is \
                          only 'not slower'; 1.8 applies where it has cores of its own"
@@ -626,5 +625,24 @@ fn repeats(ring: &Run, monolith: &Run) -> String {
         ring.p99_repeats_us.len().max(monolith.p99_repeats_us.len()),
         list(ring),
         list(monolith)
+    )
+}
+
+/// `a`'s requests per second over `b`'s, and the note saying both.
+fn rps_ratio(a: &Run, b: &Run) -> (f64, String) {
+    (
+        a.result.rps / b.result.rps.max(1e-9),
+        format!("{:.0} / {:.0} requests/s", a.result.rps, b.result.rps),
+    )
+}
+
+/// `a`'s CPU per request over `b`'s (the system under test only), and the note saying both.
+fn cpu_ratio(a: &Run, b: &Run) -> (f64, String) {
+    (
+        a.sut_cpu_ms_per_1k / b.sut_cpu_ms_per_1k.max(1e-9),
+        format!(
+            "{:.1} / {:.1} CPU ms per 1,000 requests, load generator excluded",
+            a.sut_cpu_ms_per_1k, b.sut_cpu_ms_per_1k
+        ),
     )
 }

@@ -53,7 +53,7 @@ use zerohop_bench::passes;
 use zerohop_bench::procstat::{stat_field, ProcessId as Proc, TICKS_PER_SECOND};
 use zerohop_bench::report::Machine;
 use zerohop_bench::systems::{FUNCTION_ENV, ZEROHOP_PATH};
-use zerohop_test_support::{children, cpu_ticks, open_fds, wait_until};
+use zerohop_test_support::{children, cpu_ticks, open_fds, stat_fields, wait_until};
 
 /// Instances per function the spec allows.
 const MAX_INSTANCES_PER_FUNCTION: usize = 64;
@@ -312,10 +312,9 @@ fn sigkill(p: Proc) {
 
 /// (utime, stime) of `pid` in ticks.
 fn cpu_split(pid: u32) -> Option<(u64, u64)> {
-    Some((
-        stat_field(pid, 14)?.parse().ok()?,
-        stat_field(pid, 15)?.parse().ok()?,
-    ))
+    stat_fields(format!("/proc/{pid}/stat"), |f| {
+        Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
+    })
 }
 
 /// Live processes whose process group is `pgid`.
@@ -1299,14 +1298,7 @@ fn run(args: &Args) -> Result<bool> {
     if !(args.timeout > 0.0 && args.idle_seconds >= 0.0 && args.load_seconds > 0.0) {
         bail!("--timeout and --load-seconds must be positive, --idle-seconds not negative");
     }
-    let bin_dir = match &args.bin_dir {
-        Some(d) => d.clone(),
-        None => std::env::current_exe()
-            .context("current_exe")?
-            .parent()
-            .context("binary folder")?
-            .to_owned(),
-    };
+    let bin_dir = zerohop_bench::bin_dir(args.bin_dir.as_deref())?;
     let bin_dir = bin_dir
         .canonicalize()
         .with_context(|| format!("binary folder {}", bin_dir.display()))?;

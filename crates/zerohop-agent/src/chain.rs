@@ -391,8 +391,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     let plan = plan_from_spec(&spec, backend.name(), spin_us, gateway_threads);
     let parties = plan.parties();
     // One pool per security domain, numbered in disjoint slot ranges.
-    let domains = plan.domains();
-    if u64::from(spec.pool.slots) * domains.len() as u64 > 1 << 24 {
+    let domains = plan.domains().len();
+    if u64::from(spec.pool.slots) * domains as u64 > 1 << 24 {
         return Err(AgentError::Spec(SpecError {
             file: spec.file.display().to_string(),
             line: 1,
@@ -400,15 +400,14 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             message: format!(
                 "{} slots in each of the chain's {} security domains exceed the 16777216 \
                  slots a chain can number; lower pool.slots",
-                spec.pool.slots,
-                domains.len()
+                spec.pool.slots, domains
             ),
         }));
     }
     let mut list = Vec::new();
-    for (i, _) in domains.iter().enumerate() {
+    for i in 0..domains {
         list.push(Arc::new(Pool::create(&PoolConfig {
-            name: if domains.len() == 1 {
+            name: if domains == 1 {
                 spec.name.clone()
             } else {
                 format!("{}:{i}", spec.name)
@@ -421,22 +420,29 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         })?));
     }
     let pools = Pools::new(list.clone())?;
-    let party_pools = plan
+    // Per function the pools of its domains, once; every instance of it shares that set.
+    let function_pools = (0..plan.functions.len())
+        .map(|f| {
+            Pools::new(
+                plan.domains_of(f as u8)
+                    .into_iter()
+                    .map(|d| list[d].clone())
+                    .collect(),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let party_pools: Vec<Pools> = plan
         .party_function
         .iter()
         .enumerate()
-        .map(|(p, &f)| match p < usize::from(gateway_threads) {
-            true => Ok(pools.clone()),
-            false => Pools::new(
-                domains
-                    .iter()
-                    .zip(&list)
-                    .filter(|(d, _)| d.functions.contains(&f))
-                    .map(|(_, pool)| pool.clone())
-                    .collect(),
-            ),
+        .map(|(p, &f)| {
+            if p < usize::from(gateway_threads) {
+                pools.clone()
+            } else {
+                function_pools[f as usize].clone()
+            }
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     let policy = Arc::new(
         plan.policy()
             .map_err(|e| TransportError::Layout(e.to_string()))?,

@@ -3,9 +3,10 @@
 //! Parses and validates the chain spec ([`spec`]), turns it into a routing plan, creates the
 //! chain's pools (one per security domain) and transport, starts the gateway, spawns the
 //! function instances (handing each the pools of its function's domains and its transport
-//! ends as inherited file descriptors, never as a path another chain could open), supervises them (a dead instance's slots are reclaimed, its
-//! in-flight requests answered 502, the instance restarted with backoff), and on shutdown
-//! stops everything with nothing left behind.
+//! ends as inherited file descriptors, never as a path another chain could open),
+//! supervises them (a dead instance's slots are reclaimed, its in-flight requests answered
+//! 502, the instance restarted with backoff), and on shutdown stops everything with nothing
+//! left behind.
 //!
 //! Every instance is confined by the agent before its program runs ([`confine`]): a uid
 //! of the chain's own (or a user namespace), no supplementary groups, `no_new_privs`, not

@@ -12,7 +12,7 @@
 //! group, never to anything read back from the pool.
 //!
 //! Idle (nothing in flight, nothing tracked), the watchdog has no timer: it waits for the
-//! gateway's [`busy`](zerohop_gateway::Gateway::busy) signal, so an idle chain costs no CPU.
+//! gateways' [`busy`](zerohop_gateway::Gateways::busy) signal, so an idle chain costs no CPU.
 //! A hang is detected within limit + SAMPLE.
 
 use std::collections::HashMap;

@@ -125,7 +125,7 @@ pub struct Gateway {
     /// How this chain's gateway threads number requests.
     ids: RequestIds,
     picker: Picker,
-    /// Notified when a request enters an empty in-flight table (see [`Gateway::busy`]);
+    /// Notified when a request enters an empty in-flight table (see [`Gateways::busy`]);
     /// shared by the gateways of one chain.
     became_busy: Arc<tokio::sync::Notify>,
     /// Per route, the functions that may answer it (ascending).
@@ -159,7 +159,7 @@ impl Gateway {
         config: GatewayConfig,
         became_busy: Arc<tokio::sync::Notify>,
     ) -> Arc<Self> {
-        let list: Vec<Arc<Pool>> = pools.iter().cloned().collect();
+        let list = pools.as_slice();
         let domains = plan.domains().len();
         assert!(
             list.len() == 1 || list.len() == domains,
@@ -202,16 +202,6 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .len()
-    }
-
-    /// Resolves once a request is in flight (at once if one is now): lets a watcher of the
-    /// chain sleep without a timer while the chain is idle.
-    pub async fn busy(&self) {
-        let notified = self.became_busy.notified();
-        if self.inflight() > 0 {
-            return;
-        }
-        notified.await;
     }
 
     /// Its party index.

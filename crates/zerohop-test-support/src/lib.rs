@@ -233,15 +233,34 @@ pub fn memfd_mappings(pid: u32) -> usize {
         .map_or(0, |m| m.lines().filter(|l| l.contains("memfd:")).count())
 }
 
+/// Calls `f` with the fields of a stat file (`/proc/PID/stat`, `/proc/PID/task/TID/stat`)
+/// from field 3 (the state) on: `fields[n - 3]` is field `n` of proc(5). `None` when the
+/// file is gone or `f` says so.
+pub fn stat_fields<T>(path: impl AsRef<Path>, f: impl FnOnce(&[&str]) -> Option<T>) -> Option<T> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // The command (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    f(&rest.split_whitespace().collect::<Vec<_>>())
+}
+
+/// Field `n` (1-based, as in proc(5); `n` >= 3) of /proc/PID/stat.
+pub fn stat_field(pid: u32, n: usize) -> Option<String> {
+    stat_fields(format!("/proc/{pid}/stat"), |f| {
+        f.get(n.checked_sub(3)?).map(|s| (*s).to_owned())
+    })
+}
+
+/// utime + stime (fields 14 and 15) of a stat file, in clock ticks.
+pub fn stat_cpu_ticks(path: impl AsRef<Path>) -> Option<u64> {
+    stat_fields(path, |f| {
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    })
+}
+
 /// utime + stime of `pid` in clock ticks (USER_HZ, 100 per second on Linux), summed over
 /// its threads; `None` when gone.
 pub fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command (which may contain spaces) start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest[0] is field 3 (state); utime is field 14, stime field 15.
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    stat_cpu_ticks(format!("/proc/{pid}/stat"))
 }
 
 /// Pids whose parent is `pid`.
@@ -256,18 +275,12 @@ pub fn children(pid: u32) -> Vec<u32> {
 
 /// Parent pid of `pid`.
 pub fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    stat_field(pid, 4)?.parse().ok()
 }
 
 /// Whether `pid` exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rfind(')')
-            .and_then(|i| s[i + 2..].chars().next())
-            .is_some_and(|c| c != 'Z')
-    })
+    stat_field(pid, 3).is_some_and(|s| !s.starts_with('Z'))
 }
 
 /// A binary built into this build's target folder (`target/<profile>/NAME`), next to the

@@ -202,13 +202,9 @@ impl Policy {
         self.party_function.get(party as usize).copied()
     }
 
-    /// Parties running function `f`.
+    /// Parties running function `f`, ascending.
     pub fn parties_of(&self, f: u8) -> impl Iterator<Item = PartyId> + '_ {
-        self.party_function
-            .iter()
-            .enumerate()
-            .filter(move |(_, &g)| g == f)
-            .map(|(p, _)| p as PartyId)
+        self.by_function[f as usize].iter().copied()
     }
 
     /// Whether function `from` may send to function `to`.

@@ -132,8 +132,9 @@ impl<'a> Spsc<'a> {
     /// Consumer: removes the entry [`Spsc::peek`] returned.
     pub fn advance(&self) {
         let head = self.head.load(Ordering::Relaxed);
-        // SYNC POINT: Release pairs with the Acquire load of `head` in `push`: we are done
-        // with the entry before the producer may reuse it.
+        // SYNC POINT: Release pairs with the Acquire loads of `head` in `push_cached`,
+        // `head_acquire` and `behind`: we are done with the entry before the producer may
+        // reuse it.
         self.head.store(head.wrapping_add(1), Ordering::Release);
     }
 
@@ -187,7 +188,7 @@ impl<'a> Spsc<'a> {
 
     /// Whether the queue looks empty now.
     pub fn is_empty(&self) -> bool {
-        // SYNC POINT: Acquire pairs with the Release store of `tail` in `push`.
+        // SYNC POINT: Acquire pairs with the Release store of `tail` in `push_cached`.
         self.tail.load(Ordering::Acquire) == self.head.load(Ordering::Relaxed)
     }
 }

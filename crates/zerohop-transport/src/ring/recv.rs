@@ -187,8 +187,8 @@ impl RingReceiver {
         for i in 0..self.lanes.len() {
             let l = self.lanes[i];
             let tail = self.shared.tail(l.from, l.out);
-            // SYNC POINT: Acquire pairs with the Release store of `tail` in `Spsc::push`; the
-            // value read is the one the wait compares against.
+            // SYNC POINT: Acquire pairs with the Release store of `tail` in
+            // `Spsc::push_cached`; the value read is the one the wait compares against.
             let seen = tail.load(Ordering::Acquire);
             if self.queue(i).head_value() != seen {
                 return false;
