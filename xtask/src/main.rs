@@ -4,8 +4,9 @@
 //!   (`zerohop up examples/hello/chain.yaml`) until Ctrl-C.
 //! * `cargo xtask test`: builds the binaries the end-to-end tests start, runs every test of
 //!   the workspace, then the loom model checks of the allocator and the ring.
-//! * `cargo xtask bench [--quick] [ARGS]`: builds everything, runs `zerohop-bench` (every
-//!   system side by side, see `bench/README.md`) into `results/`, then draws the plots.
+//! * `cargo xtask bench [--quick] [--no-scale] [ARGS]`: builds everything, runs
+//!   `zerohop-bench` (every system side by side, see `bench/README.md`) into `results/`, draws
+//!   the plots, then runs the scale point (`zerohop-bench-scale`; `--no-scale` skips it).
 //! * `cargo xtask fuzz [--seconds N] [TARGET...]`: installs cargo-fuzz if it is missing, builds
 //!   the fuzz targets of `fuzz/` and runs each (or the named ones) for N seconds (default 30);
 //!   fails naming the saved input if any target crashes (see `fuzz/README.md`).
@@ -36,7 +37,8 @@ fn main() -> Result<()> {
                  demo [ARGS]   build and run the hello chain (extra ARGS go to `zerohop up`)\n  \
                  test [ARGS]   build, run all tests (extra ARGS go to `cargo test`), then loom checks\n  \
                  bench [ARGS]  build, benchmark zerohop against the baselines (ARGS go to\n                \
-                 zerohop-bench, e.g. --quick), write results/ and its plots\n  \
+                 zerohop-bench, e.g. --quick), write results/ and its plots, then the\n                \
+                 scale point (--no-scale skips it)\n  \
                  fuzz [--seconds N] [TARGET...]\n                \
                  run the fuzz targets (all, or the named ones) for N seconds each (default 30)"
             );
@@ -126,8 +128,9 @@ fn bench(extra: &[String]) -> Result<()> {
         .windows(2)
         .find(|w| w[0] == "--out")
         .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
+    // `--no-scale` is ours (skip the scale point); the rest goes to zerohop-bench.
     let status = Command::new("target/release/zerohop-bench")
-        .args(extra)
+        .args(extra.iter().filter(|a| *a != "--no-scale"))
         .status()
         .context("running target/release/zerohop-bench")?;
     // Exit code 1 means some system misbehaved: the report is still written and plotted.
