@@ -57,11 +57,7 @@ pub(super) fn measure(
         options(spin_us),
     )
     .context("creating the transport")?;
-    let fds = t
-        .fds_for(1)?
-        .into_iter()
-        .map(|fd| fd.try_clone_to_owned())
-        .collect::<Result<Vec<_>, _>>()?;
+    let fds = t.fds_for(1)?;
     // Before `Peer::spawn` pins this thread (see the module doc).
     let tx = t.sender(0)?;
     let mut rx = t.receiver(0)?;

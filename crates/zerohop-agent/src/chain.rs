@@ -447,7 +447,9 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         plan.policy()
             .map_err(|e| TransportError::Layout(e.to_string()))?,
     );
-    let transport = zerohop_transport::create(backend, &spec.name, &policy, plan.options())?;
+    let mut transport = zerohop_transport::create(backend, &spec.name, &policy, plan.options())?;
+    // The agent is only the gateway's parties; it keeps the rest as bare descriptors.
+    transport.act_only_as(&(0..gateway_threads).collect::<Vec<_>>())?;
     let mut senders = Vec::new();
     let mut endpoints = Vec::new();
     for g in 0..gateway_threads {

@@ -100,13 +100,12 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
         .iter()
         .map(|p| p.fd().try_clone_to_owned())
         .collect::<Result<_, _>>()?;
-    let transport_fds = shared
-        .transport
-        .fds_for(inst.party)
-        .map_err(std::io::Error::other)?;
-    for fd in transport_fds {
-        fds.push(fd.try_clone_to_owned()?);
-    }
+    fds.extend(
+        shared
+            .transport
+            .fds_for(inst.party)
+            .map_err(std::io::Error::other)?,
+    );
     let handover_env = [
         (handover::PLAN, shared.plan_json.clone()),
         (handover::PARTY, inst.party.to_string()),

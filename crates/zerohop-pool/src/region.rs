@@ -69,7 +69,18 @@ impl Region {
 
     /// A read-only descriptor of this region, for a party that may only read it.
     pub fn readonly_fd(&self) -> Result<OwnedFd, PoolError> {
-        sys::reopen_readonly(self.fd.as_fd())
+        reopen_readonly(self.fd.as_fd())
+    }
+
+    /// Unmaps the region and returns its memfd (to hand on without mapping it here).
+    pub fn into_fd(self) -> OwnedFd {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: (base, len) is our mapping and `self` is consumed, so no borrow of it is
+        // left; `me` is never dropped, so this is the only unmap.
+        unsafe { sys::munmap(me.base, me.len) };
+        // SAFETY: the descriptor is moved out of a value that is never dropped or used
+        // again, so it has exactly one owner.
+        unsafe { std::ptr::read(&me.fd) }
     }
 
     /// The memfd.
@@ -99,6 +110,12 @@ impl Region {
     }
 }
 
+/// A read-only descriptor (a new open file description) of the region whose memfd is `fd`,
+/// mapped here or not.
+pub fn reopen_readonly(fd: BorrowedFd<'_>) -> Result<OwnedFd, PoolError> {
+    sys::reopen_readonly(fd)
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: (base, len) is our mapping; borrowers hold the Region (or an Arc of what
@@ -126,5 +143,22 @@ mod tests {
         assert!(Region::attach(r.fd().try_clone_to_owned().unwrap())
             .unwrap()
             .writable());
+    }
+
+    #[test]
+    fn into_fd_unmaps_and_keeps_the_memory() {
+        let r = Region::create("into-fd-test", 4096, false).unwrap();
+        // SAFETY: fresh writable mapping of 4096 bytes.
+        unsafe { r.base().add(100).write(42) };
+        let base = r.base() as usize;
+        let fd = r.into_fd();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(
+            !maps.lines().any(|l| l.starts_with(&format!("{base:x}-"))),
+            "still mapped"
+        );
+        let again = Region::attach(fd).unwrap();
+        // SAFETY: in bounds of the new 4096-byte mapping.
+        assert_eq!(unsafe { again.base().add(100).read_volatile() }, 42);
     }
 }

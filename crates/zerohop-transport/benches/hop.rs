@@ -111,12 +111,7 @@ fn bench_threads(c: &mut Criterion, v: &Variant) {
 fn bench_processes(c: &mut Criterion, v: &Variant) {
     let t =
         zerohop_transport::create(v.backend, "bench", &Policy::pair(), v.opts).expect("transport");
-    let fds: Vec<_> = t
-        .fds_for(1)
-        .expect("fds")
-        .into_iter()
-        .map(|fd| fd.try_clone_to_owned().expect("dup"))
-        .collect();
+    let fds = t.fds_for(1).expect("fds");
     let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
     cmd.env(
         ECHO_ENV,

@@ -35,9 +35,7 @@ pub mod socket;
 #[cfg(not(loom))]
 mod sys;
 
-use std::os::fd::BorrowedFd;
-#[cfg(not(loom))]
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::str::FromStr;
 
 #[cfg(not(loom))]
@@ -221,8 +219,18 @@ pub trait Transport: Send + Sync {
     fn backend(&self) -> Backend;
     /// Number of parties.
     fn parties(&self) -> u16;
-    /// The file descriptors a party's process must inherit, in order.
-    fn fds_for(&self, party: PartyId) -> Result<Vec<BorrowedFd<'_>>, TransportError>;
+    /// The file descriptors a party's process must inherit, in order (new descriptors,
+    /// owned by the caller).
+    fn fds_for(&self, party: PartyId) -> Result<Vec<OwnedFd>, TransportError>;
+    /// Agent side, before any sender or receiver is made: this process acts only as
+    /// `parties` from now on, so everything only other parties use may stop taking room
+    /// here (the ring unmaps those regions and keeps just their descriptors, which makes
+    /// every instance's `fork` cheaper). `sender` and `receiver` then work for `parties`
+    /// only; `fds_for` still works for every party.
+    fn act_only_as(&mut self, parties: &[PartyId]) -> Result<(), TransportError> {
+        let _ = parties;
+        Ok(())
+    }
     /// The sender of party `me`.
     fn sender(&self, me: PartyId) -> Result<Box<dyn Sender>, TransportError>;
     /// The receiver of party `me`.

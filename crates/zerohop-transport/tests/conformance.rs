@@ -235,12 +235,10 @@ impl Drop for Watchdog {
 /// The descriptors a party's child process inherits: the pool, then the transport's.
 fn child_fds(backend: Backend, pool: &Pool, t: &dyn Transport, party: PartyId) -> Vec<OwnedFd> {
     let mut fds = vec![pool.fd().try_clone_to_owned().expect("dup pool fd")];
-    for fd in t
-        .fds_for(party)
-        .unwrap_or_else(|e| panic!("[{backend}] fds_for({party}): {e}"))
-    {
-        fds.push(fd.try_clone_to_owned().expect("dup transport fd"));
-    }
+    fds.extend(
+        t.fds_for(party)
+            .unwrap_or_else(|e| panic!("[{backend}] fds_for({party}): {e}")),
+    );
     fds
 }
 

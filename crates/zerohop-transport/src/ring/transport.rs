@@ -3,7 +3,7 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use zerohop_pool::region::Region;
+use zerohop_pool::region::{self, Region};
 use zerohop_pool::sync::{AtomicU32, AtomicU64};
 
 use super::{RingReceiver, RingSender, Spsc};
@@ -42,11 +42,9 @@ fn inbox_len(senders: usize) -> usize {
     HEADER + LINE + senders * LINE
 }
 
-/// One mapped region with its two descriptors (agent side) or its one (party side).
+/// One mapped region.
 struct Mapped {
     region: Region,
-    /// A read-only descriptor for the parties that only read it (agent side only).
-    readonly: Option<OwnedFd>,
 }
 
 impl Mapped {
@@ -124,8 +122,7 @@ fn create_region(name: String, header: RegionHeader, len: usize) -> Result<Mappe
     // SAFETY: fresh mapping of at least HEADER bytes, not yet shared; the rest is zero,
     // which is the empty state of every queue, head and flag.
     unsafe { region.base().cast::<RegionHeader>().write(header) };
-    let readonly = Some(region.readonly_fd()?);
-    Ok(Mapped { region, readonly })
+    Ok(Mapped { region })
 }
 
 /// What a region handed to a party must look like.
@@ -209,26 +206,35 @@ fn attach_region(fd: OwnedFd, e: Expected) -> Result<Mapped, TransportError> {
              for this chain"
         )));
     }
-    Ok(Mapped {
-        region,
-        readonly: None,
-    })
+    Ok(Mapped { region })
 }
 
-/// A region as the agent holds it (with its read-only descriptor).
-fn agent_side(m: &Option<Mapped>) -> Result<&Mapped, TransportError> {
-    m.as_ref()
-        .filter(|m| m.readonly.is_some())
-        .ok_or_else(|| TransportError::Layout("only the agent hands out ring regions".into()))
+/// The agent's descriptors of the regions it created but does not map (see
+/// [`Transport::act_only_as`]), per party.
+#[derive(Default)]
+struct Unmapped {
+    outboxes: Vec<Option<OwnedFd>>,
+    inboxes: Vec<Option<OwnedFd>>,
 }
 
-fn readonly(m: &Mapped) -> BorrowedFd<'_> {
-    m.readonly.as_ref().expect("agent side").as_fd()
+/// The agent's descriptor of party `p`'s region: it holds every region, mapped or bare.
+fn held<'a>(
+    mapped: &'a [Option<Mapped>],
+    bare: &'a [Option<OwnedFd>],
+    p: PartyId,
+) -> BorrowedFd<'a> {
+    mapped[p as usize]
+        .as_ref()
+        .map(|m| m.region.fd())
+        .or_else(|| bare[p as usize].as_ref().map(AsFd::as_fd))
+        .expect("the agent holds every region")
 }
 
 /// The ring transport of one chain.
 pub struct RingTransport {
     shared: Arc<RingShared>,
+    /// `Some` on the agent's side (which hands regions out), `None` on a party's.
+    unmapped: Option<Unmapped>,
 }
 
 impl RingTransport {
@@ -272,6 +278,10 @@ impl RingTransport {
                 outboxes,
                 inboxes,
                 opts,
+            }),
+            unmapped: Some(Unmapped {
+                outboxes: (0..parties).map(|_| None).collect(),
+                inboxes: (0..parties).map(|_| None).collect(),
             }),
         })
     }
@@ -329,6 +339,7 @@ impl RingTransport {
                 inboxes,
                 opts,
             }),
+            unmapped: None,
         })
     }
 
@@ -373,20 +384,78 @@ impl Transport for RingTransport {
         self.shared.policy.parties()
     }
 
-    fn fds_for(&self, party: PartyId) -> Result<Vec<BorrowedFd<'_>>, TransportError> {
+    fn fds_for(&self, party: PartyId) -> Result<Vec<OwnedFd>, TransportError> {
         self.check(party)?;
+        let Some(unmapped) = &self.unmapped else {
+            return Err(TransportError::Layout(
+                "only the agent hands out ring regions".into(),
+            ));
+        };
         let s = &self.shared;
-        let mut v = vec![
-            agent_side(&s.outboxes[party as usize])?.region.fd(),
-            agent_side(&s.inboxes[party as usize])?.region.fd(),
-        ];
+        let outbox = |p| held(&s.outboxes, &unmapped.outboxes, p);
+        let inbox = |p| held(&s.inboxes, &unmapped.inboxes, p);
+        let dup = |fd: BorrowedFd<'_>| {
+            fd.try_clone_to_owned()
+                .map_err(|source| TransportError::Syscall {
+                    call: "dup",
+                    source,
+                })
+        };
+        // Read-only descriptors are opened for each hand-over, not kept: the agent would
+        // otherwise hold two descriptors per region, and every spawned instance inherits
+        // (and closes at exec) all the agent's descriptors.
+        let mut v = vec![dup(outbox(party))?, dup(inbox(party))?];
         for t in s.policy.targets(party) {
-            v.push(readonly(agent_side(&s.inboxes[t as usize])?));
+            v.push(region::reopen_readonly(inbox(t))?);
         }
         for f in s.policy.senders(party) {
-            v.push(readonly(agent_side(&s.outboxes[f as usize])?));
+            v.push(region::reopen_readonly(outbox(f))?);
         }
         Ok(v)
+    }
+
+    fn act_only_as(&mut self, parties: &[PartyId]) -> Result<(), TransportError> {
+        let Some(unmapped) = &mut self.unmapped else {
+            return Err(TransportError::Layout(
+                "only the agent creates ring regions".into(),
+            ));
+        };
+        let Some(s) = Arc::get_mut(&mut self.shared) else {
+            return Err(TransportError::Layout(
+                "act_only_as must come before any sender or receiver is made".into(),
+            ));
+        };
+        let n = s.policy.parties() as usize;
+        let (mut keep_out, mut keep_in) = (vec![false; n], vec![false; n]);
+        for &me in parties {
+            if me as usize >= n {
+                return Err(TransportError::NoSuchParty {
+                    party: me,
+                    parties: n as u16,
+                });
+            }
+            keep_out[me as usize] = true;
+            keep_in[me as usize] = true;
+            for t in s.policy.targets(me) {
+                keep_in[t as usize] = true;
+            }
+            for f in s.policy.senders(me) {
+                keep_out[f as usize] = true;
+            }
+        }
+        let unmap =
+            |mapped: &mut Vec<Option<Mapped>>, bare: &mut Vec<Option<OwnedFd>>, keep: &[bool]| {
+                for (p, keep) in keep.iter().enumerate() {
+                    if !keep {
+                        if let Some(m) = mapped[p].take() {
+                            bare[p] = Some(m.region.into_fd());
+                        }
+                    }
+                }
+            };
+        unmap(&mut s.outboxes, &mut unmapped.outboxes, &keep_out);
+        unmap(&mut s.inboxes, &mut unmapped.inboxes, &keep_in);
+        Ok(())
     }
 
     fn sender(&self, me: PartyId) -> Result<Box<dyn Sender>, TransportError> {
@@ -397,5 +466,55 @@ impl Transport for RingTransport {
     fn receiver(&self, me: PartyId) -> Result<Box<dyn Receiver>, TransportError> {
         self.mapped(me)?;
         Ok(Box::new(RingReceiver::new(self.shared.clone(), me)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::GATEWAY_FN;
+
+    fn memfd_mappings() -> usize {
+        std::fs::read_to_string("/proc/self/maps")
+            .expect("maps")
+            .lines()
+            .filter(|l| {
+                l.contains("zerohop-outbox:act-only") || l.contains("zerohop-inbox:act-only")
+            })
+            .count()
+    }
+
+    #[test]
+    fn act_only_as_unmaps_the_rest_and_still_hands_everything_out() {
+        // Gateway 0 -> f0 (parties 1, 2) -> f1 (parties 3, 4) -> gateway.
+        let policy = Policy::new(
+            vec![GATEWAY_FN, 0, 0, 1, 1],
+            [(GATEWAY_FN, 0), (0, 1), (1, GATEWAY_FN)],
+        )
+        .expect("policy");
+        let mut t = RingTransport::create("act-only", &policy, Options::default()).expect("create");
+        assert_eq!(
+            memfd_mappings(),
+            10,
+            "every outbox and inbox mapped at first"
+        );
+        t.act_only_as(&[0]).expect("act only as the gateway");
+        // Party 0 keeps its own two regions, the inboxes of 1 and 2, the outboxes of 3 and 4.
+        assert_eq!(memfd_mappings(), 6);
+        assert!(t.sender(0).is_ok() && t.receiver(0).is_ok());
+        assert!(
+            t.sender(1).is_err(),
+            "party 1's outbox is no longer mapped here"
+        );
+        // Every party's hand-over still works, and attaches on the other side.
+        for p in 1..5 {
+            let fds = t.fds_for(p).expect("fds");
+            let attached = RingTransport::attach(&policy, p, fds, Options::default())
+                .unwrap_or_else(|e| panic!("party {p} attaches: {e}"));
+            assert!(attached.sender(p).is_ok());
+        }
+        // Once a handle exists the mappings are in use and stay.
+        let _rx = t.receiver(0).expect("receiver");
+        assert!(t.act_only_as(&[]).is_err());
     }
 }

@@ -15,7 +15,7 @@ mod recv;
 mod send;
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 pub use self::recv::SocketReceiver;
@@ -128,14 +128,20 @@ impl Transport for SocketTransport {
         self.policy.parties()
     }
 
-    fn fds_for(&self, party: PartyId) -> Result<Vec<BorrowedFd<'_>>, TransportError> {
+    fn fds_for(&self, party: PartyId) -> Result<Vec<OwnedFd>, TransportError> {
         self.check(party)?;
+        let dup = |fd: &Arc<OwnedFd>| {
+            fd.try_clone().map_err(|source| TransportError::Syscall {
+                call: "dup",
+                source,
+            })
+        };
         let mut v = Vec::new();
         for s in self.policy.senders(party) {
-            v.push(self.end((s, party), |e| e.rx.as_ref())?.as_fd());
+            v.push(dup(self.end((s, party), |e| e.rx.as_ref())?)?);
         }
         for t in self.policy.targets(party) {
-            v.push(self.end((party, t), |e| e.tx.as_ref())?.as_fd());
+            v.push(dup(self.end((party, t), |e| e.tx.as_ref())?)?);
         }
         Ok(v)
     }
