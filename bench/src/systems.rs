@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use zerohop_test_support::{children, wait_until};
+use zerohop_test_support::{children, instances, wait_until};
 use zerohop_transport::Backend;
 
 use crate::procstat::ProcessId;
@@ -728,8 +728,9 @@ fn zerohop_spec(
 /// [`FUNCTION_ENV`].
 fn zerohop_functions(gateway: u32) -> Vec<(String, u32)> {
     let key = format!("{FUNCTION_ENV}=");
-    children_of(gateway)
-        .into_iter()
+    let mut pids = instances(gateway);
+    pids.sort_unstable();
+    pids.into_iter()
         .filter_map(|pid| {
             let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
             let name = env

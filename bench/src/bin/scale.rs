@@ -53,7 +53,7 @@ use zerohop_bench::passes;
 use zerohop_bench::procstat::{stat_field, ProcessId as Proc, TICKS_PER_SECOND};
 use zerohop_bench::report::Machine;
 use zerohop_bench::systems::{FUNCTION_ENV, ZEROHOP_PATH};
-use zerohop_test_support::{children, cpu_ticks, open_fds, stat_fields, wait_until};
+use zerohop_test_support::{children, cpu_ticks, instances, open_fds, stat_fields, wait_until};
 
 /// Instances per function the spec allows.
 const MAX_INSTANCES_PER_FUNCTION: usize = 64;
@@ -1005,7 +1005,7 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
                     );
                 }
                 if Instant::now() >= deadline {
-                    let found = children(me.pid).len();
+                    let found = instances(me.pid).len();
                     bail!(
                         "zerohop printed no ready line within {timeout:?} ({found} instance \
                          processes were running){}",
@@ -1024,11 +1024,11 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
     let url = format!("{base}{ZEROHOP_PATH}");
     let agent_cpu = cpu_split(me.pid).unwrap_or_default();
 
-    // The instances: the children of the zerohop process.
-    let mut pids = children(me.pid);
+    // The instances: the children of the zerohop process but its spawner.
+    let mut pids = instances(me.pid);
     if pids.len() < n {
         wait_until(Duration::from_secs(2), || {
-            pids = children(me.pid);
+            pids = instances(me.pid);
             pids.len() >= n
         });
     }

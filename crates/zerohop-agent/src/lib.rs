@@ -16,9 +16,9 @@
 //!
 //! The gateway runs inside the agent process, so crash handling needs no extra hop.
 //!
-//! `unsafe` is denied everywhere except `confine::sys`: what a child runs between `fork`
-//! and `execve` (`pre_exec` is unsafe by nature: only async-signal-safe calls are allowed
-//! there), `close_range`, and the fork of the reaper process. Needs Linux 5.11 for
+//! `unsafe` is denied everywhere except `confine::sys`: the forks of the reaper and the
+//! spawner processes, what a child runs between `fork` and `execve`, `close_range`, pidfds
+//! and registering one with the runtime. Needs Linux 5.3 for pidfds, 5.11 for
 //! `close_range` (older kernels fall back to one `fcntl` per descriptor) and 5.14 for
 //! `cgroup.kill` (else v1 or no cgroups).
 

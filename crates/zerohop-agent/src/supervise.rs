@@ -10,14 +10,13 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::Child;
 use tokio::sync::watch;
 use zerohop_gateway::Gateways;
 use zerohop_pool::{PartyRecord, PartyState, Pool, Pools};
 use zerohop_transport::{handover, PartyId, Transport};
 
 use crate::confine::cgroup::InstanceCgroup;
-use crate::confine::{self, Domain, Program};
+use crate::confine::{self, Child, Domain, Program};
 
 /// What all supervisors of a chain share.
 pub(crate) struct Shared {
@@ -114,19 +113,19 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
     ];
     let env = confine::environment(&inst.env, &handover_env);
     let cgroup = shared.domain.instance_cgroup(&inst.function, inst.party);
-    let mut cmd = confine::command(
+    shared
+        .records(inst.party)
+        .for_each(|r| r.set_state(PartyState::Starting));
+    let child = confine::start(
         &shared.domain,
         &shared.programs[inst.index],
         &inst.command[1..],
         env,
         fds,
         cgroup.as_ref(),
-    )?;
-    shared
-        .records(inst.party)
-        .for_each(|r| r.set_state(PartyState::Starting));
-    let child = cmd.spawn().map_err(confine::explain)?;
-    let pid = child.id().unwrap_or(0);
+    )
+    .map_err(confine::explain)?;
+    let pid = child.id();
     shared.records(inst.party).for_each(|r| r.set_pid(pid));
     // The child leads its own group (process_group(0)): pgid = pid.
     shared.domain.started(pid);

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::{client, func, post, runtime, Answer};
 use zerohop_agent::{spec, up, UpOptions};
-use zerohop_test_support::{alive, children, memfds, target_bin, wait_until, ChainProcess};
+use zerohop_test_support::{
+    alive, children, instances, memfds, target_bin, wait_until, ChainProcess,
+};
 
 /// The tests here count this process's children and memfds: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -129,7 +131,7 @@ fn a_hostile_chain_beside_the_hello_chain_under_load() {
         func("after", "upper", "", ""),
     );
     let hostile = ChainProcess::start(&hostile_spec, &[]);
-    let hostile_kids = children(hostile.pid());
+    let hostile_kids = instances(hostile.pid());
     assert_eq!(hostile_kids.len(), 2, "two instances in the hostile chain");
     let hostile_uid = uid_of(hostile_kids[0]).expect("instance uid");
 

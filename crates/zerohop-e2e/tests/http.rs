@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{call, client, func, post};
 use zerohop_test_support::{
-    alive, children, cpu_ticks, memfds, target_bin, wait_until, ChainProcess, TempDir,
+    alive, children, cpu_ticks, instances, memfds, target_bin, wait_until, ChainProcess, TempDir,
 };
 
 fn hello_spec(extra_top: &str) -> String {
@@ -200,8 +200,10 @@ fn crash_gets_502_slow_chain_gets_504_full_pool_gets_503() {
 fn stop_leaves_no_process_and_no_memfd() {
     let chain = ChainProcess::start(&hello_spec(""), &["--transport", "socket"]);
     let pid = chain.pid();
+    assert_eq!(instances(pid).len(), 2, "one process per instance");
+    // The instances and the spawner: none may outlive the agent.
     let kids = children(pid);
-    assert_eq!(kids.len(), 2, "one process per instance: {kids:?}");
+    assert_eq!(kids.len(), 3, "{kids:?}");
     assert!(!memfds(pid).is_empty(), "the agent holds the pool memfd");
     assert_eq!(
         post(&client(), &format!("{}/hello", chain.url), "a").status,
@@ -229,7 +231,7 @@ fn idle_chain_uses_no_cpu() {
     let pids: Vec<u32> = std::iter::once(chain.pid())
         .chain(children(chain.pid()))
         .collect();
-    assert_eq!(pids.len(), 3);
+    assert_eq!(pids.len(), 4, "the agent, its spawner and two instances");
     let total = |pids: &[u32]| -> u64 { pids.iter().filter_map(|&p| cpu_ticks(p)).sum() };
     let before = total(&pids);
     std::thread::sleep(Duration::from_secs(5));

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::{client, post, runtime};
 use zerohop_agent::{spec, up, CgroupMode, UpOptions};
 use zerohop_test_support::{
-    alive, children, signal_pid, spawn_with_fds, target_bin, wait_until, ChildGuard, TempDir,
+    alive, instances, signal_pid, spawn_with_fds, target_bin, wait_until, ChildGuard, TempDir,
 };
 
 const EPERM: &str = "1";
@@ -124,9 +124,9 @@ impl Agent {
         self.guard.pid()
     }
 
-    /// The instances (the agent's children; the reaper is nobody's child).
+    /// The instances (the agent's children but the spawner; the reaper is nobody's child).
     fn instances(&self) -> Vec<u32> {
-        children(self.pid())
+        instances(self.pid())
     }
 
     fn call(&self, function: &str, body: &str) -> common::Answer {
@@ -623,7 +623,7 @@ fn unprivileged_agent_confines_with_user_namespaces() {
     assert_eq!(f.ids("uid"), vec![65534, 65534, 65534]);
     assert_eq!(f.get("seccomp"), "2");
     assert_eq!(f.get("no_new_privs"), "1");
-    let inst = children(guard.pid())[0];
+    let inst = instances(guard.pid())[0];
     assert_ne!(
         user_ns(inst),
         user_ns(guard.pid()),

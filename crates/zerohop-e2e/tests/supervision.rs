@@ -11,7 +11,7 @@ use common::{client, func, post, runtime};
 use zerohop_agent::{spec, up, Running, UpOptions};
 use zerohop_pool::Owner;
 use zerohop_test_support::{
-    alive, children, memfd_mappings, memfds, open_fds, signal_pid, wait_until,
+    alive, children, instances, memfd_mappings, memfds, open_fds, signal_pid, spawner, wait_until,
 };
 
 /// The tests here count this process's children and descriptors: one at a time.
@@ -123,8 +123,14 @@ fn ten_thousand_requests_leave_no_leak() {
     assert_eq!(chain.pools().in_use(), 0, "no slot owned after the load");
     assert_eq!(chain.gateways().inflight(), 0);
     assert_eq!(chain.gateways().total(|s| &s.accepted), 10_000);
+    assert_eq!(instances(me).len(), 3);
+    // The spawner holds stdio, its socket and /dev/null: none of the chain's memory.
+    let sp = spawner(me).expect("the spawner runs");
+    assert!(open_fds(sp) <= 5, "spawner descriptors: {}", open_fds(sp));
+    assert!(memfds(sp).is_empty(), "spawner memfds: {:?}", memfds(sp));
+    // The instances and the spawner: all must go.
     let kids = children(me);
-    assert_eq!(kids.len(), 3);
+    assert_eq!(kids.len(), 4);
     rt.block_on(chain.shutdown());
     for k in &kids {
         assert!(

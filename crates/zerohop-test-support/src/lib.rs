@@ -273,6 +273,26 @@ pub fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The name (`comm`) of the agent's spawner process, its one child that is no instance.
+pub const SPAWNER_NAME: &str = "zerohop-spawner";
+
+/// The instances of the agent `pid`: its children but the spawner.
+pub fn instances(pid: u32) -> Vec<u32> {
+    children(pid)
+        .into_iter()
+        .filter(|&p| !is_spawner(p))
+        .collect()
+}
+
+/// The agent `pid`'s spawner, if it runs.
+pub fn spawner(pid: u32) -> Option<u32> {
+    children(pid).into_iter().find(|&p| is_spawner(p))
+}
+
+fn is_spawner(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == SPAWNER_NAME)
+}
+
 /// Parent pid of `pid`.
 pub fn parent_of(pid: u32) -> Option<u32> {
     stat_field(pid, 4)?.parse().ok()

@@ -4,7 +4,9 @@
 //! Per chain (`Domain`): an identity (`identity`: a uid of its own when the agent is
 //! root, a user namespace otherwise), a cgroup folder where the host allows one
 //! (`cgroup`), and a `reaper` that kills every instance's process group if the agent
-//! dies. Per function (`Program`): the program opened once by the agent (so the chain's
+//! dies, and a `spawner` that starts every instance as a child of the agent (forked before
+//! the chain's shared memory exists, so starting an instance costs the same with a thousand
+//! of them). Per function (`Program`): the program opened once by the agent (so the chain's
 //! uid need not reach the folder it lives in) and its seccomp filter compiled once
 //! (`seccomp`). Per instance, in the child between `fork` and `execve` (`sys`): join
 //! its cgroup, drop to the chain's ids (no supplementary groups), arm the parent-death
@@ -17,6 +19,7 @@ pub(crate) mod cgroup;
 pub(crate) mod identity;
 pub(crate) mod reaper;
 pub mod seccomp;
+mod spawner;
 mod sys;
 
 use std::ffi::OsString;
@@ -42,7 +45,9 @@ use self::cgroup::{ChainCgroup, InstanceCgroup, Version};
 use self::identity::Identity;
 use self::reaper::Reaper;
 use self::seccomp::Filters;
-use self::sys::{ChildIds, ChildPlan};
+use self::spawner::{Request, Spawner};
+use self::sys::ChildIds;
+pub(crate) use spawner::Child;
 
 /// Variables passed from the agent's environment when set (`LC_*` by prefix).
 pub const ENV_ALLOWED: &[&str] = &[
@@ -62,6 +67,7 @@ pub(crate) struct Domain {
     identity: Identity,
     cgroup: Option<ChainCgroup>,
     reaper: Reaper,
+    spawner: Spawner,
     agent_pid: i32,
 }
 
@@ -83,10 +89,13 @@ impl Domain {
                 .map(|c| (c.dir(), c.version() == Version::V2)),
         )
         .map_err(|e| format!("cannot start the reaper process: {e}"))?;
+        let spawner =
+            Spawner::start().map_err(|e| format!("cannot start the spawner process: {e}"))?;
         Ok(Domain {
             identity,
             cgroup,
             reaper,
+            spawner,
             agent_pid: std::process::id() as i32,
         })
     }
@@ -225,29 +234,27 @@ pub(crate) fn environment(
     env
 }
 
-/// Prepares `program` for one instance: the command to spawn (descriptors `fds` mapped to
-/// 3, 4, ..., then the program's own descriptor and the cgroup's `cgroup.procs` above them,
-/// both closed at `execve`), confined.
-pub(crate) fn command(
+/// Starts one instance of `program` through the domain's spawner, confined: descriptors
+/// `fds` at 3, 4, ..., then the program's own descriptor and the cgroup's `cgroup.procs`
+/// above them (both closed at `execve`).
+pub(crate) fn start(
     domain: &Domain,
     program: &Program,
     args: &[String],
     env: Vec<(OsString, OsString)>,
     mut fds: Vec<OwnedFd>,
     cgroup: Option<&InstanceCgroup>,
-) -> std::io::Result<tokio::process::Command> {
-    use command_fds::{CommandFdExt, FdMapping};
+) -> std::io::Result<Child> {
     let first = zerohop_transport::handover::FIRST_FD;
     let handed = fds.len() as i32;
     let mut next = first + handed;
-    let mut cmd = match &program.exec_fd {
+    let exec_path = match &program.exec_fd {
         Some(fd) => {
             fds.push(fd.try_clone()?);
-            let c = tokio::process::Command::new(format!("/proc/self/fd/{next}"));
             next += 1;
-            c
+            PathBuf::from(format!("/proc/self/fd/{}", next - 1))
         }
-        None => tokio::process::Command::new(&program.path),
+        None => program.path.clone(),
     };
     let cgroup_procs = match cgroup {
         Some(g) => {
@@ -257,22 +264,6 @@ pub(crate) fn command(
         }
         None => None,
     };
-    let mappings = fds
-        .into_iter()
-        .enumerate()
-        .map(|(i, fd)| FdMapping {
-            parent_fd: fd,
-            child_fd: first + i as i32,
-        })
-        .collect();
-    cmd.arg0(&program.path)
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .stdin(std::process::Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true);
-    cmd.fd_mappings(mappings).map_err(std::io::Error::other)?;
     let ids = match &domain.identity {
         Identity::Uid { uid, gid, .. } => ChildIds::Uid {
             uid: *uid,
@@ -284,17 +275,20 @@ pub(crate) fn command(
             gid_map: gid_map.clone(),
         },
     };
-    sys::confine(
-        &mut cmd,
-        ChildPlan {
-            cgroup_procs,
-            ids,
-            agent_pid: domain.agent_pid,
-            first_private_fd: (first + handed) as u32,
-            filters: program.filters.clone(),
-        },
-    );
-    Ok(cmd)
+    let argv = std::iter::once(program.path.as_os_str())
+        .chain(args.iter().map(std::ffi::OsStr::new))
+        .collect();
+    domain.spawner.spawn(Request {
+        program: &exec_path,
+        argv,
+        env: &env,
+        fds,
+        ids: &ids,
+        cgroup_procs,
+        agent_pid: domain.agent_pid,
+        first_private_fd: (first + handed) as u32,
+        filters: &program.filters,
+    })
 }
 
 /// Turns a spawn error into one that says which confinement step failed, when it was one.
