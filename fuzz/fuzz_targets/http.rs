@@ -53,6 +53,7 @@ fn plan() -> Plan {
             name: "echo".into(),
             concurrency: 1,
             next: vec![],
+            calls: Vec::new(),
         }],
         routes: vec![RoutePlan {
             method: "POST".into(),
@@ -61,6 +62,7 @@ fn plan() -> Plan {
         }],
         headers: vec!["x-trace".into()],
         party_function: vec![GATEWAY_FN, 0],
+        timeout_ms: 30_000,
     }
 }
 

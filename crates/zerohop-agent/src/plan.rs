@@ -21,6 +21,7 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
             name: f.name.clone(),
             concurrency: f.concurrency,
             next: f.next.iter().map(|n| index(n)).collect(),
+            calls: f.calls.iter().map(|n| index(n)).collect(),
         })
         .collect();
     let routes = spec
@@ -52,5 +53,6 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
         routes,
         headers,
         party_function,
+        timeout_ms: spec.timeout.as_millis() as u64,
     }
 }

@@ -96,6 +96,8 @@ pub struct FunctionSpec {
     pub headers: Vec<String>,
     /// Functions it may forward to by dynamic routing.
     pub next: Vec<String>,
+    /// Functions it may call (`Request::call`); never itself, and no cycle.
+    pub calls: Vec<String>,
     /// System calls allowed beyond the default seccomp allow-list (validated names).
     pub syscalls: Vec<String>,
 }
@@ -295,7 +297,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
     let mut i = 0;
     while i < reachable.len() {
         if let Some(f) = functions.iter().find(|f| f.name == reachable[i]) {
-            for n in &f.next {
+            for n in f.next.iter().chain(&f.calls) {
                 if !reachable.contains(&n.as_str()) {
                     reachable.push(n);
                 }
@@ -311,8 +313,8 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
             f.line,
             &format!("functions.{}", shown_key(&f.name)),
             "no route reaches this function (it is in no sequence, and no function of one \
-             names it in `next`), so it could never receive a request; add it to a route or \
-             remove it",
+             names it in `next` or `calls`), so it could never receive a request; add it to a \
+             route or remove it",
         ));
     }
     let parties: usize = usize::from(gateway_threads.unwrap_or(1))
@@ -666,6 +668,7 @@ impl Cx {
                     "env",
                     "headers",
                     "next",
+                    "calls",
                     "syscalls",
                 ],
             )?;
@@ -732,6 +735,10 @@ impl Cx {
                 None => Vec::new(),
                 Some(n) => self.strings(n, &format!("{p}next"))?,
             };
+            let calls = match get(&f, "calls") {
+                None => Vec::new(),
+                Some(n) => self.strings(n, &format!("{p}calls"))?,
+            };
             let syscalls = match get(&f, "syscalls") {
                 None => Vec::new(),
                 Some(n) => {
@@ -762,29 +769,56 @@ impl Cx {
                 env,
                 headers,
                 next,
+                calls,
                 syscalls,
             });
         }
-        // Dynamic routing targets must exist.
+        // Dynamic routing and call targets must exist; a function never calls itself.
         let names: Vec<&str> = out.iter().map(|f| f.name.as_str()).collect();
         for (k, v) in &map {
             let name = scalar_text(k).unwrap_or_default();
             let f = self.mapping(v, "functions")?;
-            if let Some(n) = get(&f, "next") {
-                for (i, e) in self.sequence(n, "next")?.iter().enumerate() {
-                    let target = self.string(e, "next")?;
+            for field in ["next", "calls"] {
+                let Some(n) = get(&f, field) else { continue };
+                for (i, e) in self.sequence(n, field)?.iter().enumerate() {
+                    let target = self.string(e, field)?;
+                    let at = format!("functions.{name}.{field}[{i}]");
                     if !names.contains(&target.as_str()) {
                         return Err(self.err(
                             line(e),
-                            &format!("functions.{name}.next[{i}]"),
+                            &at,
                             format!(
                                 "unknown function `{target}`; known functions: {}",
                                 names.join(", ")
                             ),
                         ));
                     }
+                    if field == "calls" && target == name {
+                        return Err(self.err(
+                            line(e),
+                            &at,
+                            "a function cannot call itself (its instance would wait for its own \
+                             answer)",
+                        ));
+                    }
                 }
             }
+        }
+        // Calls form no cycle: a caller waits for its callee, so a cycle could wait forever.
+        if let Some(cycle) = call_cycle(&out) {
+            let f = out
+                .iter()
+                .find(|f| f.name == cycle[0])
+                .expect("names from the list");
+            return Err(self.err(
+                f.line,
+                &format!("functions.{}.calls", shown_key(&f.name)),
+                format!(
+                    "calls form a cycle ({}); a caller waits for its callee's answer, so calls \
+                     must not lead back to a function waiting on them",
+                    cycle.join(" -> ")
+                ),
+            ));
         }
         Ok(out)
     }
@@ -906,6 +940,45 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         "h" => Duration::from_secs(n.checked_mul(3600)?),
         _ => return None,
     })
+}
+
+/// A cycle of calls, as names from the first function back to it, if there is one.
+fn call_cycle(functions: &[FunctionSpec]) -> Option<Vec<String>> {
+    fn visit(
+        f: usize,
+        functions: &[FunctionSpec],
+        state: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<String>> {
+        // 0 unseen, 1 on the current path, 2 done.
+        match state[f] {
+            2 => return None,
+            1 => {
+                let start = path.iter().position(|&p| p == f).expect("on the path");
+                let mut cycle: Vec<String> = path[start..]
+                    .iter()
+                    .map(|&p| functions[p].name.clone())
+                    .collect();
+                cycle.push(functions[f].name.clone());
+                return Some(cycle);
+            }
+            _ => {}
+        }
+        state[f] = 1;
+        path.push(f);
+        for c in &functions[f].calls {
+            if let Some(t) = functions.iter().position(|g| &g.name == c) {
+                if let Some(cycle) = visit(t, functions, state, path) {
+                    return Some(cycle);
+                }
+            }
+        }
+        path.pop();
+        state[f] = 2;
+        None
+    }
+    let mut state = vec![0u8; functions.len()];
+    (0..functions.len()).find_map(|f| visit(f, functions, &mut state, &mut Vec::new()))
 }
 
 #[cfg(test)]
@@ -1081,5 +1154,41 @@ routes:
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("10"), None);
         assert_eq!(parse_duration("s"), None);
+    }
+
+    const CALLS: &str = "\
+name: shop
+functions:
+  front: { command: [/bin/f], calls: [cart, price] }
+  cart: { command: [/bin/c], calls: [price] }
+  price: { command: [/bin/p] }
+routes:
+  - http: GET /
+    sequence: [front]
+";
+
+    #[test]
+    fn calls_reach_functions_and_must_not_cycle() {
+        let s = parse(Path::new("c.yaml"), CALLS).unwrap();
+        assert_eq!(s.functions[0].calls, vec!["cart", "price"]);
+        assert_eq!(s.functions[1].calls, vec!["price"]);
+        assert!(err(&CALLS.replace("calls: [price] }", "calls: [nope] }"))
+            .starts_with("c.yaml:4: functions.cart.calls[0]: unknown function `nope`"));
+        assert!(err(&CALLS.replace("calls: [price] }", "calls: [cart] }"))
+            .starts_with("c.yaml:4: functions.cart.calls[0]: a function cannot call itself"));
+        let cycle = err(&CALLS.replace(
+            "price: { command: [/bin/p] }",
+            "price: { command: [/bin/p], calls: [front] }",
+        ));
+        assert!(
+            cycle.starts_with("c.yaml:3: functions.front.calls: calls form a cycle (front -> cart -> price -> front)"),
+            "{cycle}"
+        );
+        // Reached only by a call: fine; reached by nothing: refused.
+        let orphan = err(&CALLS.replace("calls: [cart, price]", "calls: [price]"));
+        assert!(
+            orphan.contains("functions.cart: no route reaches"),
+            "{orphan}"
+        );
     }
 }

@@ -204,6 +204,7 @@ impl Gateway {
             request: id,
             route,
             meta_len: meta_len as u16,
+            deadline_ms: zerohop_pool::monotonic_ms() + self.config.timeout.as_millis() as u64,
             ..SlotHeader::default()
         });
         let (tx, rx) = oneshot::channel();

@@ -51,6 +51,7 @@ fn plan(queue_capacity: u32) -> Plan {
         name: name.into(),
         concurrency: 1,
         next: vec![],
+        calls: Vec::new(),
     };
     let r = |path: &str, f: u8| RoutePlan {
         method: "POST".into(),
@@ -66,6 +67,7 @@ fn plan(queue_capacity: u32) -> Plan {
         routes: vec![r("/a", 0), r("/b", 1)],
         headers: vec![],
         party_function: vec![GATEWAY_FN, 0, 1],
+        timeout_ms: 30_000,
     }
 }
 

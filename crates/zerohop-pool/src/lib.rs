@@ -45,8 +45,8 @@ pub use descriptor::Descriptor;
 pub use owner::{Owner, OwnerTable, OwnerWord, OwnershipError};
 #[cfg(not(loom))]
 pub use pool::{
-    OwnedSlot, PartyRecord, PartyState, Pool, PoolConfig, SlotHeader, TakeError, HEADER_MAGIC,
-    PROTOCOL_VERSION, SLOT_HEADER_LEN,
+    monotonic_ms, OwnedSlot, PartyRecord, PartyState, Pool, PoolConfig, SlotHeader, TakeError,
+    HEADER_MAGIC, PROTOCOL_VERSION, SLOT_HEADER_LEN,
 };
 #[cfg(not(loom))]
 pub use pools::Pools;

@@ -107,20 +107,42 @@ pub struct SlotHeader {
     pub route: u16,
     /// Position in the route's sequence of the function now handling it.
     pub hop: u8,
-    /// Bit 0: the request left its sequence by dynamic routing.
+    /// Bit 0: the request left its sequence by dynamic routing; bit 1: this slot is a
+    /// call (its answer goes back to `caller`); bit 2: this slot is the answer to call
+    /// `call`.
     pub flags: u8,
-    /// Status for the gateway (0 = 200 OK).
+    /// Status for the gateway, or of a call's answer (0 = 200 OK).
     pub status: u16,
     /// Bytes of metadata after the header, before the payload.
     pub meta_len: u16,
+    /// The caller's number for this call (with [`FLAG_CALL`](Self::FLAG_CALL) or
+    /// [`FLAG_ANSWER`](Self::FLAG_ANSWER)), 0 otherwise.
+    pub call: u32,
+    /// The party that made the call and waits for its answer (with
+    /// [`FLAG_CALL`](Self::FLAG_CALL)), 0 otherwise.
+    pub caller: u16,
     /// Reserved, zero.
-    pub reserved: [u8; 20],
+    pub reserved: [u8; 6],
+    /// When the gateway gives up on the request: `CLOCK_MONOTONIC` milliseconds (0: not
+    /// set). Calls made for the request give up a little earlier, so their caller can still
+    /// answer.
+    pub deadline_ms: u64,
 }
 const _: () = assert!(core::mem::size_of::<SlotHeader>() == SLOT_HEADER_LEN);
+
+/// `CLOCK_MONOTONIC` in milliseconds: the clock of [`SlotHeader::deadline_ms`], the same
+/// for every process of the machine.
+pub fn monotonic_ms() -> u64 {
+    crate::sys::monotonic_ms()
+}
 
 impl SlotHeader {
     /// Flag bit: the request was forwarded out of its route's sequence.
     pub const FLAG_DYNAMIC: u8 = 1;
+    /// Flag bit: a call from party `caller`; the callee's output goes back to it.
+    pub const FLAG_CALL: u8 = 2;
+    /// Flag bit: the answer to the caller's call number `call`.
+    pub const FLAG_ANSWER: u8 = 4;
 }
 
 /// What to create.
@@ -604,6 +626,33 @@ impl Drop for OwnedSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_header_layout_is_the_documented_one() {
+        use core::mem::offset_of;
+        // docs/protocol.md, "Slot".
+        assert_eq!(offset_of!(SlotHeader, request), 0);
+        assert_eq!(offset_of!(SlotHeader, route), 4);
+        assert_eq!(offset_of!(SlotHeader, hop), 6);
+        assert_eq!(offset_of!(SlotHeader, flags), 7);
+        assert_eq!(offset_of!(SlotHeader, status), 8);
+        assert_eq!(offset_of!(SlotHeader, meta_len), 10);
+        assert_eq!(offset_of!(SlotHeader, call), 12);
+        assert_eq!(offset_of!(SlotHeader, caller), 16);
+        assert_eq!(offset_of!(SlotHeader, reserved), 18);
+        assert_eq!(offset_of!(SlotHeader, deadline_ms), 24);
+        assert_eq!(
+            (
+                SlotHeader::FLAG_DYNAMIC,
+                SlotHeader::FLAG_CALL,
+                SlotHeader::FLAG_ANSWER
+            ),
+            (1, 2, 4)
+        );
+        let before = monotonic_ms();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(monotonic_ms() >= before + 20);
+    }
 
     fn small() -> Arc<Pool> {
         Arc::new(

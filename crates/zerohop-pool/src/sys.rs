@@ -142,3 +142,14 @@ pub(crate) fn free_hugepages() -> Option<u64> {
         .find_map(|l| l.strip_prefix("HugePages_Free:"))
         .and_then(|v| v.trim().parse().ok())
 }
+
+/// `CLOCK_MONOTONIC` in milliseconds.
+pub(crate) fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the local it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}

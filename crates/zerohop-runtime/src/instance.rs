@@ -9,6 +9,7 @@ use zerohop_transport::{
     GATEWAY_FN,
 };
 
+use crate::call::{Calls, Pending};
 use crate::request::{HandlerError, Next, Request};
 use crate::{env, sys, Handler};
 
@@ -36,14 +37,16 @@ pub enum StartError {
 }
 
 /// What the handler threads share: where to send, and how to pick the next instance.
-struct Router {
-    plan: Arc<Plan>,
+pub(crate) struct Router {
+    pub(crate) plan: Arc<Plan>,
     /// The pools of this function's security domains.
     pools: Pools,
-    sender: Box<dyn Sender>,
-    function: u8,
+    pub(crate) sender: Box<dyn Sender>,
+    pub(crate) function: u8,
+    /// This instance's party.
+    pub(crate) me: PartyId,
     /// Which instance of the next function gets a descriptor.
-    picker: Picker,
+    pub(crate) picker: Picker,
     /// Which gateway thread waits for a request's answer.
     ids: RequestIds,
 }
@@ -112,6 +115,7 @@ pub fn start() -> Result<Instance, StartError> {
         plan: Arc::new(plan),
         pools,
         function,
+        me,
     };
     Ok(Instance {
         router: Arc::new(router),
@@ -145,29 +149,50 @@ impl Instance {
             r.set_pid(std::process::id());
             r.set_state(PartyState::Ready);
         });
-        if concurrency == 1 {
+        let calls = !router.plan.functions[router.function as usize]
+            .calls
+            .is_empty();
+        if concurrency == 1 && !calls {
+            // The handler runs on the receiving thread: no hand-off per request.
             while let Some(d) = self.endpoint.recv() {
-                router.process(&handler, d);
+                if d.header.flags & SlotHeader::FLAG_ANSWER != 0 {
+                    // This function makes no calls: an answer is forged; dropping frees it.
+                    continue;
+                }
+                router.process(&handler, d, None);
             }
         } else {
+            // Handler threads take requests from a queue; the receiving thread goes on
+            // receiving while they wait for their calls' answers, and hands each answer to
+            // its waiter. The queue is unbounded for that reason: a receiving thread that
+            // blocked on a full queue could not deliver the answers that free the handlers.
+            // Its length is bounded by the slots the requests hold.
             let handler = Arc::new(handler);
-            let (tx, rx) = mpsc::sync_channel::<Delivery>(concurrency as usize);
+            let pending = Arc::new(Pending::default());
+            let (tx, rx) = mpsc::channel::<Delivery>();
             let rx = Arc::new(Mutex::new(rx));
             for i in 0..concurrency {
-                let (router, handler, rx) = (router.clone(), handler.clone(), rx.clone());
+                let (router, handler, rx, pending) =
+                    (router.clone(), handler.clone(), rx.clone(), pending.clone());
                 std::thread::Builder::new()
                     .name(format!("handler-{i}"))
                     .spawn(move || loop {
                         let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let cx = Calls {
+                            router: &router,
+                            pending: &pending,
+                        };
                         match next {
-                            Ok(d) => router.process(&*handler, d),
+                            Ok(d) => router.process(&*handler, d, calls.then_some(&cx)),
                             Err(_) => return,
                         }
                     })
                     .expect("spawn handler thread");
             }
             while let Some(d) = self.endpoint.recv() {
-                if tx.send(d).is_err() {
+                if d.header.flags & SlotHeader::FLAG_ANSWER != 0 {
+                    pending.deliver(d);
+                } else if tx.send(d).is_err() {
                     break;
                 }
             }
@@ -177,7 +202,7 @@ impl Instance {
 }
 
 impl Router {
-    fn process<H: Handler + ?Sized>(&self, handler: &H, d: Delivery) {
+    fn process<H: Handler + ?Sized>(&self, handler: &H, d: Delivery, calls: Option<&Calls<'_>>) {
         // The header copy `take` validated (meta_len + len fit the slot); the shared one is
         // never read again.
         let Delivery {
@@ -188,12 +213,28 @@ impl Router {
         } = d;
         header.request = desc.request;
         let plan = &*self.plan;
+        // A call: whatever the handler does, the slot goes back to the caller.
+        let call =
+            (header.flags & SlotHeader::FLAG_CALL != 0).then_some((header.caller, header.call));
+        if let Some((caller, _)) = call {
+            let calls_me = plan
+                .party_function
+                .get(caller as usize)
+                .and_then(|&f| plan.functions.get(f as usize))
+                .is_some_and(|f| f.calls.contains(&self.function));
+            if !calls_me {
+                // Nobody allowed to call this function would get the answer: a forged call.
+                // Dropping the slot frees it.
+                return;
+            }
+        }
         let mut req = Request {
             slot: &mut slot,
             header,
             len: desc.len as usize,
             plan,
             function: self.function,
+            calls,
         };
         let outcome = catch_unwind(AssertUnwindSafe(|| handler.handle(&mut req)));
         let len = req.len;
@@ -230,17 +271,45 @@ impl Router {
                 }
             }
         };
+        if let Some((caller, number)) = call {
+            let result = match outcome {
+                Ok(Ok(Next::Forward(name))) => Err(HandlerError::internal(format!(
+                    "a call's answer goes back to its caller; it cannot be forwarded to `{name}`"
+                ))),
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e),
+                Err(panic) => Err(HandlerError::internal(format!(
+                    "handler panicked: {}",
+                    panic_message(&*panic)
+                ))),
+            };
+            let len = match result {
+                Ok(()) => len,
+                Err(e) => {
+                    header.status = e.status;
+                    write_error(&mut slot, &header, &self.plan, self.function, &e.message)
+                }
+            };
+            header.flags = SlotHeader::FLAG_ANSWER;
+            header.call = number;
+            header.caller = 0;
+            slot.set_header(&header);
+            let to = plan.party_function[caller as usize];
+            let desc = slot.descriptor(desc.request, len as u32, to);
+            // If the caller cannot be reached the slot is freed on drop; its call fails by
+            // the timeout or its own death.
+            if self.sender.send(caller, desc).is_ok() {
+                slot.into_sent();
+            }
+            return;
+        }
         let result = match outcome {
             Ok(Ok(next)) => route(next, &mut header),
             Ok(Err(e)) => Err(e),
-            Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                Err(HandlerError::internal(format!("handler panicked: {what}")))
-            }
+            Err(panic) => Err(HandlerError::internal(format!(
+                "handler panicked: {}",
+                panic_message(&*panic)
+            ))),
         };
         match result {
             Ok(hop) => {
@@ -295,19 +364,41 @@ impl Router {
 
     /// Replaces the payload with an error message and sends the slot to the gateway.
     fn fail(&self, mut slot: OwnedSlot, mut header: SlotHeader, status: u16, message: &str) {
-        let line = format!(
-            "function '{}': {}",
-            self.plan.function_name(self.function),
-            message.lines().next().unwrap_or("")
-        );
-        let m = header.meta_len as usize;
-        let room = slot.data().len() - m;
-        let n = line.len().min(room);
-        slot.data_mut()[m..m + n].copy_from_slice(&line.as_bytes()[..n]);
         header.status = status;
+        let n = write_error(&mut slot, &header, &self.plan, self.function, message);
         slot.set_header(&header);
         // If even the gateway cannot be reached the slot is freed on drop and the request
         // runs into the chain's timeout.
         let _ = self.send(slot, header.request, n as u32, Hop::Gateway);
     }
+}
+
+/// Writes `function '<name>': <first line of message>` as the payload (cut to the slot);
+/// returns its length.
+fn write_error(
+    slot: &mut OwnedSlot,
+    header: &SlotHeader,
+    plan: &Plan,
+    function: u8,
+    message: &str,
+) -> usize {
+    let line = format!(
+        "function '{}': {}",
+        plan.function_name(function),
+        message.lines().next().unwrap_or("")
+    );
+    let m = header.meta_len as usize;
+    let room = slot.data().len() - m;
+    let n = line.len().min(room);
+    slot.data_mut()[m..m + n].copy_from_slice(&line.as_bytes()[..n]);
+    n
+}
+
+/// What a caught panic says.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }

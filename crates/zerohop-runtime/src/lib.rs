@@ -24,10 +24,12 @@
 
 #![deny(missing_docs)]
 
+mod call;
 mod instance;
 mod request;
 mod sys;
 
+pub use call::{Answer, CallError};
 pub use instance::{run, start, Instance, StartError};
 pub use request::{HandlerError, Next, Request};
 

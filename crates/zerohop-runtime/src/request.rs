@@ -3,6 +3,8 @@
 use zerohop_pool::{OwnedSlot, SlotHeader};
 use zerohop_transport::Plan;
 
+use crate::call::{Answer, CallError, Calls};
+
 /// Where the request goes after the handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Next {
@@ -57,6 +59,8 @@ pub struct Request<'a> {
     pub(crate) len: usize,
     pub(crate) plan: &'a Plan,
     pub(crate) function: u8,
+    /// How to make calls (`None` for a function that may call nothing).
+    pub(crate) calls: Option<&'a Calls<'a>>,
 }
 
 impl Request<'_> {
@@ -138,6 +142,63 @@ impl Request<'_> {
         self.set_len(bytes.len())?;
         self.body_mut().copy_from_slice(bytes);
         Ok(())
+    }
+
+    /// Calls `function` of this chain with `input` (copied into a new slot) and waits for
+    /// its output, read in place. `function` must be in this function's `calls` list in
+    /// the spec. Waits at most the chain's timeout; fails at once if the callee's instance
+    /// dies. A `?` turns a failed call into this handler's error with the call's status.
+    pub fn call(&mut self, function: &str, input: &[u8]) -> Result<Answer, CallError> {
+        self.call_all(&[(function, input)])
+            .pop()
+            .expect("one result per call")
+    }
+
+    /// Calls several functions at once (fan-out) and returns when every one has answered or
+    /// failed (fan-in), results in the order of `calls`. What a failed branch means for the
+    /// request is the handler's choice: fail it with `?`, or go on with the rest.
+    pub fn call_all(&mut self, calls: &[(&str, &[u8])]) -> Vec<Result<Answer, CallError>> {
+        let known: Vec<(Option<u8>, &[u8])> = calls
+            .iter()
+            .map(|(name, input)| (self.plan.function_index(name), *input))
+            .collect();
+        let refused = |name: &str, message: String| CallError {
+            function: name.to_owned(),
+            status: 500,
+            message,
+        };
+        let Some(cx) = self.calls else {
+            return calls
+                .iter()
+                .map(|(name, _)| {
+                    Err(refused(
+                        name,
+                        format!(
+                            "`{}` may not call `{name}`: add it to its `calls` list in the spec",
+                            self.function()
+                        ),
+                    ))
+                })
+                .collect();
+        };
+        let mut out: Vec<Option<Result<Answer, CallError>>> = Vec::new();
+        let mut go: Vec<(u8, &[u8])> = Vec::new();
+        for ((f, input), (name, _)) in known.iter().zip(calls) {
+            match f {
+                Some(f) => {
+                    go.push((*f, input));
+                    out.push(None);
+                }
+                None => out.push(Some(Err(refused(
+                    name,
+                    format!("no function `{name}` in this chain"),
+                )))),
+            }
+        }
+        let mut answers = cx.call_all(&self.header, self.slot.pool(), &go).into_iter();
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| answers.next().expect("one answer per call sent")))
+            .collect()
     }
 
     /// Appends `bytes` to the body.

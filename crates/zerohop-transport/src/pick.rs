@@ -63,6 +63,7 @@ mod tests {
             name: name.into(),
             concurrency: 1,
             next: vec![],
+            calls: Vec::new(),
         };
         let plan = Plan {
             chain: "p".into(),
@@ -77,6 +78,7 @@ mod tests {
             }],
             headers: vec![],
             party_function: vec![GATEWAY_FN, 0, 0, 0],
+            timeout_ms: 30_000,
         };
         let pool = Pool::create(&PoolConfig {
             name: "pick".into(),

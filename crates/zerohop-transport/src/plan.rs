@@ -31,6 +31,9 @@ pub struct FunctionPlan {
     pub concurrency: u16,
     /// Function indices it may forward to by dynamic routing.
     pub next: Vec<u8>,
+    /// Function indices it may call (their answers come back to the calling instance).
+    #[serde(default)]
+    pub calls: Vec<u8>,
 }
 
 /// One route into the chain.
@@ -64,6 +67,14 @@ pub struct Plan {
     /// Function index of each party: first the gateway's parties (one per gateway thread,
     /// [`GATEWAY_FN`]), then every instance.
     pub party_function: Vec<u8>,
+    /// The chain's request timeout in milliseconds: how long a call waits for its answer at
+    /// most.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_timeout_ms() -> u64 {
+    30_000
 }
 
 /// A security domain: routes whose requests the same set of functions may touch. Each
@@ -160,7 +171,8 @@ impl Plan {
     /// The allowed edges: along every route's sequence (gateway -> head -> ... -> gateway),
     /// from every function of a sequence back to the gateway (a function may answer early,
     /// with `Reply` or an error), from every function to its dynamic `next` targets, and
-    /// from those back to the gateway.
+    /// from those back to the gateway, and both ways between a function and those it calls
+    /// (the call, and its answer).
     pub fn edges(&self) -> Vec<(u8, u8)> {
         let mut e = Vec::new();
         for r in &self.routes {
@@ -175,6 +187,10 @@ impl Plan {
             for &t in &f.next {
                 e.push((i as u8, t));
                 e.push((t, GATEWAY_FN));
+            }
+            for &c in &f.calls {
+                e.push((i as u8, c));
+                e.push((c, i as u8));
             }
         }
         e.sort_unstable();
@@ -242,9 +258,9 @@ impl Plan {
             .collect()
     }
 
-    /// The functions that may send the answer of a request that entered by `route`: every
-    /// function of its sequence (an early `Reply` or an error) and every function reachable
-    /// from them by dynamic routing. Empty for an unknown route.
+    /// The functions that may touch a request that entered by `route`: every function of
+    /// its sequence and every function reachable from them by dynamic routing or calls (a
+    /// call's slot is in the request's pool). Empty for an unknown route.
     pub fn answerers(&self, route: u16) -> Vec<u8> {
         let Some(r) = self.routes.get(route as usize) else {
             return Vec::new();
@@ -253,7 +269,7 @@ impl Plan {
         let mut i = 0;
         while i < out.len() {
             if let Some(f) = self.functions.get(out[i] as usize) {
-                for &t in &f.next {
+                for &t in f.next.iter().chain(&f.calls) {
                     if !out.contains(&t) {
                         out.push(t);
                     }
@@ -332,6 +348,7 @@ mod tests {
                 routes: vec![],
                 headers: vec![],
                 party_function: [vec![GATEWAY_FN; n as usize], vec![0, 0]].concat(),
+                timeout_ms: 30_000,
             };
             assert_eq!(plan.gateways(), n);
             assert_eq!(plan.parties_of(GATEWAY_FN).len(), n as usize);
@@ -360,11 +377,13 @@ mod tests {
                     name: "upper".into(),
                     concurrency: 1,
                     next: vec![],
+                    calls: Vec::new(),
                 },
                 FunctionPlan {
                     name: "exclaim".into(),
                     concurrency: 1,
                     next: vec![],
+                    calls: Vec::new(),
                 },
             ],
             routes: vec![RoutePlan {
@@ -374,6 +393,7 @@ mod tests {
             }],
             headers: vec![],
             party_function: vec![GATEWAY_FN, 0, 1],
+            timeout_ms: 30_000,
         }
     }
 
@@ -420,6 +440,7 @@ mod tests {
             name: name.into(),
             concurrency: 1,
             next,
+            calls: Vec::new(),
         };
         // upper(0), exclaim(1), audit(2) -> log(3) by dynamic routing.
         p.functions = vec![

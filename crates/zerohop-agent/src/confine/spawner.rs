@@ -66,7 +66,8 @@ pub(crate) struct Request<'a> {
 /// The agent's handle on its spawner.
 #[derive(Debug)]
 pub(crate) struct Spawner {
-    sock: Mutex<OwnedFd>,
+    /// The socket, and the number of the last request sent on it (answers carry it back).
+    sock: Mutex<(OwnedFd, u32)>,
     pid: Pid,
 }
 
@@ -85,28 +86,52 @@ impl Spawner {
         setsockopt(&agent, sockopt::ReceiveTimeout, &timeout)?;
         let pid = sys::fork_spawner(spawner, spawner_main)?;
         Ok(Spawner {
-            sock: Mutex::new(agent),
+            sock: Mutex::new((agent, 0)),
             pid,
         })
     }
 
     /// Starts an instance; returns it once its program runs.
     pub fn spawn(&self, req: Request<'_>) -> io::Result<Child> {
+        let mut sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        let (state, number) = &mut *sock;
+        *number = number.wrapping_add(1);
         let mut payload = Vec::with_capacity(4096);
+        put_u32(&mut payload, *number);
         encode(&req, &mut payload);
         let fds: Vec<RawFd> = req.fds.iter().map(AsRawFd::as_raw_fd).collect();
-        let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        let fd = state.as_raw_fd();
         let dead = |e: io::Error| io::Error::other(format!("the spawner process is gone ({e})"));
-        send_request(sock.as_raw_fd(), &payload, &fds).map_err(dead)?;
-        let mut answer = [0u8; 8];
-        let n = nix::sys::socket::recv(sock.as_raw_fd(), &mut answer, MsgFlags::empty())
-            .map_err(|e| dead(e.into()))?;
+        send_request(fd, &payload, &fds).map_err(dead)?;
+        let (pid, code) = loop {
+            let mut answer = [0u8; 12];
+            let n = match nix::sys::socket::recv(fd, &mut answer, MsgFlags::empty()) {
+                Ok(n) => n,
+                // A signal (SIGCHLD of a dying instance) interrupted the wait: wait on.
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::EAGAIN) => {
+                    return Err(io::Error::other(format!(
+                        "the spawner did not answer within {ANSWER_TIMEOUT:?}"
+                    )))
+                }
+                Err(e) => return Err(dead(e.into())),
+            };
+            if n != 12 {
+                return Err(dead(io::Error::from(io::ErrorKind::UnexpectedEof)));
+            }
+            let word = |i: usize| u32::from_ne_bytes(answer[i..i + 4].try_into().expect("4"));
+            let (pid, code) = (word(4), word(8) as i32);
+            if word(0) == *number {
+                break (pid, code);
+            }
+            // The answer to an earlier request whose wait timed out: whatever it started runs
+            // unsupervised, so it goes.
+            if pid != 0 {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                let _ = waitpid(Pid::from_raw(pid as i32), None);
+            }
+        };
         drop(sock);
-        if n != 8 {
-            return Err(dead(io::Error::from(io::ErrorKind::UnexpectedEof)));
-        }
-        let pid = u32::from_ne_bytes(answer[..4].try_into().expect("4 bytes"));
-        let code = i32::from_ne_bytes(answer[4..].try_into().expect("4 bytes"));
         if code != 0 {
             if pid != 0 {
                 // The child failed before execve and is exiting; it is ours to reap.
@@ -121,7 +146,7 @@ impl Spawner {
 impl Drop for Spawner {
     fn drop(&mut self) {
         // Closing the socket ends the spawner; it is this process's child.
-        let sock = self.sock.get_mut().unwrap_or_else(|p| p.into_inner());
+        let (sock, _) = self.sock.get_mut().unwrap_or_else(|p| p.into_inner());
         let _ = nix::sys::socket::shutdown(sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
         let _ = waitpid(self.pid, None);
     }
@@ -144,7 +169,15 @@ fn send_request(sock: RawFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
         let iov = [io::IoSlice::new(&mark), io::IoSlice::new(bytes)];
         let cmsg = [ControlMessage::ScmRights(these)];
         let cmsgs: &[ControlMessage<'_>] = if these.is_empty() { &[] } else { &cmsg };
-        sendmsg::<()>(sock, &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
+        loop {
+            match sendmsg::<()>(sock, &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                r => {
+                    r?;
+                    break;
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -191,7 +224,10 @@ fn spawner_main(sock: OwnedFd) -> ! {
             Ok(Some(r)) => r,
             Ok(None) | Err(_) => sys::exit_now(0),
         };
-        let answer = match (decode(&payload, fds), &devnull) {
+        let number = payload
+            .get(..4)
+            .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+        let answer = match (decode(payload.get(4..).unwrap_or(&[]), fds), &devnull) {
             (Some(launch), Ok(null)) => sys::launch(&launch, null.as_fd()),
             (None, _) => Err((0, libc::EINVAL)),
             (_, Err(e)) => Err((0, *e as i32)),
@@ -200,9 +236,10 @@ fn spawner_main(sock: OwnedFd) -> ! {
             Ok(pid) => (pid, 0),
             Err((pid, code)) => (pid, code),
         };
-        let mut out = [0u8; 8];
-        out[..4].copy_from_slice(&pid.to_ne_bytes());
-        out[4..].copy_from_slice(&code.to_ne_bytes());
+        let mut out = [0u8; 12];
+        out[..4].copy_from_slice(&number.to_ne_bytes());
+        out[4..8].copy_from_slice(&pid.to_ne_bytes());
+        out[8..].copy_from_slice(&code.to_ne_bytes());
         if nix::sys::socket::send(sock.as_raw_fd(), &out, MsgFlags::MSG_NOSIGNAL).is_err() {
             sys::exit_now(0);
         }

@@ -1,0 +1,331 @@
+//! Calls: a handler asks other functions of its chain for their output and waits for it.
+//!
+//! A call takes a new slot from the request's pool, writes the input into it and sends it
+//! to an instance of the callee with [`SlotHeader::FLAG_CALL`], this party as `caller` and
+//! a number of this instance's own as `call`. The callee's runtime runs its handler and
+//! sends the slot back (whatever the handler returned, an error too) with
+//! [`SlotHeader::FLAG_ANSWER`]. This instance's receive thread hands the answer to the
+//! handler thread that waits for that number; the handler reads the output in place (no
+//! copy) and the slot is freed when the [`Answer`] is dropped.
+//!
+//! A caller waits at most the chain's timeout, and gives up at once on a callee instance
+//! that died or restarted (its party record says so): the call then fails with 502, and the
+//! handler decides what the request answers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+use zerohop_pool::{OwnedSlot, Owner, PartyState, Pool, SlotHeader};
+use zerohop_transport::{Delivery, PartyId};
+
+use crate::instance::Router;
+use crate::request::HandlerError;
+
+/// How often a waiting caller looks whether its callees are still alive.
+const LIVENESS_EVERY: Duration = Duration::from_millis(20);
+
+/// A call that could not give an output: the callee answered with an error, died, took too
+/// long, or could not be reached.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("call to `{function}` failed with {status}: {message}")]
+pub struct CallError {
+    /// The function called.
+    pub function: String,
+    /// HTTP-like status: the callee's own error status, 502 if it died, 504 if it did not
+    /// answer within the chain's timeout, 503 if it could not be reached, 500 if this
+    /// function may not call it.
+    pub status: u16,
+    /// What went wrong, in one line.
+    pub message: String,
+}
+
+impl From<CallError> for HandlerError {
+    fn from(e: CallError) -> Self {
+        HandlerError::new(e.status, e.to_string())
+    }
+}
+
+/// A callee's output, read in place in its slot (freed when this is dropped).
+pub struct Answer {
+    slot: OwnedSlot,
+    meta_len: usize,
+    len: usize,
+}
+
+impl Answer {
+    /// The output.
+    pub fn body(&self) -> &[u8] {
+        &self.slot.data()[self.meta_len..self.meta_len + self.len]
+    }
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer").field("len", &self.len).finish()
+    }
+}
+
+/// The calls this instance is waiting for: call number -> the waiting handler thread.
+#[derive(Default)]
+pub(crate) struct Pending {
+    next: AtomicU32,
+    waiting: Mutex<HashMap<u32, mpsc::Sender<Delivery>>>,
+}
+
+impl Pending {
+    fn register(&self, tx: &mpsc::Sender<Delivery>) -> u32 {
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let n = self.next.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            if n != 0 && !w.contains_key(&n) {
+                w.insert(n, tx.clone());
+                return n;
+            }
+        }
+    }
+
+    fn forget(&self, n: u32) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&n);
+    }
+
+    /// Hands an answer to the thread waiting for it. An answer nobody waits for (late, or
+    /// forged) is dropped, which frees its slot.
+    pub(crate) fn deliver(&self, d: Delivery) {
+        let n = d.header.call;
+        let tx = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&n);
+        if let Some(tx) = tx {
+            let _ = tx.send(d);
+        }
+    }
+}
+
+/// How long calls for the request of `header` may wait: until a little before its deadline
+/// (a tenth of the chain's timeout, at most 100 ms, so the caller can still answer before
+/// the gateway gives up), never longer than the chain's timeout.
+fn wait_at_most(header: &SlotHeader, timeout_ms: u64) -> Duration {
+    let margin = (timeout_ms / 10).min(100);
+    let by_deadline = match header.deadline_ms {
+        0 => timeout_ms,
+        d => d
+            .saturating_sub(margin)
+            .saturating_sub(zerohop_pool::monotonic_ms()),
+    };
+    Duration::from_millis(by_deadline.min(timeout_ms))
+}
+
+/// What a request's handler needs to make calls.
+pub(crate) struct Calls<'a> {
+    pub router: &'a Router,
+    pub pending: &'a Pending,
+}
+
+/// One call on its way.
+struct Out {
+    function: u8,
+    /// The instance it went to and its restart count then.
+    party: PartyId,
+    restarts: u32,
+    number: u32,
+}
+
+impl Calls<'_> {
+    /// Sends every call, then waits for every answer (or failure), in the order given.
+    pub(crate) fn call_all(
+        &self,
+        header: &SlotHeader,
+        pool: &std::sync::Arc<Pool>,
+        calls: &[(u8, &[u8])],
+    ) -> Vec<Result<Answer, CallError>> {
+        let r = self.router;
+        let fail = |function: u8, status: u16, message: String| CallError {
+            function: r.plan.function_name(function).to_owned(),
+            status,
+            message,
+        };
+        let (tx, rx) = mpsc::channel();
+        let mut results: Vec<Option<Result<Answer, CallError>>> = Vec::new();
+        let mut out: Vec<Option<Out>> = Vec::new();
+        for &(function, input) in calls {
+            match self.send(header, pool, function, input, &tx) {
+                Ok(o) => {
+                    out.push(Some(o));
+                    results.push(None);
+                }
+                Err((status, message)) => {
+                    out.push(None);
+                    results.push(Some(Err(fail(function, status, message))));
+                }
+            }
+        }
+        let deadline = Instant::now() + wait_at_most(header, r.plan.timeout_ms);
+        while out.iter().any(Option::is_some) {
+            let now = Instant::now();
+            if now >= deadline {
+                for (i, o) in out.iter_mut().enumerate() {
+                    if let Some(o) = o.take() {
+                        self.pending.forget(o.number);
+                        results[i] = Some(Err(fail(
+                            o.function,
+                            504,
+                            "no answer before the request's deadline".to_owned(),
+                        )));
+                    }
+                }
+                break;
+            }
+            match rx.recv_timeout(LIVENESS_EVERY.min(deadline - now)) {
+                Ok(d) => {
+                    let Some(i) = out
+                        .iter()
+                        .position(|o| o.as_ref().is_some_and(|o| o.number == d.header.call))
+                    else {
+                        continue;
+                    };
+                    let o = out[i].take().expect("found");
+                    results[i] = Some(self.answer(o, d));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    for (i, slot) in out.iter_mut().enumerate() {
+                        let gone = slot.as_ref().is_some_and(|o| {
+                            pool.party(o.party).is_none_or(|rec| {
+                                rec.state() != PartyState::Ready || rec.restarts() != o.restarts
+                            })
+                        });
+                        if gone {
+                            let o = slot.take().expect("checked");
+                            self.pending.forget(o.number);
+                            results[i] = Some(Err(fail(
+                                o.function,
+                                502,
+                                format!("instance {} died while handling the call", o.party),
+                            )));
+                        }
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        results
+            .into_iter()
+            .zip(calls)
+            .map(|(res, &(function, _))| {
+                res.unwrap_or_else(|| Err(fail(function, 500, "the call was lost".into())))
+            })
+            .collect()
+    }
+
+    fn send(
+        &self,
+        header: &SlotHeader,
+        pool: &std::sync::Arc<Pool>,
+        function: u8,
+        input: &[u8],
+        tx: &mpsc::Sender<Delivery>,
+    ) -> Result<Out, (u16, String)> {
+        let r = self.router;
+        if !r.plan.functions[r.function as usize]
+            .calls
+            .contains(&function)
+        {
+            return Err((
+                500,
+                format!(
+                    "`{}` may not call `{}`: add it to its `calls` list in the spec",
+                    r.plan.function_name(r.function),
+                    r.plan.function_name(function)
+                ),
+            ));
+        }
+        let mut slot = pool
+            .alloc(Owner::party(r.me))
+            .ok_or_else(|| (503, "no free slot for the call's input".to_owned()))?;
+        if input.len() > slot.data().len() {
+            return Err((
+                500,
+                format!(
+                    "call input of {} bytes exceeds the slot capacity of {} bytes",
+                    input.len(),
+                    slot.data().len()
+                ),
+            ));
+        }
+        slot.data_mut()[..input.len()].copy_from_slice(input);
+        let party = r
+            .picker
+            .pick(function, pool)
+            .ok_or_else(|| (503, "no instance of it exists".to_owned()))?;
+        let restarts = pool.party(party).map_or(0, |rec| rec.restarts());
+        let number = self.pending.register(tx);
+        slot.set_header(&SlotHeader {
+            request: header.request,
+            route: header.route,
+            hop: header.hop,
+            flags: SlotHeader::FLAG_CALL,
+            call: number,
+            caller: r.me,
+            deadline_ms: header.deadline_ms,
+            ..SlotHeader::default()
+        });
+        let desc = slot.descriptor(header.request, input.len() as u32, function);
+        match r.sender.send(party, desc) {
+            Ok(()) => {
+                slot.into_sent();
+                Ok(Out {
+                    function,
+                    party,
+                    restarts,
+                    number,
+                })
+            }
+            Err(e) => {
+                self.pending.forget(number);
+                Err((503, format!("could not reach it: {e}")))
+            }
+        }
+    }
+
+    fn answer(&self, o: Out, d: Delivery) -> Result<Answer, CallError> {
+        let r = self.router;
+        let function = r.plan.function_name(o.function).to_owned();
+        // Only an instance of the function called may answer.
+        if r.plan.party_function.get(d.from as usize) != Some(&o.function) {
+            return Err(CallError {
+                function,
+                status: 502,
+                message: format!("answered by party {}, which does not run it", d.from),
+            });
+        }
+        let meta_len = d.header.meta_len as usize;
+        let len = d.desc.len as usize;
+        let answer = Answer {
+            slot: d.slot,
+            meta_len,
+            len,
+        };
+        match d.header.status {
+            0 | 200..=299 => Ok(answer),
+            status => Err(CallError {
+                function,
+                status: if (400..=599).contains(&status) {
+                    status
+                } else {
+                    502
+                },
+                message: String::from_utf8_lossy(answer.body())
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned(),
+            }),
+        }
+    }
+}
