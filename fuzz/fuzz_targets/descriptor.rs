@@ -113,8 +113,8 @@ fn fixture() -> &'static Fixture {
 
 fn header_from(b: &[u8]) -> SlotHeader {
     let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
-    let mut reserved = [0u8; 20];
-    reserved.copy_from_slice(&b[12..32]);
+    let mut reserved = [0u8; 6];
+    reserved.copy_from_slice(&b[18..24]);
     SlotHeader {
         request: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
         route: u16_at(4),
@@ -122,7 +122,10 @@ fn header_from(b: &[u8]) -> SlotHeader {
         flags: b[7],
         status: u16_at(8),
         meta_len: u16_at(10),
+        call: u32::from_le_bytes(b[12..16].try_into().expect("4 bytes")),
+        caller: u16_at(16),
         reserved,
+        deadline_ms: u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")),
     }
 }
 
