@@ -14,11 +14,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zerohop_pool::{OwnedSlot, Owner, PartyState, Pool, SlotHeader};
-use zerohop_transport::{Delivery, PartyId};
+use zerohop_transport::{Delivery, PartyId, Plan};
 
 use crate::instance::Router;
 use crate::request::HandlerError;
@@ -129,6 +129,7 @@ pub(crate) struct Calls<'a> {
 }
 
 /// One call on its way.
+#[derive(Clone, Copy)]
 struct Out {
     function: u8,
     /// The instance it went to and its restart count then.
@@ -137,132 +138,142 @@ struct Out {
     number: u32,
 }
 
+/// Where one call of [`Calls::call_all`] stands.
+enum Call {
+    Waiting(Out),
+    Done(Result<Answer, CallError>),
+}
+
+/// The error of a call `from` may not make: `to` is not in its `calls` list (or no
+/// function of the chain at all).
+pub(crate) fn not_allowed(plan: &Plan, from: u8, to: &str) -> CallError {
+    let message = match plan.function_index(to) {
+        Some(_) => format!(
+            "`{}` may not call `{to}`: add it to its `calls` list in the spec",
+            plan.function_name(from)
+        ),
+        None => format!("no function `{to}` in this chain"),
+    };
+    CallError {
+        function: to.to_owned(),
+        status: 500,
+        message,
+    }
+}
+
 impl Calls<'_> {
-    /// Sends every call, then waits for every answer (or failure), in the order given.
+    /// Sends every call, then waits for every answer (or failure); results in the order
+    /// given.
     pub(crate) fn call_all(
         &self,
         header: &SlotHeader,
-        pool: &std::sync::Arc<Pool>,
-        calls: &[(u8, &[u8])],
+        pool: &Arc<Pool>,
+        calls: &[(&str, &[u8])],
     ) -> Vec<Result<Answer, CallError>> {
-        let r = self.router;
-        let fail = |function: u8, status: u16, message: String| CallError {
-            function: r.plan.function_name(function).to_owned(),
-            status,
-            message,
-        };
         let (tx, rx) = mpsc::channel();
-        let mut results: Vec<Option<Result<Answer, CallError>>> = Vec::new();
-        let mut out: Vec<Option<Out>> = Vec::new();
-        for &(function, input) in calls {
-            match self.send(header, pool, function, input, &tx) {
-                Ok(o) => {
-                    out.push(Some(o));
-                    results.push(None);
-                }
-                Err((status, message)) => {
-                    out.push(None);
-                    results.push(Some(Err(fail(function, status, message))));
-                }
-            }
-        }
-        let deadline = Instant::now() + wait_at_most(header, r.plan.timeout_ms);
-        while out.iter().any(Option::is_some) {
+        let mut state: Vec<Call> = calls
+            .iter()
+            .map(
+                |&(name, input)| match self.send(header, pool, name, input, &tx) {
+                    Ok(o) => Call::Waiting(o),
+                    Err(e) => Call::Done(Err(e)),
+                },
+            )
+            .collect();
+        let deadline = Instant::now() + wait_at_most(header, self.router.plan.timeout_ms);
+        while state.iter().any(|c| matches!(c, Call::Waiting(_))) {
             let now = Instant::now();
             if now >= deadline {
-                for (i, o) in out.iter_mut().enumerate() {
-                    if let Some(o) = o.take() {
-                        self.pending.forget(o.number);
-                        results[i] = Some(Err(fail(
-                            o.function,
-                            504,
-                            "no answer before the request's deadline".to_owned(),
-                        )));
-                    }
+                for c in &mut state {
+                    self.give_up(c, 504, |_| "no answer before the request's deadline".into());
                 }
                 break;
             }
+            // `tx` lives here, so the channel never disconnects: only answers or a timeout.
             match rx.recv_timeout(LIVENESS_EVERY.min(deadline - now)) {
                 Ok(d) => {
-                    let Some(i) = out
-                        .iter()
-                        .position(|o| o.as_ref().is_some_and(|o| o.number == d.header.call))
-                    else {
-                        continue;
-                    };
-                    let o = out[i].take().expect("found");
-                    results[i] = Some(self.answer(o, d));
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    for (i, slot) in out.iter_mut().enumerate() {
-                        let gone = slot.as_ref().is_some_and(|o| {
-                            pool.party(o.party).is_none_or(|rec| {
-                                rec.state() != PartyState::Ready || rec.restarts() != o.restarts
-                            })
-                        });
-                        if gone {
-                            let o = slot.take().expect("checked");
-                            self.pending.forget(o.number);
-                            results[i] = Some(Err(fail(
-                                o.function,
-                                502,
-                                format!("instance {} died while handling the call", o.party),
-                            )));
+                    for c in &mut state {
+                        if let Call::Waiting(o) = *c {
+                            if o.number == d.header.call {
+                                *c = Call::Done(self.answer(o, d));
+                                break;
+                            }
                         }
                     }
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(_) => {
+                    for c in &mut state {
+                        let gone = matches!(c, Call::Waiting(o) if pool.party(o.party).is_none_or(|rec| {
+                            rec.state() != PartyState::Ready || rec.restarts() != o.restarts
+                        }));
+                        if gone {
+                            self.give_up(c, 502, |o| {
+                                format!("instance {} died while handling the call", o.party)
+                            });
+                        }
+                    }
+                }
             }
         }
-        results
+        state
             .into_iter()
-            .zip(calls)
-            .map(|(res, &(function, _))| {
-                res.unwrap_or_else(|| Err(fail(function, 500, "the call was lost".into())))
+            .map(|c| match c {
+                Call::Done(r) => r,
+                Call::Waiting(_) => unreachable!("every call is settled when the loop ends"),
             })
             .collect()
+    }
+
+    /// Settles a call still waiting as failed with `status`: its answer, should it come
+    /// later, is dropped.
+    fn give_up(&self, c: &mut Call, status: u16, message: impl Fn(&Out) -> String) {
+        if let Call::Waiting(o) = c {
+            self.pending.forget(o.number);
+            *c = Call::Done(Err(CallError {
+                function: self.router.plan.function_name(o.function).to_owned(),
+                status,
+                message: message(o),
+            }));
+        }
     }
 
     fn send(
         &self,
         header: &SlotHeader,
-        pool: &std::sync::Arc<Pool>,
-        function: u8,
+        pool: &Arc<Pool>,
+        name: &str,
         input: &[u8],
         tx: &mpsc::Sender<Delivery>,
-    ) -> Result<Out, (u16, String)> {
+    ) -> Result<Out, CallError> {
         let r = self.router;
-        if !r.plan.functions[r.function as usize]
-            .calls
-            .contains(&function)
-        {
-            return Err((
-                500,
-                format!(
-                    "`{}` may not call `{}`: add it to its `calls` list in the spec",
-                    r.plan.function_name(r.function),
-                    r.plan.function_name(function)
-                ),
-            ));
-        }
+        let fail = |status: u16, message: String| CallError {
+            function: name.to_owned(),
+            status,
+            message,
+        };
+        let function = r
+            .plan
+            .function_index(name)
+            .filter(|f| r.plan.functions[r.function as usize].calls.contains(f))
+            .ok_or_else(|| not_allowed(&r.plan, r.function, name))?;
+        let party = r
+            .picker
+            .pick(function, pool)
+            .ok_or_else(|| fail(503, "no instance of it exists".into()))?;
         let mut slot = pool
             .alloc(Owner::party(r.me))
-            .ok_or_else(|| (503, "no free slot for the call's input".to_owned()))?;
-        if input.len() > slot.data().len() {
-            return Err((
+            .ok_or_else(|| fail(503, "no free slot for the call's input".into()))?;
+        let room = slot.data().len();
+        if input.len() > room {
+            return Err(fail(
                 500,
                 format!(
-                    "call input of {} bytes exceeds the slot capacity of {} bytes",
-                    input.len(),
-                    slot.data().len()
+                    "call input of {} bytes exceeds the slot capacity of {room} bytes",
+                    input.len()
                 ),
             ));
         }
         slot.data_mut()[..input.len()].copy_from_slice(input);
-        let party = r
-            .picker
-            .pick(function, pool)
-            .ok_or_else(|| (503, "no instance of it exists".to_owned()))?;
         let restarts = pool.party(party).map_or(0, |rec| rec.restarts());
         let number = self.pending.register(tx);
         slot.set_header(&SlotHeader {
@@ -288,7 +299,7 @@ impl Calls<'_> {
             }
             Err(e) => {
                 self.pending.forget(number);
-                Err((503, format!("could not reach it: {e}")))
+                Err(fail(503, format!("could not reach it: {e}")))
             }
         }
     }

@@ -176,15 +176,17 @@ impl Instance {
                     (router.clone(), handler.clone(), rx.clone(), pending.clone());
                 std::thread::Builder::new()
                     .name(format!("handler-{i}"))
-                    .spawn(move || loop {
-                        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    .spawn(move || {
                         let cx = Calls {
                             router: &router,
                             pending: &pending,
                         };
-                        match next {
-                            Ok(d) => router.process(&*handler, d, calls.then_some(&cx)),
-                            Err(_) => return,
+                        loop {
+                            let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                            match next {
+                                Ok(d) => router.process(&*handler, d, calls.then_some(&cx)),
+                                Err(_) => return,
+                            }
                         }
                     })
                     .expect("spawn handler thread");
@@ -236,7 +238,13 @@ impl Router {
             function: self.function,
             calls,
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| handler.handle(&mut req)));
+        let outcome =
+            catch_unwind(AssertUnwindSafe(|| handler.handle(&mut req))).unwrap_or_else(|panic| {
+                Err(HandlerError::internal(format!(
+                    "handler panicked: {}",
+                    panic_message(&*panic)
+                )))
+            });
         let len = req.len;
         let mut header = req.header;
         let route = |next: Next, header: &mut SlotHeader| -> Result<Hop, HandlerError> {
@@ -272,46 +280,16 @@ impl Router {
             }
         };
         if let Some((caller, number)) = call {
-            let result = match outcome {
-                Ok(Ok(Next::Forward(name))) => Err(HandlerError::internal(format!(
+            let outcome = outcome.and_then(|next| match next {
+                Next::Forward(name) => Err(HandlerError::internal(format!(
                     "a call's answer goes back to its caller; it cannot be forwarded to `{name}`"
                 ))),
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(e),
-                Err(panic) => Err(HandlerError::internal(format!(
-                    "handler panicked: {}",
-                    panic_message(&*panic)
-                ))),
-            };
-            let len = match result {
-                Ok(()) => len,
-                Err(e) => {
-                    header.status = e.status;
-                    write_error(&mut slot, &header, &self.plan, self.function, &e.message)
-                }
-            };
-            header.flags = SlotHeader::FLAG_ANSWER;
-            header.call = number;
-            header.caller = 0;
-            slot.set_header(&header);
-            let to = plan.party_function[caller as usize];
-            let desc = slot.descriptor(desc.request, len as u32, to);
-            // If the caller cannot be reached the slot is freed on drop; its call fails by
-            // the timeout or its own death.
-            if self.sender.send(caller, desc).is_ok() {
-                slot.into_sent();
-            }
+                Next::Continue | Next::Reply => Ok(len),
+            });
+            self.answer(slot, header, desc.request, outcome, caller, number);
             return;
         }
-        let result = match outcome {
-            Ok(Ok(next)) => route(next, &mut header),
-            Ok(Err(e)) => Err(e),
-            Err(panic) => Err(HandlerError::internal(format!(
-                "handler panicked: {}",
-                panic_message(&*panic)
-            ))),
-        };
-        match result {
+        match outcome.and_then(|next| route(next, &mut header)) {
             Ok(hop) => {
                 if let Hop::Function { hop, .. } = hop {
                     header.hop = hop;
@@ -323,6 +301,37 @@ impl Router {
                 }
             }
             Err(e) => self.fail(slot, header, e.status, &e.message),
+        }
+    }
+
+    /// Sends a call's slot back to party `caller`, which waits for it as call `number`: the
+    /// output of `len` bytes, or the error.
+    fn answer(
+        &self,
+        mut slot: OwnedSlot,
+        mut header: SlotHeader,
+        request: u32,
+        outcome: Result<usize, HandlerError>,
+        caller: PartyId,
+        number: u32,
+    ) {
+        let len = outcome.unwrap_or_else(|e| {
+            header.status = e.status;
+            write_error(&mut slot, &header, &self.plan, self.function, &e.message)
+        });
+        header.flags = SlotHeader::FLAG_ANSWER;
+        header.call = number;
+        header.caller = 0;
+        slot.set_header(&header);
+        let desc = slot.descriptor(
+            request,
+            len as u32,
+            self.plan.party_function[caller as usize],
+        );
+        // If the caller cannot be reached the slot is freed on drop; its call fails by the
+        // deadline or by its own death.
+        if self.sender.send(caller, desc).is_ok() {
+            slot.into_sent();
         }
     }
 

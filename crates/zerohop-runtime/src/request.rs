@@ -3,7 +3,7 @@
 use zerohop_pool::{OwnedSlot, SlotHeader};
 use zerohop_transport::Plan;
 
-use crate::call::{Answer, CallError, Calls};
+use crate::call::{not_allowed, Answer, CallError, Calls};
 
 /// Where the request goes after the handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,47 +158,14 @@ impl Request<'_> {
     /// failed (fan-in), results in the order of `calls`. What a failed branch means for the
     /// request is the handler's choice: fail it with `?`, or go on with the rest.
     pub fn call_all(&mut self, calls: &[(&str, &[u8])]) -> Vec<Result<Answer, CallError>> {
-        let known: Vec<(Option<u8>, &[u8])> = calls
-            .iter()
-            .map(|(name, input)| (self.plan.function_index(name), *input))
-            .collect();
-        let refused = |name: &str, message: String| CallError {
-            function: name.to_owned(),
-            status: 500,
-            message,
-        };
-        let Some(cx) = self.calls else {
-            return calls
+        match self.calls {
+            Some(cx) => cx.call_all(&self.header, self.slot.pool(), calls),
+            // This function's `calls` list is empty.
+            None => calls
                 .iter()
-                .map(|(name, _)| {
-                    Err(refused(
-                        name,
-                        format!(
-                            "`{}` may not call `{name}`: add it to its `calls` list in the spec",
-                            self.function()
-                        ),
-                    ))
-                })
-                .collect();
-        };
-        let mut out: Vec<Option<Result<Answer, CallError>>> = Vec::new();
-        let mut go: Vec<(u8, &[u8])> = Vec::new();
-        for ((f, input), (name, _)) in known.iter().zip(calls) {
-            match f {
-                Some(f) => {
-                    go.push((*f, input));
-                    out.push(None);
-                }
-                None => out.push(Some(Err(refused(
-                    name,
-                    format!("no function `{name}` in this chain"),
-                )))),
-            }
+                .map(|(name, _)| Err(not_allowed(self.plan, self.function, name)))
+                .collect(),
         }
-        let mut answers = cx.call_all(&self.header, self.slot.pool(), &go).into_iter();
-        out.into_iter()
-            .map(|o| o.unwrap_or_else(|| answers.next().expect("one answer per call sent")))
-            .collect()
     }
 
     /// Appends `bytes` to the body.

@@ -93,14 +93,14 @@ impl Spawner {
 
     /// Starts an instance; returns it once its program runs.
     pub fn spawn(&self, req: Request<'_>) -> io::Result<Child> {
-        let mut sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
-        let (state, number) = &mut *sock;
+        let mut guard = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        let (sock, number) = &mut *guard;
         *number = number.wrapping_add(1);
         let mut payload = Vec::with_capacity(4096);
         put_u32(&mut payload, *number);
         encode(&req, &mut payload);
         let fds: Vec<RawFd> = req.fds.iter().map(AsRawFd::as_raw_fd).collect();
-        let fd = state.as_raw_fd();
+        let fd = sock.as_raw_fd();
         let dead = |e: io::Error| io::Error::other(format!("the spawner process is gone ({e})"));
         send_request(fd, &payload, &fds).map_err(dead)?;
         let (pid, code) = loop {
@@ -131,7 +131,7 @@ impl Spawner {
                 let _ = waitpid(Pid::from_raw(pid as i32), None);
             }
         };
-        drop(sock);
+        drop(guard);
         if code != 0 {
             if pid != 0 {
                 // The child failed before execve and is exiting; it is ours to reap.

@@ -208,6 +208,17 @@ mod loom_tests {
         entries: Vec<AtomicU64>,
     }
 
+    impl Q {
+        /// An empty queue of two entries (two words each).
+        fn two_entries() -> Self {
+            Q {
+                head: AtomicU32::new(0),
+                tail: AtomicU32::new(0),
+                entries: (0..4).map(|_| AtomicU64::new(0)).collect(),
+            }
+        }
+    }
+
     fn desc(n: u32) -> Descriptor {
         Descriptor {
             slot: n,
@@ -223,11 +234,7 @@ mod loom_tests {
     #[test]
     fn spsc_delivers_in_order_without_tearing() {
         loom::model(|| {
-            let q = Arc::new(Q {
-                head: AtomicU32::new(0),
-                tail: AtomicU32::new(0),
-                entries: (0..4).map(|_| AtomicU64::new(0)).collect(),
-            });
+            let q = Arc::new(Q::two_entries());
             let p = q.clone();
             let producer = loom::thread::spawn(move || {
                 let s = Spsc::new(&p.head, &p.tail, &p.entries);
@@ -255,11 +262,7 @@ mod loom_tests {
     #[test]
     fn spsc_with_cached_indices_delivers_in_order_without_tearing() {
         loom::model(|| {
-            let q = Arc::new(Q {
-                head: AtomicU32::new(0),
-                tail: AtomicU32::new(0),
-                entries: (0..4).map(|_| AtomicU64::new(0)).collect(),
-            });
+            let q = Arc::new(Q::two_entries());
             let p = q.clone();
             let producer = loom::thread::spawn(move || {
                 let s = Spsc::new(&p.head, &p.tail, &p.entries);
@@ -295,11 +298,7 @@ mod loom_tests {
         use loom::sync::atomic::fence;
         loom::model(|| {
             let q = Arc::new((
-                Q {
-                    head: AtomicU32::new(0),
-                    tail: AtomicU32::new(0),
-                    entries: (0..4).map(|_| AtomicU64::new(0)).collect(),
-                },
+                Q::two_entries(),
                 AtomicU32::new(0), // sleeping
             ));
             let p = q.clone();
