@@ -100,20 +100,15 @@ fn calls_fan_out_and_join_with_a_failing_branch() {
         );
 
         // A branch whose instance dies: the join goes on with what arrived, and the failed
-        // branch says 502 (the join learns of the death, it does not wait for the timeout).
+        // branch says 502: the join learned of the death (had it waited for the deadline,
+        // the branch would say 504).
         let crashy = chain.parties_of("crashy")[0];
         let before = chain.instance_pid(crashy).expect("crashy runs");
-        let started = std::time::Instant::now();
         let a = post(&agent, &url, "crash");
         assert_eq!(a.status, 200, "{transport}: {a:?}");
         assert_eq!(
             a.body, "up=CRASH;crashy!502;twice=CRASHCRASH;",
             "{transport}"
-        );
-        assert!(
-            started.elapsed() < Duration::from_millis(1500),
-            "{transport}: the death was noticed before the 2 s timeout ({:?})",
-            started.elapsed()
         );
         // It is restarted and serves again.
         assert!(
