@@ -59,6 +59,7 @@ fn plan() -> Plan {
             method: "POST".into(),
             path: "/echo".into(),
             sequence: vec![0],
+            ..Default::default()
         }],
         headers: vec!["x-trace".into()],
         party_function: vec![GATEWAY_FN, 0],

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use zerohop_gateway::{Gateway, GatewayConfig, Gateways};
+use zerohop_gateway::{Gateway, GatewayConfig, Gateways, MqttIngress};
 use zerohop_pool::{PartyState, Pool, PoolConfig, PoolError, Pools};
 use zerohop_transport::{Backend, Endpoint, TransportError};
 
 use crate::confine::{CgroupMode, Domain, Program, UidRange};
 use crate::plan::plan_from_spec;
-use crate::spec::{ChainSpec, SpecError, MAX_GATEWAY_THREADS, MAX_PARTIES};
+use crate::spec::{ChainSpec, MqttSpec, SpecError, MAX_GATEWAY_THREADS, MAX_PARTIES};
 use crate::supervise::{self, Instance, InstanceSpec, PartyControl, Shared};
 use crate::watchdog;
 
@@ -35,6 +35,10 @@ pub struct UpOptions {
     pub cgroups: CgroupMode,
     /// Overrides the spec's `gateway_threads`.
     pub gateway_threads: Option<u16>,
+    /// Overrides the address of the spec's `mqtt.listen` (the chain must have MQTT routes).
+    pub mqtt_listen: Option<SocketAddr>,
+    /// Overrides the address of the spec's `coap.listen` (the chain must have CoAP routes).
+    pub coap_listen: Option<SocketAddr>,
 }
 
 impl Default for UpOptions {
@@ -47,6 +51,8 @@ impl Default for UpOptions {
             uid_range: UidRange::default(),
             cgroups: CgroupMode::Auto,
             gateway_threads: None,
+            mqtt_listen: None,
+            coap_listen: None,
         }
     }
 }
@@ -66,6 +72,16 @@ pub enum AgentError {
     /// The gateway could not listen.
     #[error("cannot listen on {addr}: {source}; pick another address with --listen")]
     Listen {
+        /// Address asked for.
+        addr: SocketAddr,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// The gateway could not listen for MQTT or CoAP.
+    #[error("cannot listen for {protocol} on {addr}: {source}; pick another address in the spec's `{protocol}.listen` or with --{protocol}")]
+    ListenOther {
+        /// `mqtt` or `coap`.
+        protocol: &'static str,
         /// Address asked for.
         addr: SocketAddr,
         /// OS error.
@@ -119,6 +135,10 @@ impl AgentError {
 /// A running chain.
 pub struct Running {
     addr: SocketAddr,
+    /// Every way in, as URLs: `http://`, then `mqtt://`, `coap://` when the chain has them.
+    listeners: Vec<String>,
+    /// The MQTT and CoAP servers (on the caller's runtime, stopped with HTTP).
+    others: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
     http_stop: watch::Sender<bool>,
     instance_stop: watch::Sender<bool>,
@@ -140,6 +160,30 @@ impl Running {
     /// Base URL of the gateway.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Every way into the chain as a URL: `http://ADDR`, then `mqtt://ADDR` (the gateway is
+    /// the broker), `mqtt://HOST:PORT (subscribed)` (it subscribes at a broker) and
+    /// `coap://ADDR` when the spec has them; real ports, also when 0 was asked for.
+    pub fn listeners(&self) -> &[String] {
+        &self.listeners
+    }
+
+    /// The port the gateway's MQTT listener is bound to, if it has one.
+    pub fn mqtt_port(&self) -> Option<u16> {
+        self.port_of("mqtt://")
+    }
+
+    /// The port the gateway's CoAP socket is bound to, if it has one.
+    pub fn coap_port(&self) -> Option<u16> {
+        self.port_of("coap://")
+    }
+
+    fn port_of(&self, scheme: &str) -> Option<u16> {
+        self.listeners
+            .iter()
+            .filter(|l| !l.ends_with(')'))
+            .find_map(|l| l.strip_prefix(scheme)?.rsplit_once(':')?.1.parse().ok())
     }
 
     /// One line describing the chain (transport, functions).
@@ -197,6 +241,9 @@ impl Running {
     pub async fn shutdown(mut self) {
         let _ = self.http_stop.send(true);
         let _ = (&mut self.server).await;
+        for s in self.others.drain(..) {
+            let _ = s.await;
+        }
         let _ = self.instance_stop.send(true);
         for s in self.supervisors.drain(..) {
             let _ = s.await;
@@ -244,6 +291,68 @@ fn bind(addr: SocketAddr, shared: bool) -> std::io::Result<TcpListener> {
     }
     socket.bind(addr)?;
     socket.listen(1024)
+}
+
+/// Opens the MQTT listener and the CoAP socket the spec asks for (addresses overridden by
+/// `opts`), adding their URLs to `listeners`. They are served by gateway thread 0.
+fn bind_others(
+    spec: &ChainSpec,
+    opts: &UpOptions,
+    listeners: &mut Vec<String>,
+) -> Result<(Option<MqttIngress>, Option<tokio::net::UdpSocket>), AgentError> {
+    let override_without = |protocol: &str| {
+        AgentError::Spec(SpecError {
+            file: spec.file.display().to_string(),
+            line: 1,
+            field: protocol.to_owned(),
+            message: format!(
+                "--{protocol} was given but the chain has no `{protocol}` section with `listen` \
+                 (and no route with a `{protocol}` trigger)"
+            ),
+        })
+    };
+    let mqtt = match (&spec.mqtt, opts.mqtt_listen) {
+        (None, Some(_)) | (Some(MqttSpec::Broker { .. }), Some(_)) => {
+            return Err(override_without("mqtt"))
+        }
+        (None, None) => None,
+        (Some(MqttSpec::Broker { addr, client_id }), None) => {
+            listeners.push(format!("mqtt://{addr} (subscribed)"));
+            Some(MqttIngress::Broker {
+                addr: addr.clone(),
+                client_id: client_id.clone(),
+            })
+        }
+        (Some(MqttSpec::Listen(a)), over) => {
+            let want = over.unwrap_or(*a);
+            let err = |source| AgentError::ListenOther {
+                protocol: "mqtt",
+                addr: want,
+                source,
+            };
+            let l = bind(want, false).map_err(err)?;
+            listeners.push(format!("mqtt://{}", l.local_addr().map_err(err)?));
+            Some(MqttIngress::Listen(l))
+        }
+    };
+    let coap = match (spec.coap, opts.coap_listen) {
+        (None, Some(_)) => return Err(override_without("coap")),
+        (None, None) => None,
+        (Some(a), over) => {
+            let want = over.unwrap_or(a);
+            let err = |source| AgentError::ListenOther {
+                protocol: "coap",
+                addr: want,
+                source,
+            };
+            let s = std::net::UdpSocket::bind(want).map_err(err)?;
+            s.set_nonblocking(true).map_err(err)?;
+            let s = tokio::net::UdpSocket::from_std(s).map_err(err)?;
+            listeners.push(format!("coap://{}", s.local_addr().map_err(err)?));
+            Some(s)
+        }
+    };
+    Ok((mqtt, coap))
 }
 
 /// Starts gateway party `gw` on a thread of its own with its own runtime: it listens on
@@ -485,6 +594,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     };
     let listener = bind(opts.listen, gateway_threads > 1).map_err(listen_err)?;
     let addr = listener.local_addr().map_err(listen_err)?;
+    let mut listeners = vec![format!("http://{addr}")];
+    let (mqtt, coap) = bind_others(&spec, &opts, &mut listeners)?;
     let (http_stop, http_rx) = watch::channel(false);
     let (instance_stop, stop_rx) = watch::channel(false);
     let mut endpoints = endpoints.into_iter();
@@ -542,6 +653,13 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         .collect();
     let watchdog = tokio::spawn(watchdog::watch(shared.clone(), spec.timeout, stop_rx));
     let first = shared.gateways.iter().next().expect("one").clone();
+    let mut others = Vec::new();
+    if let Some(m) = mqtt {
+        others.push(tokio::spawn(first.clone().serve_mqtt(m, http_rx.clone())));
+    }
+    if let Some(c) = coap {
+        others.push(tokio::spawn(first.clone().serve_coap(c, http_rx.clone())));
+    }
     let server = tokio::spawn(first.serve(listener, http_rx));
     let summary = format!(
         "transport {backend}; gateway threads: {gateway_threads}; functions: {}",
@@ -553,6 +671,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     );
     Ok(Running {
         addr,
+        listeners,
+        others,
         shared,
         http_stop,
         instance_stop,

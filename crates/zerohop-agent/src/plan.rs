@@ -30,6 +30,9 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
         .map(|r| RoutePlan {
             method: r.method.clone(),
             path: r.path.clone(),
+            mqtt: r.mqtt.clone(),
+            mqtt_reply: r.mqtt_reply.clone(),
+            coap: r.coap.clone(),
             sequence: r.sequence.iter().map(|n| index(n)).collect(),
         })
         .collect();

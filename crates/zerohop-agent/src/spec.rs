@@ -23,6 +23,7 @@
 //! ```
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -107,12 +108,34 @@ pub struct FunctionSpec {
 pub struct RouteSpec {
     /// Line of its entry.
     pub line: usize,
-    /// HTTP method, upper case.
+    /// HTTP method, upper case (empty: no HTTP trigger).
     pub method: String,
-    /// HTTP path, starting with `/`.
+    /// HTTP path, starting with `/` (empty: no HTTP trigger).
     pub path: String,
+    /// MQTT topic filter whose messages enter by this route (empty: none).
+    pub mqtt: String,
+    /// Topic the output of an MQTT request is published to (empty: the MQTT 5 response
+    /// topic of the message, if it has one).
+    pub mqtt_reply: String,
+    /// CoAP path (POST and PUT) that enters by this route (empty: none).
+    pub coap: String,
     /// Functions, in order.
     pub sequence: Vec<String>,
+}
+
+/// How the gateway speaks MQTT.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MqttSpec {
+    /// Devices connect to the gateway itself, which acts as their broker.
+    Listen(SocketAddr),
+    /// The gateway connects to an existing broker as a client and subscribes to the
+    /// routes' topic filters.
+    Broker {
+        /// `host:port` of the broker.
+        addr: String,
+        /// The client id it connects with.
+        client_id: String,
+    },
 }
 
 /// A validated chain spec.
@@ -140,6 +163,10 @@ pub struct ChainSpec {
     pub functions: Vec<FunctionSpec>,
     /// Routes, in spec order.
     pub routes: Vec<RouteSpec>,
+    /// MQTT ingress, if any route has an `mqtt` topic.
+    pub mqtt: Option<MqttSpec>,
+    /// CoAP ingress address, if any route has a `coap` path.
+    pub coap: Option<SocketAddr>,
 }
 
 /// Reads and validates the spec at `path`.
@@ -188,6 +215,8 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         "gateway_threads",
         "functions",
         "routes",
+        "mqtt",
+        "coap",
     ];
     cx.only_known(&top, "", &known)?;
 
@@ -288,6 +317,8 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
     let dir = path.parent().unwrap_or(Path::new(""));
     let functions = cx.functions(root, &top, dir)?;
     let routes = cx.routes(root, &top, &functions)?;
+    let mqtt = cx.mqtt(&top, &routes, &name)?;
+    let coap = cx.coap(&top, &routes)?;
     // Every function must be able to receive a request: on a route, or a dynamic `next`
     // target of one that is. (It would have no security domain, so no pool, either.)
     let mut reachable: Vec<&str> = routes
@@ -343,6 +374,8 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         gateway_threads,
         functions,
         routes,
+        mqtt,
+        coap,
     })
 }
 
@@ -840,26 +873,98 @@ impl Cx {
         for (i, r) in list.iter().enumerate() {
             let p = format!("routes[{i}].");
             let m = self.mapping(r, &format!("routes[{i}]"))?;
-            self.only_known(&m, &p, &["http", "sequence"])?;
-            let http = self.required(r, &m, "http", &p)?;
-            let text = self.string(http, &format!("{p}http"))?;
-            let (method, path) = text.split_once(' ').unwrap_or((&text, ""));
-            let (method, path) = (method.trim(), path.trim());
-            let method_ok = !method.is_empty()
-                && method.bytes().all(|b| b.is_ascii_uppercase())
-                && method.len() <= 16;
-            if !method_ok || !path.starts_with('/') || path.contains(char::is_whitespace) {
-                return Err(self.err(
-                    line(http),
-                    &format!("{p}http"),
-                    format!("`{text}` is not `METHOD /path`; write e.g. `POST /hello`"),
-                ));
+            self.only_known(&m, &p, &["http", "mqtt", "mqtt_reply", "coap", "sequence"])?;
+            let (mut method, mut path) = (String::new(), String::new());
+            if let Some(http) = get(&m, "http") {
+                let text = self.string(http, &format!("{p}http"))?;
+                let (mt, pt) = text.split_once(' ').unwrap_or((&text, ""));
+                let (mt, pt) = (mt.trim(), pt.trim());
+                let method_ok =
+                    !mt.is_empty() && mt.bytes().all(|b| b.is_ascii_uppercase()) && mt.len() <= 16;
+                if !method_ok || !pt.starts_with('/') || pt.contains(char::is_whitespace) {
+                    return Err(self.err(
+                        line(http),
+                        &format!("{p}http"),
+                        format!("`{text}` is not `METHOD /path`; write e.g. `POST /hello`"),
+                    ));
+                }
+                if !seen.insert(("http", format!("{mt} {pt}"))) {
+                    return Err(self.err(
+                        line(http),
+                        &format!("{p}http"),
+                        format!("`{mt} {pt}` is already routed by an earlier route"),
+                    ));
+                }
+                (method, path) = (mt.to_owned(), pt.to_owned());
             }
-            if !seen.insert((method.to_owned(), path.to_owned())) {
+            let mut mqtt = String::new();
+            if let Some(n) = get(&m, "mqtt") {
+                mqtt = self.string(n, &format!("{p}mqtt"))?;
+                if let Err(why) = check_topic(&mqtt, true) {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}mqtt"),
+                        format!("`{mqtt}` is not an MQTT topic filter: {why}"),
+                    ));
+                }
+                if !seen.insert(("mqtt", mqtt.clone())) {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}mqtt"),
+                        format!("topic filter `{mqtt}` is already routed by an earlier route"),
+                    ));
+                }
+            }
+            let mut mqtt_reply = String::new();
+            if let Some(n) = get(&m, "mqtt_reply") {
+                mqtt_reply = self.string(n, &format!("{p}mqtt_reply"))?;
+                if mqtt.is_empty() {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}mqtt_reply"),
+                        "a reply topic needs an `mqtt` topic filter on the same route",
+                    ));
+                }
+                if let Err(why) = check_topic(&mqtt_reply, false) {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}mqtt_reply"),
+                        format!("`{mqtt_reply}` is not an MQTT topic name: {why}"),
+                    ));
+                }
+            }
+            let mut coap = String::new();
+            if let Some(n) = get(&m, "coap") {
+                coap = self.string(n, &format!("{p}coap"))?;
+                let bad = !coap.starts_with('/')
+                    || coap.contains(char::is_whitespace)
+                    || coap.contains('?')
+                    || coap.contains("//")
+                    || coap.len() > 255;
+                if bad {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}coap"),
+                        format!(
+                            "`{coap}` is not a CoAP path; write e.g. `/motion` (segments \
+                             separated by `/`, no query, at most 255 bytes)"
+                        ),
+                    ));
+                }
+                if !seen.insert(("coap", coap.clone())) {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}coap"),
+                        format!("CoAP path `{coap}` is already routed by an earlier route"),
+                    ));
+                }
+            }
+            if path.is_empty() && mqtt.is_empty() && coap.is_empty() {
                 return Err(self.err(
-                    line(http),
-                    &format!("{p}http"),
-                    format!("`{method} {path}` is already routed by an earlier route"),
+                    line(r),
+                    &format!("routes[{i}]"),
+                    "a route needs a way in: `http: METHOD /path`, `mqtt: topic/filter` or \
+                     `coap: /path`",
                 ));
             }
             let seq_node = self.required(r, &m, "sequence", &p)?;
@@ -895,13 +1000,167 @@ impl Cx {
             }
             out.push(RouteSpec {
                 line: line(r),
-                method: method.to_owned(),
-                path: path.to_owned(),
+                method,
+                path,
+                mqtt,
+                mqtt_reply,
+                coap,
                 sequence,
             });
         }
         Ok(out)
     }
+}
+
+impl Cx {
+    /// The top-level `mqtt` section, checked against the routes that use it.
+    fn mqtt(
+        &self,
+        top: &Map<'_, '_>,
+        routes: &[RouteSpec],
+        chain: &str,
+    ) -> Result<Option<MqttSpec>, SpecError> {
+        let used = routes.iter().find(|r| !r.mqtt.is_empty());
+        let Some(n) = get(top, "mqtt") else {
+            if let Some(r) = used {
+                return Err(self.err(
+                    r.line,
+                    "mqtt",
+                    "a route has an `mqtt` topic but the chain has no `mqtt` section; add \
+                     `mqtt: { listen: 127.0.0.1:1883 }` (devices connect to the gateway) or \
+                     `mqtt: { broker: HOST:PORT }` (the gateway subscribes at a broker)",
+                ));
+            }
+            return Ok(None);
+        };
+        let map = self.mapping(n, "mqtt")?;
+        self.only_known(&map, "mqtt.", &["listen", "broker", "client_id"])?;
+        if used.is_none() {
+            return Err(self.err(
+                line(n),
+                "mqtt",
+                "no route has an `mqtt` topic filter, so nothing would enter by MQTT; add \
+                 `mqtt: topic/filter` to a route or remove this section",
+            ));
+        }
+        match (get(&map, "listen"), get(&map, "broker")) {
+            (Some(l), None) => {
+                if let Some(c) = get(&map, "client_id") {
+                    return Err(self.err(
+                        line(c),
+                        "mqtt.client_id",
+                        "only for `broker` (subscribe mode); a listening gateway has no \
+                         client id",
+                    ));
+                }
+                Ok(Some(MqttSpec::Listen(self.address(l, "mqtt.listen")?)))
+            }
+            (None, Some(b)) => {
+                let addr = self.string(b, "mqtt.broker")?;
+                let ok = addr
+                    .rsplit_once(':')
+                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+                if !ok {
+                    return Err(self.err(
+                        line(b),
+                        "mqtt.broker",
+                        format!("`{addr}` is not HOST:PORT; write e.g. `127.0.0.1:1883`"),
+                    ));
+                }
+                let client_id = match get(&map, "client_id") {
+                    Some(c) => {
+                        let id = self.string(c, "mqtt.client_id")?;
+                        if id.is_empty() || id.len() > 64 {
+                            return Err(self.err(
+                                line(c),
+                                "mqtt.client_id",
+                                "a client id is 1 to 64 characters",
+                            ));
+                        }
+                        id
+                    }
+                    None => format!("zerohop-{chain}"),
+                };
+                Ok(Some(MqttSpec::Broker { addr, client_id }))
+            }
+            _ => Err(self.err(
+                line(n),
+                "mqtt",
+                "set exactly one of `listen: ADDRESS:PORT` (devices connect to the gateway) \
+                 and `broker: HOST:PORT` (the gateway subscribes at a broker)",
+            )),
+        }
+    }
+
+    /// The top-level `coap` section, checked against the routes that use it.
+    fn coap(
+        &self,
+        top: &Map<'_, '_>,
+        routes: &[RouteSpec],
+    ) -> Result<Option<SocketAddr>, SpecError> {
+        let used = routes.iter().find(|r| !r.coap.is_empty());
+        let Some(n) = get(top, "coap") else {
+            if let Some(r) = used {
+                return Err(self.err(
+                    r.line,
+                    "coap",
+                    "a route has a `coap` path but the chain has no `coap` section; add \
+                     `coap: { listen: 127.0.0.1:5683 }`",
+                ));
+            }
+            return Ok(None);
+        };
+        let map = self.mapping(n, "coap")?;
+        self.only_known(&map, "coap.", &["listen"])?;
+        if used.is_none() {
+            return Err(self.err(
+                line(n),
+                "coap",
+                "no route has a `coap` path, so nothing would enter by CoAP; add `coap: /path` \
+                 to a route or remove this section",
+            ));
+        }
+        let l = self.required(n, &map, "listen", "coap.")?;
+        Ok(Some(self.address(l, "coap.listen")?))
+    }
+
+    /// An `IP:PORT` socket address.
+    fn address(&self, n: &MarkedYaml<'_>, field: &str) -> Result<SocketAddr, SpecError> {
+        let text = self.text(n, field)?;
+        text.parse().map_err(|_| {
+            self.err(
+                line(n),
+                field,
+                format!(
+                    "`{text}` is not IP:PORT; write e.g. `127.0.0.1:1883` (port 0: any free port)"
+                ),
+            )
+        })
+    }
+}
+
+/// Checks an MQTT topic name, or a filter when `filter` (`+` a whole level, `#` the whole
+/// last level).
+pub fn check_topic(t: &str, filter: bool) -> Result<(), &'static str> {
+    if t.is_empty() {
+        return Err("it is empty");
+    }
+    if t.len() > 65535 || t.contains('\0') {
+        return Err("it is longer than 65535 bytes or holds a NUL");
+    }
+    let levels: Vec<&str> = t.split('/').collect();
+    for (i, l) in levels.iter().enumerate() {
+        if !filter && (l.contains('+') || l.contains('#')) {
+            return Err("a topic name has no wildcards (`+`, `#`)");
+        }
+        if l.contains('+') && *l != "+" {
+            return Err("`+` stands for a whole level (`a/+/b`)");
+        }
+        if l.contains('#') && (*l != "#" || i + 1 != levels.len()) {
+            return Err("`#` stands for the whole last level (`a/#`)");
+        }
+    }
+    Ok(())
 }
 
 fn http_header_name_invalid(h: &str) -> bool {
@@ -1048,6 +1307,58 @@ routes:
             ("POST", "/hello")
         );
         assert_eq!(s.routes[0].sequence, vec!["upper", "exclaim"]);
+    }
+
+    #[test]
+    fn mqtt_and_coap_triggers() {
+        let t = HELLO.replace(
+            "  - http: POST /hello\n",
+            "  - http: POST /hello\n    mqtt: sensors/+/motion\n    mqtt_reply: lights/1\n    coap: /motion\n",
+        ) + "mqtt: { listen: 127.0.0.1:0 }\ncoap: { listen: \"127.0.0.1:5683\" }\n";
+        let s = parse(Path::new("c.yaml"), &t).unwrap();
+        let r = &s.routes[0];
+        assert_eq!(
+            (r.mqtt.as_str(), r.mqtt_reply.as_str(), r.coap.as_str()),
+            ("sensors/+/motion", "lights/1", "/motion")
+        );
+        assert_eq!(
+            s.mqtt,
+            Some(MqttSpec::Listen("127.0.0.1:0".parse().unwrap()))
+        );
+        assert_eq!(s.coap, Some("127.0.0.1:5683".parse().unwrap()));
+        // A route with no HTTP trigger is fine when it has another.
+        let only = t.replace("  - http: POST /hello\n    mqtt", "  - mqtt");
+        assert_eq!(
+            parse(Path::new("c.yaml"), &only).unwrap().routes[0].path,
+            ""
+        );
+        let broker = t.replace("{ listen: 127.0.0.1:0 }", "{ broker: \"localhost:1883\" }");
+        assert_eq!(
+            parse(Path::new("c.yaml"), &broker).unwrap().mqtt,
+            Some(MqttSpec::Broker {
+                addr: "localhost:1883".into(),
+                client_id: "zerohop-hello".into()
+            })
+        );
+        let cases = [
+            (t.replace("sensors/+/motion", "sensors/x+/motion"), "c.yaml:14: routes[0].mqtt: `sensors/x+/motion` is not an MQTT topic filter: `+` stands for a whole level"),
+            (t.replace("sensors/+/motion", "sensors/#/motion"), "c.yaml:14: routes[0].mqtt: `sensors/#/motion` is not an MQTT topic filter: `#` stands for the whole last level"),
+            (t.replace("lights/1", "lights/+"), "c.yaml:15: routes[0].mqtt_reply: `lights/+` is not an MQTT topic name: a topic name has no wildcards"),
+            (t.replace("coap: /motion", "coap: motion"), "c.yaml:16: routes[0].coap: `motion` is not a CoAP path"),
+            (t.replace("mqtt: { listen: 127.0.0.1:0 }\n", ""), "c.yaml:13: mqtt: a route has an `mqtt` topic but the chain has no `mqtt` section"),
+            (t.replace("coap: { listen: \"127.0.0.1:5683\" }\n", ""), "c.yaml:13: coap: a route has a `coap` path but the chain has no `coap` section"),
+            (t.replace("{ listen: 127.0.0.1:0 }", "{ listen: localhost }"), "c.yaml:18: mqtt.listen: `localhost` is not IP:PORT"),
+            (t.replace("{ listen: 127.0.0.1:0 }", "{ broker: nowhere }"), "c.yaml:18: mqtt.broker: `nowhere` is not HOST:PORT"),
+            (t.replace("{ listen: 127.0.0.1:0 }", "{ listen: 127.0.0.1:0, broker: \"a:1\" }"), "c.yaml:18: mqtt: set exactly one of"),
+            (t.replace("{ listen: 127.0.0.1:0 }", "{ listen: 127.0.0.1:0, client_id: me }"), "c.yaml:18: mqtt.client_id: only for `broker`"),
+            (HELLO.to_owned() + "coap: { listen: 127.0.0.1:0 }\n", "c.yaml:15: coap: no route has a `coap` path"),
+            (HELLO.replace("  - http: POST /hello\n", "  - sequence: [upper]\n  - http: POST /hello\n"), "c.yaml:13: routes[0]: a route needs a way in"),
+            (HELLO.replace("    sequence: [upper, exclaim]", "    mqtt_reply: a\n    sequence: [upper, exclaim]"), "c.yaml:14: routes[0].mqtt_reply: a reply topic needs an `mqtt` topic filter"),
+        ];
+        for (yaml, want) in cases {
+            let got = err(&yaml);
+            assert!(got.starts_with(want), "got {got:?}\nwant {want:?}");
+        }
     }
 
     #[test]

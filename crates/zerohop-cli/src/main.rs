@@ -47,6 +47,14 @@ enum Command {
         /// this process may run on).
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
         gateway_threads: Option<u16>,
+        /// Address the MQTT listener binds, overriding the spec's `mqtt.listen` (port 0: any
+        /// free port).
+        #[arg(long)]
+        mqtt: Option<SocketAddr>,
+        /// Address the CoAP socket binds, overriding the spec's `coap.listen` (port 0: any
+        /// free port).
+        #[arg(long)]
+        coap: Option<SocketAddr>,
     },
     /// Validates a chain spec and exits (2 when invalid).
     Check {
@@ -89,6 +97,8 @@ fn main() -> ExitCode {
             spin_us,
             uid_range,
             gateway_threads,
+            mqtt,
+            coap,
         } => {
             // The gateway's thread: a woken gateway waits for the instance running on its
             // core to block, rather than preempting it for every answer.
@@ -103,6 +113,8 @@ fn main() -> ExitCode {
                 spin_us,
                 uid_range,
                 gateway_threads,
+                mqtt_listen: mqtt,
+                coap_listen: coap,
                 ..UpOptions::default()
             };
             runtime.block_on(run_up(path, opts))
@@ -136,7 +148,7 @@ async fn run_up(path: PathBuf, opts: UpOptions) -> ExitCode {
     };
     println!(
         "zerohop: chain '{name}' ready at {} ({})",
-        running.url(),
+        running.listeners().join(", "),
         running.summary()
     );
     let _ = std::io::stdout().flush();

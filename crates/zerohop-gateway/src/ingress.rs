@@ -136,23 +136,20 @@ impl Gateway {
     /// Answers one HTTP request.
     pub(crate) async fn handle(&self, req: Request<Incoming>) -> Answer {
         match self.handle_inner(req).await {
-            Ok(answer) => {
-                self.stats.ok.fetch_add(1, Ordering::Relaxed);
-                answer
-            }
-            Err(e) => {
-                self.count_error();
-                e.into_response()
-            }
+            Ok(reply) => reply.into_http(),
+            Err(e) => e.into_response(),
         }
     }
 
-    async fn handle_inner(&self, req: Request<Incoming>) -> Result<Answer, GatewayError> {
-        let route = self.router.find(req.method(), req.uri().path())?;
-        let head = self.plan.routes[route as usize].sequence[0];
+    async fn handle_inner(&self, req: Request<Incoming>) -> Result<Reply, GatewayError> {
+        let route = self
+            .router
+            .find(req.method(), req.uri().path())
+            .inspect_err(|_| self.count_error())?;
         let max = self.config.max_body;
-        if let Some(len) = content_length(req.headers())? {
+        if let Some(len) = content_length(req.headers()).inspect_err(|_| self.count_error())? {
             if len > max {
+                self.count_error();
                 return Err(too_large(max));
             }
         }
@@ -161,8 +158,13 @@ impl Gateway {
         // time: a slow client holds memory of its own, never a slot.
         let chunks =
             match tokio::time::timeout(self.config.body_timeout, read_body(body, max)).await {
-                Ok(chunks) => chunks?,
+                Ok(Ok(chunks)) => chunks,
+                Ok(Err(e)) => {
+                    self.count_error();
+                    return Err(e);
+                }
                 Err(_) => {
+                    self.count_error();
                     return Err(GatewayError::new(
                         StatusCode::REQUEST_TIMEOUT,
                         ErrorSource::Gateway,
@@ -170,9 +172,55 @@ impl Gateway {
                             "the request body did not arrive within {:?} (body_timeout)",
                             self.config.body_timeout
                         ),
-                    ))
+                    ));
                 }
             };
+        let mut meta: Vec<(&str, &str)> = Vec::new();
+        for name in &self.plan.headers {
+            for v in parts.headers.get_all(name.as_str()) {
+                if let Ok(v) = v.to_str() {
+                    meta.push((name, v));
+                }
+            }
+        }
+        self.submit(route, meta, &chunks).await
+    }
+
+    /// Runs one request through route `route` of the chain, whatever protocol it came by:
+    /// takes a slot, writes `meta` (name, value pairs; only the names the chain's functions
+    /// asked for are kept) and the body (`chunks`, the only copy in), sends it to the head
+    /// function and waits for the answer. Counts the outcome in [`GatewayStats`]: a reply
+    /// with a 2xx or 3xx status is `ok`, anything else `errors`.
+    ///
+    /// [`GatewayStats`]: crate::GatewayStats
+    pub(crate) async fn submit<'m, C: AsRef<[u8]>>(
+        &self,
+        route: u16,
+        meta: impl IntoIterator<Item = (&'m str, &'m str)>,
+        chunks: &[C],
+    ) -> Result<Reply, GatewayError> {
+        let result = self.submit_inner(route, meta, chunks).await;
+        match &result {
+            Ok(r) if r.status.is_success() || r.status.is_redirection() => {
+                self.stats.ok.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => self.count_error(),
+        }
+        result
+    }
+
+    async fn submit_inner<'m, C: AsRef<[u8]>>(
+        &self,
+        route: u16,
+        meta: impl IntoIterator<Item = (&'m str, &'m str)>,
+        chunks: &[C],
+    ) -> Result<Reply, GatewayError> {
+        let head = self.plan.routes[route as usize].sequence[0];
+        let total: u64 = chunks.iter().map(|c| c.as_ref().len() as u64).sum();
+        if total > self.config.max_body {
+            return Err(too_large(self.config.max_body));
+        }
+        let meta = self.meta(meta)?;
         let pool = &self.route_pools[route as usize];
         let Some(mut slot) = pool.alloc(Owner::party(self.party)) else {
             return Err(GatewayError::new(
@@ -185,17 +233,18 @@ impl Gateway {
             )
             .with_header(header::RETRY_AFTER, "1"));
         };
-        let meta_len = self.write_meta(&mut slot, &parts.headers)?;
-        // The one copy in: the body's chunks straight into the slot.
+        let meta_len = meta.len();
+        // The one copy in: the metadata and the body's chunks straight into the slot.
         let mut len = 0usize;
         {
             let data = slot.data_mut();
-            for c in &chunks {
+            data[..meta_len].copy_from_slice(meta.as_bytes());
+            for c in chunks {
+                let c = c.as_ref();
                 data[meta_len + len..meta_len + len + c.len()].copy_from_slice(c);
                 len += c.len();
             }
         }
-        drop(chunks);
         let id = self.ids.id(
             self.party,
             self.next_request.fetch_add(1, Ordering::Relaxed),
@@ -271,7 +320,7 @@ impl Gateway {
                 len,
                 header,
                 function,
-            })) => self.answer(slot, len, &header, function),
+            })) => self.reply(slot, len, &header, function),
             Ok(Ok(Outcome::Failed(e))) => Err(e),
             Ok(Err(_)) => Err(GatewayError::new(
                 StatusCode::BAD_GATEWAY,
@@ -289,15 +338,15 @@ impl Gateway {
         }
     }
 
-    /// The one copy out: the response body from the slot; the slot is freed on return.
+    /// The one copy out: the reply's body from the slot; the slot is freed on return.
     /// `header` is the copy validated when the slot was taken.
-    fn answer(
+    fn reply(
         &self,
         slot: OwnedSlot,
         len: u32,
         header: &SlotHeader,
         function: u8,
-    ) -> Result<Answer, GatewayError> {
+    ) -> Result<Reply, GatewayError> {
         let m = header.meta_len as usize;
         let body = Bytes::copy_from_slice(&slot.data()[m..m + len as usize]);
         drop(slot);
@@ -314,32 +363,32 @@ impl Gateway {
                 }
             },
         };
-        if status.is_success() || status.is_redirection() {
-            let mut r = Response::new(Full::new(body));
-            *r.status_mut() = status;
-            return Ok(r);
-        }
-        self.count_error();
-        // Undo the count `handle` will add for an Ok answer.
-        self.stats.ok.fetch_sub(1, Ordering::Relaxed);
-        let mut text = String::from_utf8_lossy(&body).into_owned();
-        text.push('\n');
-        Ok(error_response(status, text, &[]))
+        Ok(Reply { status, body })
     }
 
-    /// Writes the headers the functions asked for as `name: value\n` lines into the slot's
-    /// metadata area; returns its length.
-    fn write_meta(&self, slot: &mut OwnedSlot, headers: &HeaderMap) -> Result<usize, GatewayError> {
+    /// The metadata area's text: `name: value\n` lines for the names the functions asked
+    /// for (case-insensitive), at most [`META_RESERVE`] bytes.
+    fn meta<'m>(
+        &self,
+        pairs: impl IntoIterator<Item = (&'m str, &'m str)>,
+    ) -> Result<String, GatewayError> {
         let mut meta = String::new();
-        for name in &self.plan.headers {
-            for v in headers.get_all(name.as_str()) {
-                if let Ok(v) = v.to_str() {
-                    meta.push_str(name);
-                    meta.push_str(": ");
-                    meta.push_str(v);
-                    meta.push('\n');
-                }
+        for (name, value) in pairs {
+            if !self
+                .plan
+                .headers
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(name))
+            {
+                continue;
             }
+            if value.contains('\n') || value.contains('\r') {
+                continue;
+            }
+            meta.push_str(name);
+            meta.push_str(": ");
+            meta.push_str(value);
+            meta.push('\n');
         }
         if meta.len() > META_RESERVE {
             return Err(GatewayError::new(
@@ -351,8 +400,31 @@ impl Gateway {
                 ),
             ));
         }
-        slot.data_mut()[..meta.len()].copy_from_slice(meta.as_bytes());
-        Ok(meta.len())
+        Ok(meta)
+    }
+}
+
+/// What the chain answered a request with: the last function's status and output, or a
+/// function's error (status 4xx/5xx, its one-line message as the body).
+#[derive(Debug)]
+pub(crate) struct Reply {
+    /// 200 unless the function set another final status.
+    pub status: StatusCode,
+    /// The output, copied out of the slot.
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// The HTTP answer: the body as it is, or a function's error as a `text/plain` line.
+    fn into_http(self) -> Answer {
+        if self.status.is_success() || self.status.is_redirection() {
+            let mut r = Response::new(Full::new(self.body));
+            *r.status_mut() = self.status;
+            return r;
+        }
+        let mut text = String::from_utf8_lossy(&self.body).into_owned();
+        text.push('\n');
+        error_response(self.status, text, &[])
     }
 }
 

@@ -1,7 +1,7 @@
-//! `zerohop-gateway`: the HTTP ingress of one chain.
+//! `zerohop-gateway`: the ingress of one chain: HTTP, MQTT and CoAP.
 //!
-//! Does the protocol work once per request (hyper, HTTP/1.1 with keep-alive), matches the
-//! route, copies the body into a slot (the only copy in), sends the descriptor straight to
+//! Does the protocol work once per request (hyper, HTTP/1.1 with keep-alive; MQTT 3.1.1 and
+//! 5; CoAP over UDP), matches the route, copies the body into a slot (the only copy in), sends the descriptor straight to
 //! an instance of the route's head function, waits for the descriptor that comes back from
 //! the last function, and writes the response from that slot (the only copy out).
 //!
@@ -37,15 +37,18 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod coap;
 mod egress;
 mod error;
 mod ingress;
+mod mqtt;
 mod router;
 
 mod group;
 
 pub use egress::Receiving;
 pub use group::Gateways;
+pub use mqtt::MqttIngress;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

@@ -57,6 +57,7 @@ fn plan(queue_capacity: u32) -> Plan {
         method: "POST".into(),
         path: path.into(),
         sequence: vec![f],
+        ..Default::default()
     };
     Plan {
         chain: "hostile".into(),

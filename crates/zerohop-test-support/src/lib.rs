@@ -352,6 +352,13 @@ impl Drop for TempDir {
     }
 }
 
+/// The address after `scheme` in a ready line (`... ready at http://A, mqtt://B (...)`).
+fn listener_in(line: &str, scheme: &str) -> Option<String> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(scheme))
+        .map(|a| a.trim_end_matches(',').to_owned())
+}
+
 /// A chain run by the real `zerohop up` command on a free port; stopped (SIGTERM, then
 /// SIGKILL) and its folder removed on drop.
 pub struct ChainProcess {
@@ -397,11 +404,9 @@ impl ChainProcess {
         let line = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("zerohop up printed its ready line within 30 s");
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in ready line {line:?}"))
-            .to_owned();
+        let url = listener_in(&line, "http://")
+            .map(|a| format!("http://{a}"))
+            .unwrap_or_else(|| panic!("no URL in ready line {line:?}"));
         Self {
             guard,
             url,
@@ -413,6 +418,12 @@ impl ChainProcess {
     /// Pid of the `zerohop` process.
     pub fn pid(&self) -> u32 {
         self.guard.pid()
+    }
+
+    /// The address (`IP:PORT`) of the listener with `scheme` (`"mqtt://"`, `"coap://"`) the
+    /// ready line names.
+    pub fn listener(&self, scheme: &str) -> Option<String> {
+        listener_in(&self.ready_line, scheme)
     }
 
     /// Sends SIGTERM and waits (at most 30 s) for the exit code.

@@ -75,6 +75,7 @@ mod tests {
                 method: "POST".into(),
                 path: "/".into(),
                 sequence: vec![0],
+                ..Default::default()
             }],
             headers: vec![],
             party_function: vec![GATEWAY_FN, 0, 0, 0],

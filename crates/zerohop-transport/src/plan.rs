@@ -37,12 +37,22 @@ pub struct FunctionPlan {
 }
 
 /// One route into the chain.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoutePlan {
-    /// HTTP method.
+    /// HTTP method (empty: the route has no HTTP trigger).
     pub method: String,
-    /// HTTP path.
+    /// HTTP path (empty: the route has no HTTP trigger).
     pub path: String,
+    /// MQTT topic filter that selects this route (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mqtt: String,
+    /// Topic an MQTT request's output is published to (empty: the message's MQTT 5
+    /// response topic, if any).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mqtt_reply: String,
+    /// CoAP path that selects this route (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub coap: String,
     /// Function indices, in order.
     pub sequence: Vec<u8>,
 }
@@ -390,6 +400,7 @@ mod tests {
                 method: "POST".into(),
                 path: "/hello".into(),
                 sequence: vec![0, 1],
+                ..Default::default()
             }],
             headers: vec![],
             party_function: vec![GATEWAY_FN, 0, 1],
@@ -453,6 +464,7 @@ mod tests {
             method: "POST".into(),
             path: path.into(),
             sequence,
+            ..Default::default()
         };
         p.routes = vec![
             route("/a", vec![0, 1]),
