@@ -37,6 +37,8 @@ mod pool;
 mod pools;
 #[cfg(not(loom))]
 pub mod region;
+#[cfg(not(loom))]
+pub mod state;
 pub mod sync;
 #[cfg(not(loom))]
 mod sys;
@@ -50,6 +52,8 @@ pub use pool::{
 };
 #[cfg(not(loom))]
 pub use pools::Pools;
+#[cfg(not(loom))]
+pub use state::{State, StateConfig, StateError};
 
 /// Errors from creating or attaching a pool.
 #[derive(Debug, thiserror::Error)]
