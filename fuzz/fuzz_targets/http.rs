@@ -54,6 +54,7 @@ fn plan() -> Plan {
             concurrency: 1,
             next: vec![],
             calls: Vec::new(),
+            ..Default::default()
         }],
         routes: vec![RoutePlan {
             method: "POST".into(),
@@ -64,6 +65,7 @@ fn plan() -> Plan {
         headers: vec!["x-trace".into()],
         party_function: vec![GATEWAY_FN, 0],
         timeout_ms: 30_000,
+        state: None,
     }
 }
 

@@ -196,6 +196,12 @@ impl Running {
         &self.shared.gateways
     }
 
+    /// The chain's state store, if it has one (the agent's own mapping; for tests and
+    /// diagnostics).
+    pub fn state(&self) -> Option<&zerohop_pool::State> {
+        self.shared.state.as_ref()
+    }
+
     /// The chain's pools, one per security domain (slot accounting).
     pub fn pools(&self) -> &Pools {
         self.shared.gateways.pools()
@@ -571,6 +577,16 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         ));
     }
     let plan_json = plan.to_json();
+    let state = match spec.state {
+        Some(g) => Some(zerohop_pool::State::create(
+            &spec.name,
+            zerohop_pool::StateConfig {
+                entries: g.entries,
+                value_size: g.value_size,
+            },
+        )?),
+        None => None,
+    };
     let gateways = Gateways::new(
         pools.clone(),
         senders,
@@ -622,6 +638,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         domain,
         programs,
         parties: (0..parties).map(|_| PartyControl::default()).collect(),
+        state,
+        stateful: spec.functions.iter().map(|f| f.state).collect(),
     });
 
     // Start every instance, then wait until all have attached. On failure every instance

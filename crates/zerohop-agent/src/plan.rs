@@ -22,6 +22,9 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
             concurrency: f.concurrency,
             next: f.next.iter().map(|n| index(n)).collect(),
             calls: f.calls.iter().map(|n| index(n)).collect(),
+            fan_out: f.fan_out.iter().map(|n| index(n)).collect(),
+            join: f.join,
+            state: f.state,
         })
         .collect();
     let routes = spec
@@ -57,5 +60,6 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
         headers,
         party_function,
         timeout_ms: spec.timeout.as_millis() as u64,
+        state: spec.state,
     }
 }

@@ -30,6 +30,7 @@ use std::time::Duration;
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 use zerohop_gateway::META_RESERVE;
 use zerohop_pool::SLOT_HEADER_LEN;
+use zerohop_transport::{JoinPolicy, StatePlan};
 
 /// Default number of slots in a chain's pool.
 pub const DEFAULT_SLOTS: u32 = 1024;
@@ -41,6 +42,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default cap on the gateway's open client connections.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 4096;
+/// Keys a state store holds unless the spec says.
+pub const DEFAULT_STATE_ENTRIES: u32 = 4096;
+/// Largest state value unless the spec says.
+pub const DEFAULT_STATE_VALUE: u32 = 4096;
 /// Most parties (gateway threads and instances) a chain may have.
 pub const MAX_PARTIES: usize = 1024;
 /// Most gateway threads a chain may have.
@@ -101,6 +106,13 @@ pub struct FunctionSpec {
     pub calls: Vec<String>,
     /// System calls allowed beyond the default seccomp allow-list (validated names).
     pub syscalls: Vec<String>,
+    /// Whether its instances map the chain's state store.
+    pub state: bool,
+    /// Branches of a static fan-out (a route's `{ fan_out: [..], join: THIS }`) that the
+    /// runtime calls before this function's handler joins their outputs; also in `calls`.
+    pub fan_out: Vec<String>,
+    /// What a failed branch means.
+    pub join: JoinPolicy,
 }
 
 /// One route into the chain.
@@ -167,6 +179,8 @@ pub struct ChainSpec {
     pub mqtt: Option<MqttSpec>,
     /// CoAP ingress address, if any route has a `coap` path.
     pub coap: Option<SocketAddr>,
+    /// The chain's state store, if any function has `state: true`.
+    pub state: Option<StatePlan>,
 }
 
 /// Reads and validates the spec at `path`.
@@ -217,6 +231,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         "routes",
         "mqtt",
         "coap",
+        "state",
     ];
     cx.only_known(&top, "", &known)?;
 
@@ -315,8 +330,10 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
     };
 
     let dir = path.parent().unwrap_or(Path::new(""));
-    let functions = cx.functions(root, &top, dir)?;
-    let routes = cx.routes(root, &top, &functions)?;
+    let mut functions = cx.functions(root, &top, dir)?;
+    let routes = cx.routes(root, &top, &mut functions)?;
+    cx.no_call_cycle(&functions)?;
+    let state = cx.state(&top, &functions)?;
     let mqtt = cx.mqtt(&top, &routes, &name)?;
     let coap = cx.coap(&top, &routes)?;
     // Every function must be able to receive a request: on a route, or a dynamic `next`
@@ -376,6 +393,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         routes,
         mqtt,
         coap,
+        state,
     })
 }
 
@@ -703,6 +721,7 @@ impl Cx {
                     "next",
                     "calls",
                     "syscalls",
+                    "state",
                 ],
             )?;
             let cmd_node = self.required(k, &f, "command", &p)?;
@@ -793,6 +812,10 @@ impl Cx {
                     names
                 }
             };
+            let state = match get(&f, "state") {
+                None => false,
+                Some(n) => self.boolean(n, &format!("{p}state"))?,
+            };
             out.push(FunctionSpec {
                 name,
                 line: line(k),
@@ -804,6 +827,9 @@ impl Cx {
                 next,
                 calls,
                 syscalls,
+                state,
+                fan_out: Vec::new(),
+                join: JoinPolicy::Fail,
             });
         }
         // Dynamic routing and call targets must exist; a function never calls itself.
@@ -837,37 +863,102 @@ impl Cx {
                 }
             }
         }
-        // Calls form no cycle: a caller waits for its callee, so a cycle could wait forever.
-        if let Some(cycle) = call_cycle(&out) {
-            let f = out
-                .iter()
-                .find(|f| f.name == cycle[0])
-                .expect("names from the list");
+        Ok(out)
+    }
+
+    /// Calls (including static fan-outs) form no cycle: a caller waits for its callee, so a
+    /// cycle could wait forever.
+    fn no_call_cycle(&self, functions: &[FunctionSpec]) -> Result<(), SpecError> {
+        let Some(cycle) = call_cycle(functions) else {
+            return Ok(());
+        };
+        let f = functions
+            .iter()
+            .find(|f| f.name == cycle[0])
+            .expect("names from the list");
+        Err(self.err(
+            f.line,
+            &format!("functions.{}.calls", shown_key(&f.name)),
+            format!(
+                "calls form a cycle ({}); a caller waits for its callee's answer, so calls \
+                 must not lead back to a function waiting on them (a route's fan_out counts \
+                 as calls of its join)",
+                cycle.join(" -> ")
+            ),
+        ))
+    }
+
+    /// The top-level `state` section, checked against the functions that use it.
+    fn state(
+        &self,
+        top: &Map<'_, '_>,
+        functions: &[FunctionSpec],
+    ) -> Result<Option<StatePlan>, SpecError> {
+        let user = functions.iter().find(|f| f.state);
+        let Some(n) = get(top, "state") else {
+            if let Some(f) = user {
+                return Err(self.err(
+                    f.line,
+                    &format!("functions.{}.state", shown_key(&f.name)),
+                    "the chain has no `state` section; add e.g. `state: { entries: 4096, \
+                     value_size: 4KiB }`",
+                ));
+            }
+            return Ok(None);
+        };
+        let map = self.mapping(n, "state")?;
+        self.only_known(&map, "state.", &["entries", "value_size"])?;
+        if user.is_none() {
             return Err(self.err(
-                f.line,
-                &format!("functions.{}.calls", shown_key(&f.name)),
-                format!(
-                    "calls form a cycle ({}); a caller waits for its callee's answer, so calls \
-                     must not lead back to a function waiting on them",
-                    cycle.join(" -> ")
-                ),
+                line(n),
+                "state",
+                "no function has `state: true`, so nothing could use the store; add it to the \
+                 functions that read or write state, or remove this section",
             ));
         }
-        Ok(out)
+        let entries = match get(&map, "entries") {
+            None => DEFAULT_STATE_ENTRIES,
+            Some(e) => self.integer(
+                e,
+                "state.entries",
+                1,
+                i64::from(zerohop_pool::state::ENTRIES_MAX),
+            )? as u32,
+        };
+        let value_size = match get(&map, "value_size") {
+            None => DEFAULT_STATE_VALUE,
+            Some(v) => {
+                let size = self.size(v, "state.value_size")?;
+                let max = u64::from(zerohop_pool::state::VALUE_MAX);
+                if size == 0 || size > max {
+                    return Err(self.err(
+                        line(v),
+                        "state.value_size",
+                        format!("{size} bytes; a value may be 1 byte to 1MiB"),
+                    ));
+                }
+                size as u32
+            }
+        };
+        Ok(Some(StatePlan {
+            entries,
+            value_size,
+        }))
     }
 
     fn routes(
         &self,
         root: &MarkedYaml<'_>,
         top: &Map<'_, '_>,
-        functions: &[FunctionSpec],
+        functions: &mut [FunctionSpec],
     ) -> Result<Vec<RouteSpec>, SpecError> {
         let node = self.required(root, top, "routes", "")?;
         let list = self.sequence(node, "routes")?;
         if list.is_empty() {
             return Err(self.err(line(node), "routes", "a chain needs at least one route"));
         }
-        let names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+        let owned: Vec<String> = functions.iter().map(|f| f.name.clone()).collect();
+        let names: Vec<&str> = owned.iter().map(String::as_str).collect();
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for (i, r) in list.iter().enumerate() {
@@ -985,17 +1076,50 @@ impl Cx {
             }
             let mut sequence = Vec::new();
             for (j, e) in seq.iter().enumerate() {
-                let f = self.string(e, &format!("{p}sequence[{j}]"))?;
-                if !names.contains(&f.as_str()) {
-                    return Err(self.err(
-                        line(e),
-                        &format!("{p}sequence[{j}]"),
-                        format!(
-                            "unknown function `{f}`; known functions: {}",
-                            names.join(", ")
-                        ),
-                    ));
+                let at = format!("{p}sequence[{j}]");
+                let known = |f: &str, n: &MarkedYaml<'_>, at: &str| {
+                    if names.contains(&f) {
+                        Ok(())
+                    } else {
+                        Err(self.err(
+                            line(n),
+                            at,
+                            format!(
+                                "unknown function `{f}`; known functions: {}",
+                                names.join(", ")
+                            ),
+                        ))
+                    }
+                };
+                if let YamlData::Mapping(_) = &e.data {
+                    let (join, branches, policy) = self.fan_out(e, &at, &known)?;
+                    let f = functions
+                        .iter_mut()
+                        .find(|f| f.name == join)
+                        .expect("checked by known");
+                    if !f.fan_out.is_empty() && (f.fan_out != branches || f.join != policy) {
+                        return Err(self.err(
+                            line(e),
+                            &at,
+                            format!(
+                                "`{join}` already joins another fan-out ({}); a function joins one \
+                                 fan-out, the same on every route",
+                                f.fan_out.join(", ")
+                            ),
+                        ));
+                    }
+                    for b in &branches {
+                        if !f.calls.contains(b) {
+                            f.calls.push(b.clone());
+                        }
+                    }
+                    f.fan_out = branches;
+                    f.join = policy;
+                    sequence.push(join);
+                    continue;
                 }
+                let f = self.string(e, &at)?;
+                known(&f, e, &at)?;
                 sequence.push(f);
             }
             out.push(RouteSpec {
@@ -1136,6 +1260,72 @@ impl Cx {
                 ),
             )
         })
+    }
+}
+
+impl Cx {
+    /// A static fan-out step of a sequence: `{ fan_out: [a, b], join: j, on_error: fail }`;
+    /// returns the join, the branches and the policy.
+    fn fan_out(
+        &self,
+        e: &MarkedYaml<'_>,
+        at: &str,
+        known: &dyn Fn(&str, &MarkedYaml<'_>, &str) -> Result<(), SpecError>,
+    ) -> Result<(String, Vec<String>, JoinPolicy), SpecError> {
+        let m = self.mapping(e, at)?;
+        let p = format!("{at}.");
+        self.only_known(&m, &p, &["fan_out", "join", "on_error"])?;
+        let list = self.required(e, &m, "fan_out", &p)?;
+        let branches = self.strings(list, &format!("{p}fan_out"))?;
+        if branches.is_empty() {
+            return Err(self.err(
+                line(list),
+                &format!("{p}fan_out"),
+                "empty; name the functions that each get the request",
+            ));
+        }
+        for (i, (b, n)) in branches
+            .iter()
+            .zip(self.sequence(list, &format!("{p}fan_out"))?)
+            .enumerate()
+        {
+            known(b, n, &format!("{p}fan_out[{i}]"))?;
+            if branches[..i].contains(b) {
+                return Err(self.err(
+                    line(n),
+                    &format!("{p}fan_out[{i}]"),
+                    format!("`{b}` is named twice"),
+                ));
+            }
+        }
+        let j = self.required(e, &m, "join", &p)?;
+        let join = self.string(j, &format!("{p}join"))?;
+        known(&join, j, &format!("{p}join"))?;
+        if branches.contains(&join) {
+            return Err(self.err(
+                line(j),
+                &format!("{p}join"),
+                "the join cannot also be a branch (it would call itself)",
+            ));
+        }
+        let policy = match get(&m, "on_error") {
+            None => JoinPolicy::Fail,
+            Some(n) => match self.string(n, &format!("{p}on_error"))?.as_str() {
+                "fail" => JoinPolicy::Fail,
+                "join" => JoinPolicy::Join,
+                other => {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}on_error"),
+                        format!(
+                            "`{other}` is no policy; use `fail` (the request fails with the \
+                             branch's error) or `join` (the join sees what arrived)"
+                        ),
+                    ))
+                }
+            },
+        };
+        Ok((join, branches, policy))
     }
 }
 
@@ -1307,6 +1497,85 @@ routes:
             ("POST", "/hello")
         );
         assert_eq!(s.routes[0].sequence, vec!["upper", "exclaim"]);
+    }
+
+    #[test]
+    fn static_fan_out_and_state() {
+        let t = HELLO
+            .replace(
+                "[upper, exclaim]",
+                "[{ fan_out: [upper], join: exclaim, on_error: join }]",
+            )
+            .replace("    next: [upper]\n", "    state: true\n")
+            + "state: { entries: 100, value_size: 1KiB }\n";
+        let s = parse(Path::new("c.yaml"), &t).unwrap();
+        let ex = &s.functions[1];
+        assert_eq!(s.routes[0].sequence, vec!["exclaim"]);
+        assert_eq!(ex.fan_out, vec!["upper"]);
+        assert_eq!(ex.calls, vec!["upper"], "branches are calls of the join");
+        assert_eq!(ex.join, JoinPolicy::Join);
+        assert!(ex.state && !s.functions[0].state);
+        assert_eq!(
+            s.state,
+            Some(StatePlan {
+                entries: 100,
+                value_size: 1024
+            })
+        );
+        let cases = [
+            (
+                t.replace("join: exclaim", "join: upper"),
+                "c.yaml:14: routes[0].sequence[0].join: the join cannot also be a branch",
+            ),
+            (
+                t.replace("join: exclaim", "join: nobody"),
+                "c.yaml:14: routes[0].sequence[0].join: unknown function `nobody`",
+            ),
+            (
+                t.replace("fan_out: [upper]", "fan_out: []"),
+                "c.yaml:14: routes[0].sequence[0].fan_out: empty",
+            ),
+            (
+                t.replace("fan_out: [upper]", "fan_out: [upper, upper]"),
+                "c.yaml:14: routes[0].sequence[0].fan_out[1]: `upper` is named twice",
+            ),
+            (
+                t.replace("on_error: join", "on_error: maybe"),
+                "c.yaml:14: routes[0].sequence[0].on_error: `maybe` is no policy",
+            ),
+            (
+                t.replace("on_error: join", "policy: join"),
+                "c.yaml:14: routes[0].sequence[0].policy: unknown field",
+            ),
+            (
+                t.replace("state: { entries: 100, value_size: 1KiB }\n", ""),
+                "c.yaml:6: functions.exclaim.state: the chain has no `state` section",
+            ),
+            (
+                t.replace("    state: true\n", ""),
+                "c.yaml:14: state: no function has `state: true`",
+            ),
+            (
+                t.replace("entries: 100", "entries: 0"),
+                "c.yaml:15: state.entries: 0 is out of range",
+            ),
+            (
+                t.replace("1KiB", "2MiB"),
+                "c.yaml:15: state.value_size: 2097152 bytes; a value may be 1 byte to 1MiB",
+            ),
+            // A branch calling its join back is a cycle.
+            (
+                t.replace(
+                    "  upper:   { command: [\"bin/upper\", \"-v\"],",
+                    "  upper:   { calls: [exclaim], command: [\"bin/upper\", \"-v\"],",
+                ),
+                "c.yaml:5: functions.upper.calls: calls form a cycle (upper -> exclaim -> upper)",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let got = err(&yaml);
+            assert!(got.starts_with(want), "got {got:?}\nwant {want:?}");
+        }
     }
 
     #[test]

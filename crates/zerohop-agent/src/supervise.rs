@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     /// Per party (index = party; the gateway's parties unused): the agent's own record of each
     /// instance, never read back from shared memory.
     pub parties: Vec<PartyControl>,
+    /// The chain's state store and, per function, whether it maps it.
+    pub state: Option<zerohop_pool::State>,
+    pub stateful: Vec<bool>,
 }
 
 impl Shared {
@@ -99,6 +102,10 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
         .iter()
         .map(|p| p.fd().try_clone_to_owned())
         .collect::<Result<_, _>>()?;
+    // Then the state store, for a function with `state`.
+    if let (Some(state), true) = (&shared.state, shared.stateful[inst.index]) {
+        fds.push(state.fd().try_clone_to_owned()?);
+    }
     fds.extend(
         shared
             .transport

@@ -171,3 +171,162 @@ fn a_failing_branch_can_fail_the_request() {
     );
     rt.block_on(chain.shutdown());
 }
+
+fn fan_spec() -> String {
+    format!(
+        "name: fan\ntimeout: 2s\nfunctions:\n\
+         {} }}, concurrency: 2 }}\n\
+         {} }} }}\n\
+         {} }}, instances: 2 }}\n\
+         {} }} }}\n\
+         {}, GRAPH_CALLS: up }}, calls: [up] }}\n\
+         {}, GRAPH_CALLS: up }} }}\n\
+         routes:\n\
+         \x20 - http: POST /fan\n    sequence: [{{ fan_out: [up, crashy, twice], join: merge, on_error: join }}]\n\
+         \x20 - http: POST /strict\n    sequence: [{{ fan_out: [up, crashy], join: strict }}, up]\n\
+         \x20 - http: POST /stray\n    sequence: [stray]\n",
+        graphfn("merge", "merge", ""),
+        graphfn("strict", "merge", ""),
+        graphfn("up", "upper", ""),
+        graphfn("crashy", "crashy", ""),
+        graphfn("twice", "twice", ""),
+        graphfn("stray", "stray", ""),
+    )
+}
+
+#[test]
+fn static_fan_out_joins_every_branch_under_either_policy() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rt = runtime();
+    let chain = start(&rt, &fan_spec(), "ring");
+    let agent = client();
+    let fan = format!("{}/fan", chain.url());
+    let strict = format!("{}/strict", chain.url());
+
+    // Three branches, joined in the spec's order.
+    let a = post(&agent, &fan, "abc");
+    assert_eq!((a.status, a.body.as_str()), (200, "0=ABC;1=cba;2=ABCABC;"));
+    // The join's output goes on along the sequence.
+    let a = post(&agent, &strict, "abc");
+    assert_eq!((a.status, a.body.as_str()), (200, "0=ABC;1=CBA;"));
+
+    // A failing branch: `join` sees it, `fail` (the default) fails the request with it.
+    let a = post(&agent, &fan, "teapot");
+    assert_eq!(a.body, "0=TEAPOT;1!418;2=TEAPOTTEAPOT;");
+    let a = post(&agent, &strict, "teapot");
+    assert_eq!(a.status, 418, "{a:?}");
+    assert!(
+        a.body.contains("call to `crashy` failed with 418"),
+        "{}",
+        a.body
+    );
+
+    // A branch that crashes: 502 for it, at once.
+    let crashy = chain.parties_of("crashy")[0];
+    let before = chain.instance_pid(crashy).expect("crashy runs");
+    let a = post(&agent, &fan, "crash");
+    assert_eq!(
+        (a.status, a.body.as_str()),
+        (200, "0=CRASH;1!502;2=CRASHCRASH;")
+    );
+    assert!(wait_until(Duration::from_secs(10), || chain
+        .instance_pid(crashy)
+        .is_some_and(|p| p != before)
+        && post(&agent, &fan, "x").body == "0=X;1=x;2=XX;"));
+    let a = post(&agent, &strict, "crash");
+    assert_eq!(a.status, 502, "{a:?}");
+    assert!(
+        a.body.contains("died while handling the call"),
+        "{}",
+        a.body
+    );
+
+    // A function forwarding along an edge the spec does not declare is refused (and the
+    // request answered with why), and counted among the gateway's errors.
+    let errors = chain.gateways().total(|s| &s.errors);
+    let a = post(&agent, &format!("{}/stray", chain.url()), "abc");
+    assert_eq!(a.status, 500, "{a:?}");
+    assert!(a.body.contains("may not forward to `up`"), "{}", a.body);
+    assert_eq!(chain.gateways().total(|s| &s.errors), errors + 1);
+
+    assert!(
+        no_slot_held(&chain),
+        "slots left: {}",
+        chain.pools().in_use()
+    );
+    assert_eq!(chain.gateways().inflight(), 0);
+    rt.block_on(chain.shutdown());
+}
+
+#[test]
+fn chain_state_is_shared_atomic_and_survives_crashes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let yaml = format!(
+        "name: state\ntimeout: 5s\nstate: {{ entries: 4, value_size: 64 }}\nfunctions:\n\
+         {} }}, instances: 3, concurrency: 2, state: true }}\n\
+         {} }}, state: true }}\n\
+         routes:\n  - http: POST /count\n    sequence: [count]\n\
+         \x20 - http: POST /peek\n    sequence: [peek]\n",
+        graphfn("count", "count", ""),
+        graphfn("peek", "peek", ""),
+    );
+    let rt = runtime();
+    let chain = start(&rt, &yaml, "ring");
+    let count = format!("{}/count", chain.url());
+    let peek = format!("{}/peek", chain.url());
+
+    // Increments from many clients through three instances lose nothing.
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let agent = client();
+                for _ in 0..50 {
+                    let a = post(&agent, &count, "hits");
+                    assert_eq!(a.status, 200, "{a:?}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("every increment answered");
+    }
+    let agent = client();
+    assert_eq!(post(&agent, &peek, "hits").body, "200");
+
+    // A writer killed in the middle of an update (holding the key's lock): the request gets
+    // 502, the update never happened, and the next writer takes the lock over.
+    let a = post(&agent, &count, "die");
+    assert_eq!(a.status, 502, "{a:?}");
+    let a = post(&agent, &count, "hits");
+    assert_eq!((a.status, a.body.as_str()), (200, "201"));
+    assert_eq!(post(&agent, &peek, "die").body, "none");
+
+    // The store outlives every instance: kill them all, the count is still there.
+    let parties = chain.parties_of("count");
+    assert!(wait_until(Duration::from_secs(10), || parties
+        .iter()
+        .all(|&p| chain.instance_pid(p).is_some())));
+    for &p in &parties {
+        zerohop_test_support::signal_pid(chain.instance_pid(p).expect("running"), "KILL");
+    }
+    assert!(wait_until(Duration::from_secs(10), || {
+        post(&agent, &count, "hits").body == "202"
+    }));
+
+    // A full store is a clear error (entries: 4; "hits" is one).
+    for k in ["a", "b", "c"] {
+        assert_eq!(post(&agent, &count, k).status, 200);
+    }
+    let a = post(&agent, &count, "d");
+    assert_eq!(a.status, 507, "{a:?}");
+    assert!(a.body.contains("the state store is full"), "{}", a.body);
+    assert_eq!(chain.state().expect("a store").len(), 4);
+
+    assert!(
+        no_slot_held(&chain),
+        "slots left: {}",
+        chain.pools().in_use()
+    );
+    rt.block_on(chain.shutdown());
+}

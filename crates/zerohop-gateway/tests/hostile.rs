@@ -52,6 +52,7 @@ fn plan(queue_capacity: u32) -> Plan {
         concurrency: 1,
         next: vec![],
         calls: Vec::new(),
+        ..Default::default()
     };
     let r = |path: &str, f: u8| RoutePlan {
         method: "POST".into(),
@@ -69,6 +70,7 @@ fn plan(queue_capacity: u32) -> Plan {
         headers: vec![],
         party_function: vec![GATEWAY_FN, 0, 1],
         timeout_ms: 30_000,
+        state: None,
     }
 }
 

@@ -3,10 +3,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Mutex};
 
-use zerohop_pool::{Descriptor, OwnedSlot, PartyState, Pool, PoolError, Pools, SlotHeader};
+use zerohop_pool::{
+    Descriptor, OwnedSlot, PartyState, Pool, PoolError, Pools, SlotHeader, State, StateConfig,
+};
 use zerohop_transport::{
-    Backend, Delivery, Endpoint, Hop, PartyId, Picker, Plan, RequestIds, Sender, TransportError,
-    GATEWAY_FN,
+    Backend, Delivery, Endpoint, Hop, JoinPolicy, PartyId, Picker, Plan, RequestIds, Sender,
+    TransportError, GATEWAY_FN,
 };
 
 use crate::call::{Calls, Pending};
@@ -49,6 +51,8 @@ pub(crate) struct Router {
     pub(crate) picker: Picker,
     /// Which gateway thread waits for a request's answer.
     ids: RequestIds,
+    /// The chain's state store, when this function has `state`.
+    pub(crate) state: Option<State>,
 }
 
 /// An attached instance, ready to serve.
@@ -106,6 +110,22 @@ pub fn start() -> Result<Instance, StartError> {
         .map(|fd| Pool::attach(fd).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
     let pools = Pools::new(pools)?;
+    // Then the state store, for a function with `state`.
+    let state = match plan.state {
+        Some(geometry) if plan.functions[function as usize].state => {
+            if fds.is_empty() {
+                return Err(StartError::HandOver(
+                    "the function has state but no state store was handed over".into(),
+                ));
+            }
+            let cfg = StateConfig {
+                entries: geometry.entries,
+                value_size: geometry.value_size,
+            };
+            Some(State::attach(fds.remove(0), cfg)?)
+        }
+        _ => None,
+    };
     let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
     let endpoint = Endpoint::new(pools.clone(), policy, me, transport.receiver(me)?);
     let router = Router {
@@ -116,6 +136,7 @@ pub fn start() -> Result<Instance, StartError> {
         pools,
         function,
         me,
+        state,
     };
     Ok(Instance {
         router: Arc::new(router),
@@ -230,6 +251,26 @@ impl Router {
                 return;
             }
         }
+        // A static fan-out this function joins: every branch gets the request's body (copied
+        // into a slot of its own), all at once; the handler sees their outputs.
+        let me = &plan.functions[self.function as usize];
+        let branches = match calls {
+            Some(cx) if !me.fan_out.is_empty() => {
+                let m = header.meta_len as usize;
+                let body = &slot.data()[m..m + desc.len as usize];
+                let list: Vec<(&str, &[u8])> = me
+                    .fan_out
+                    .iter()
+                    .map(|&f| (plan.function_name(f), body))
+                    .collect();
+                cx.call_all(&header, slot.pool(), &list)
+            }
+            _ => Vec::new(),
+        };
+        let failed = match me.join {
+            JoinPolicy::Fail => branches.iter().find_map(|b| b.as_ref().err()).cloned(),
+            JoinPolicy::Join => None,
+        };
         let mut req = Request {
             slot: &mut slot,
             header,
@@ -237,14 +278,22 @@ impl Router {
             plan,
             function: self.function,
             calls,
+            branches,
+            state: self.state.as_ref(),
         };
-        let outcome =
-            catch_unwind(AssertUnwindSafe(|| handler.handle(&mut req))).unwrap_or_else(|panic| {
-                Err(HandlerError::internal(format!(
-                    "handler panicked: {}",
-                    panic_message(&*panic)
-                )))
-            });
+        let outcome = match failed {
+            Some(e) => Err(HandlerError::from(e)),
+            None => catch_unwind(AssertUnwindSafe(|| handler.handle(&mut req))).unwrap_or_else(
+                |panic| {
+                    Err(HandlerError::internal(format!(
+                        "handler panicked: {}",
+                        panic_message(&*panic)
+                    )))
+                },
+            ),
+        };
+        // The branches' slots go back to the pool now, not when the request leaves.
+        req.branches.clear();
         let len = req.len;
         let mut header = req.header;
         let route = |next: Next, header: &mut SlotHeader| -> Result<Hop, HandlerError> {

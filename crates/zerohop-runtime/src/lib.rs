@@ -32,6 +32,7 @@ mod sys;
 pub use call::{Answer, CallError};
 pub use instance::{run, start, Instance, StartError};
 pub use request::{HandlerError, Next, Request};
+pub use zerohop_pool::{State, StateError};
 
 /// A request handler: transforms the request in place and says where it goes next.
 pub trait Handler: Send + Sync + 'static {

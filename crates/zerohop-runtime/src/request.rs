@@ -1,6 +1,6 @@
 //! What a handler sees and returns.
 
-use zerohop_pool::{OwnedSlot, SlotHeader};
+use zerohop_pool::{OwnedSlot, SlotHeader, State, StateError};
 use zerohop_transport::Plan;
 
 use crate::call::{not_allowed, Answer, CallError, Calls};
@@ -61,6 +61,24 @@ pub struct Request<'a> {
     pub(crate) function: u8,
     /// How to make calls (`None` for a function that may call nothing).
     pub(crate) calls: Option<&'a Calls<'a>>,
+    /// The outputs of the static fan-out this function joins, in the spec's order.
+    pub(crate) branches: Vec<Result<Answer, CallError>>,
+    /// The chain's state store, for a function with `state`.
+    pub(crate) state: Option<&'a State>,
+}
+
+impl From<StateError> for HandlerError {
+    /// A state error as the request's answer: 507 for a full store, 413 for a value over
+    /// the store's `value_size`, 400 for a bad key, 503 for a lock held too long.
+    fn from(e: StateError) -> Self {
+        let status = match e {
+            StateError::Full { .. } => 507,
+            StateError::ValueTooLarge { .. } => 413,
+            StateError::BadKey { .. } => 400,
+            StateError::Busy { .. } => 503,
+        };
+        HandlerError::new(status, e.to_string())
+    }
 }
 
 impl Request<'_> {
@@ -166,6 +184,27 @@ impl Request<'_> {
                 .map(|(name, _)| Err(not_allowed(self.plan, self.function, name)))
                 .collect(),
         }
+    }
+
+    /// The outputs of the static fan-out this function joins (a route's
+    /// `{ fan_out: [..], join: this }`), in the order of `fan_out`; empty for a function that
+    /// joins none. With `on_error: fail` (the default) the handler runs only when every
+    /// branch answered; with `on_error: join` a failed branch is its `Err` here.
+    pub fn branches(&self) -> &[Result<Answer, CallError>] {
+        &self.branches
+    }
+
+    /// The chain's state store (see `docs/spec.md`, "Chain state"), shared by every instance
+    /// of every function with `state: true`. A `?` on its errors answers the request with
+    /// 507 (full), 413 (value too large), 400 (bad key) or 503 (busy).
+    pub fn state(&self) -> Result<&State, HandlerError> {
+        self.state.ok_or_else(|| {
+            HandlerError::internal(format!(
+                "function `{}` has no state store: set `state: true` on it and add a `state` \
+                 section to the chain spec",
+                self.function()
+            ))
+        })
     }
 
     /// Appends `bytes` to the body.

@@ -42,7 +42,9 @@ use std::str::FromStr;
 pub use endpoint::{Delivery, Endpoint, EndpointStats};
 #[cfg(not(loom))]
 pub use pick::Picker;
-pub use plan::{handover, Domain, FunctionPlan, Hop, Plan, RequestIds, RoutePlan};
+pub use plan::{
+    handover, Domain, FunctionPlan, Hop, JoinPolicy, Plan, RequestIds, RoutePlan, StatePlan,
+};
 pub use policy::{Policy, PolicyError, GATEWAY_FN};
 use zerohop_pool::Descriptor;
 

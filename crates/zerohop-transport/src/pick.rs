@@ -64,6 +64,7 @@ mod tests {
             concurrency: 1,
             next: vec![],
             calls: Vec::new(),
+            ..Default::default()
         };
         let plan = Plan {
             chain: "p".into(),
@@ -80,6 +81,7 @@ mod tests {
             headers: vec![],
             party_function: vec![GATEWAY_FN, 0, 0, 0],
             timeout_ms: 30_000,
+            state: None,
         };
         let pool = Pool::create(&PoolConfig {
             name: "pick".into(),

@@ -15,6 +15,8 @@ pub mod handover {
     pub const FDS: &str = "ZEROHOP_FDS";
     /// Pid of the agent; the instance exits when the agent goes away.
     pub const AGENT_PID: &str = "ZEROHOP_AGENT_PID";
+    // Descriptors, in order: the pools of the function's security domains, then the chain's
+    // state store if the function has `state`, then the transport's.
     /// First inherited descriptor.
     pub const FIRST_FD: i32 = 3;
 }
@@ -22,8 +24,28 @@ pub mod handover {
 use crate::policy::GATEWAY_FN;
 use crate::{Options, PartyId, Policy, PolicyError};
 
+/// What a function with a static fan-out does when a branch fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JoinPolicy {
+    /// The request fails with the first failed branch's status and message.
+    #[default]
+    Fail,
+    /// The join handler runs with what arrived; failed branches are errors in its list.
+    Join,
+}
+
+/// The chain's state store geometry (see `zerohop_pool::State`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatePlan {
+    /// Keys it holds at most.
+    pub entries: u32,
+    /// Largest value in bytes.
+    pub value_size: u32,
+}
+
 /// One function of the chain.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FunctionPlan {
     /// Name from the spec.
     pub name: String,
@@ -34,6 +56,16 @@ pub struct FunctionPlan {
     /// Function indices it may call (their answers come back to the calling instance).
     #[serde(default)]
     pub calls: Vec<u8>,
+    /// Branches of a static fan-out this function joins: before its handler runs, the
+    /// runtime calls each with the request's body (all of them are in `calls` too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fan_out: Vec<u8>,
+    /// What a failed branch of `fan_out` means.
+    #[serde(default)]
+    pub join: JoinPolicy,
+    /// Whether its instances map the chain's state store.
+    #[serde(default)]
+    pub state: bool,
 }
 
 /// One route into the chain.
@@ -81,6 +113,9 @@ pub struct Plan {
     /// most.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// The chain's state store, if it has one.
+    #[serde(default)]
+    pub state: Option<StatePlan>,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -359,6 +394,7 @@ mod tests {
                 headers: vec![],
                 party_function: [vec![GATEWAY_FN; n as usize], vec![0, 0]].concat(),
                 timeout_ms: 30_000,
+                state: None,
             };
             assert_eq!(plan.gateways(), n);
             assert_eq!(plan.parties_of(GATEWAY_FN).len(), n as usize);
@@ -388,12 +424,14 @@ mod tests {
                     concurrency: 1,
                     next: vec![],
                     calls: Vec::new(),
+                    ..Default::default()
                 },
                 FunctionPlan {
                     name: "exclaim".into(),
                     concurrency: 1,
                     next: vec![],
                     calls: Vec::new(),
+                    ..Default::default()
                 },
             ],
             routes: vec![RoutePlan {
@@ -405,6 +443,7 @@ mod tests {
             headers: vec![],
             party_function: vec![GATEWAY_FN, 0, 1],
             timeout_ms: 30_000,
+            state: None,
         }
     }
 
@@ -452,6 +491,7 @@ mod tests {
             concurrency: 1,
             next,
             calls: Vec::new(),
+            ..Default::default()
         };
         // upper(0), exclaim(1), audit(2) -> log(3) by dynamic routing.
         p.functions = vec![

@@ -8,6 +8,12 @@
 //! - `crashy`: aborts the process when the body is `crash`, sleeps 5 s on `hang`, answers
 //!   418 on `teapot`, else reverses the body.
 //! - `forbidden`: calls `GRAPH_CALLS` (not in its `calls` list) and answers the error.
+//! - `merge`: joins a static fan-out: `i=output;` per branch in order, `i!status;` for one
+//!   that failed.
+//! - `stray`: forwards to `GRAPH_CALLS` (not in its `next` list).
+//! - `count`: adds one to the state key named by the body and answers the new count; a
+//!   body of `die` aborts the process in the middle of the update (holding its lock).
+//! - `peek`: answers the count of the state key named by the body (`none` when absent).
 
 use zerohop_runtime::{run, HandlerError, Next, Request};
 
@@ -69,6 +75,45 @@ fn main() {
             let input = req.body().to_vec();
             let e = req.call(&calls[0], &input).expect_err("not in calls");
             req.set_body(e.to_string().as_bytes())?;
+            Ok(Next::Continue)
+        }
+        "merge" => {
+            let mut out = Vec::new();
+            for (i, b) in req.branches().iter().enumerate() {
+                match b {
+                    Ok(a) => {
+                        out.extend_from_slice(format!("{i}=").as_bytes());
+                        out.extend_from_slice(a.body());
+                    }
+                    Err(e) => out.extend_from_slice(format!("{i}!{}", e.status).as_bytes()),
+                }
+                out.push(b';');
+            }
+            req.set_body(&out)?;
+            Ok(Next::Continue)
+        }
+        "stray" => Ok(Next::Forward(calls[0].clone())),
+        "count" => {
+            let key = req.body().to_vec();
+            let die = key == b"die";
+            let new = req.state()?.update(&key, |old| {
+                if die {
+                    std::process::abort();
+                }
+                let n = old.map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap_or([0; 8])));
+                Some((n + 1).to_le_bytes().to_vec())
+            })?;
+            let n = u64::from_le_bytes(new.unwrap_or_default().try_into().unwrap_or([0; 8]));
+            req.set_body(n.to_string().as_bytes())?;
+            Ok(Next::Continue)
+        }
+        "peek" => {
+            let key = req.body().to_vec();
+            let out = match req.state()?.get(&key)? {
+                Some(v) => u64::from_le_bytes(v.try_into().unwrap_or([0; 8])).to_string(),
+                None => "none".to_owned(),
+            };
+            req.set_body(out.as_bytes())?;
             Ok(Next::Continue)
         }
         other => Err(HandlerError::internal(format!(
