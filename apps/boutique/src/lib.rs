@@ -1,0 +1,1 @@
+//! The boutique workload (being written).

@@ -1,0 +1,1 @@
+//! The motion workload (being written).

@@ -1,0 +1,1 @@
+//! The parking workload (being written).
