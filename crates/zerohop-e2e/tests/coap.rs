@@ -114,6 +114,11 @@ fn con_non_put_and_a_slow_chain_get_the_output_errors_get_their_codes() {
     // Resource discovery lists the routes.
     let list = coap_client(&["-m", "get"], &uri("/.well-known/core"));
     assert_eq!(ok_payload(&list), "</motion>,</refuse>,</slow>");
+    let e = coap_client(&["-m", "post", "-e", "x"], &uri("/.well-known/core"));
+    assert_eq!(
+        stderr(&e),
+        "4.05 gateway: /.well-known/core does not accept POST; allowed: GET"
+    );
 
     assert_eq!(chain.stop(), Some(0), "clean exit");
 }

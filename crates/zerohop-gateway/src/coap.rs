@@ -62,6 +62,9 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_RETRANSMIT: u32 = 4;
 /// Most requests whose chain runs at once.
 const MAX_IN_FLIGHT: usize = 1024;
+/// Most separate responses retransmitted until acknowledged at once; past that one is sent
+/// once only (the client may still retransmit its request, which gets the empty ACK again).
+const MAX_UNCONFIRMED: usize = 1024;
 /// Largest datagram read (the largest UDP payload fits).
 const MAX_DATAGRAM: usize = 65536;
 /// How often expired state is dropped.
@@ -82,7 +85,7 @@ impl Gateway {
         mut shutdown: watch::Receiver<bool>,
     ) {
         let timeout = self.config.timeout;
-        let server = Arc::new(Server::new(self, socket));
+        let server = Arc::new(Server::new(self, socket, shutdown.clone()));
         let mut tasks = JoinSet::new();
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut tick = tokio::time::interval(HOUSEKEEPING);
@@ -160,6 +163,16 @@ enum Decision {
     Run(Job),
 }
 
+/// What a request message leads to, duplicates included.
+enum Next {
+    /// A duplicate: this message again.
+    Again(Bytes),
+    /// A duplicate NON whose chain still runs: nothing.
+    Nothing,
+    /// A new request.
+    Decided(Decision),
+}
+
 struct Server {
     gw: Arc<Gateway>,
     socket: UdpSocket,
@@ -168,6 +181,9 @@ struct Server {
     limits: Limits,
     state: Mutex<State>,
     in_flight: Arc<Semaphore>,
+    unconfirmed: Arc<Semaphore>,
+    /// Turns true at shutdown: separate responses stop being retransmitted.
+    shutdown: watch::Receiver<bool>,
     next_mid: AtomicU16,
     next_etag: AtomicU32,
     draining: AtomicBool,
@@ -176,7 +192,7 @@ struct Server {
 }
 
 impl Server {
-    fn new(gw: Arc<Gateway>, socket: UdpSocket) -> Self {
+    fn new(gw: Arc<Gateway>, socket: UdpSocket, shutdown: watch::Receiver<bool>) -> Self {
         let routes = gw
             .plan
             .routes
@@ -195,6 +211,8 @@ impl Server {
             limits,
             state: Mutex::new(State::default()),
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            unconfirmed: Arc::new(Semaphore::new(MAX_UNCONFIRMED)),
+            shutdown,
             // Message ids and ETags start anywhere, so a restarted gateway does not repeat
             // the ids a client still remembers.
             next_mid: AtomicU16::new(random.hash_one(1u8) as u16),
@@ -260,36 +278,32 @@ impl Server {
     ) {
         let key = (peer, ex.mid);
         let now = Instant::now();
-        let decision = {
+        let next = {
             let mut st = self.state();
             match st.exchanges.get_mut(&key) {
-                Some(Seen::Answered(bytes)) => Some(Some(bytes.clone())),
+                Some(Seen::Answered(bytes)) => Next::Again(bytes.clone()),
                 Some(Seen::Running { acked }) if ex.con => {
                     // The client is retransmitting: the chain is slow, so acknowledge now
                     // and answer separately.
                     *acked = true;
-                    Some(Some(empty(Kind::Ack, ex.mid)))
+                    Next::Again(empty(Kind::Ack, ex.mid))
                 }
-                Some(Seen::Running { .. }) => Some(None),
-                None => None,
-            }
-            .map(Err)
-            .unwrap_or_else(|| {
-                Ok(match request {
+                Some(Seen::Running { .. }) => Next::Nothing,
+                None => Next::Decided(match request {
                     Err(r) => Decision::Answer(r),
                     Ok(_) if self.draining.load(Ordering::Relaxed) => Decision::Answer(
                         Response::diagnostic(codes::UNAVAILABLE, "gateway: shutting down"),
                     ),
                     Ok(r) => self.decide(&mut st, peer, r, now),
-                })
-            })
+                }),
+            }
         };
-        let decision = match decision {
-            Err(Some(again)) => return self.send(&again, peer).await,
-            Err(None) => return,
-            Ok(d) => d,
+        let decision = match next {
+            Next::Again(bytes) => return self.send(&bytes, peer).await,
+            Next::Nothing => return,
+            Next::Decided(d) => d,
         };
-        let job = match decision {
+        let answer = match decision {
             Decision::Run(job) => match self.in_flight.clone().try_acquire_owned() {
                 Ok(permit) => {
                     self.state()
@@ -309,10 +323,10 @@ impl Server {
             },
             Decision::Answer(r) => r,
         };
-        if job.is_error() {
+        if answer.is_error() {
             self.gw.count_error();
         }
-        let bytes = self.encode(&ex, &job);
+        let bytes = self.encode(&ex, &answer);
         self.state()
             .exchanges
             .insert(key, Seen::Answered(bytes.clone()), now);
@@ -339,8 +353,14 @@ impl Server {
             ));
         };
         let Some(&route) = self.routes.get(&path) else {
-            if path == WELL_KNOWN_CORE && r.method == codes::GET {
-                return Decision::Answer(self.resource_list(st, peer, &path, r.block2, now));
+            if path == WELL_KNOWN_CORE {
+                if r.method == codes::GET {
+                    return Decision::Answer(self.resource_list(st, peer, &path, r.block2, now));
+                }
+                return Decision::Answer(Response::diagnostic(
+                    codes::METHOD_NOT_ALLOWED,
+                    format!("gateway: {path} does not accept {method}; allowed: GET"),
+                ));
             }
             return Decision::Answer(Response::diagnostic(
                 codes::NOT_FOUND,
@@ -437,6 +457,8 @@ impl Server {
             szx,
         };
         if r.payload.len() <= first.size() {
+            // A response held for an earlier request is no longer this path's answer.
+            st.held.forget(&key);
             return r;
         }
         r.etag = Some(self.next_etag.fetch_add(1, Ordering::Relaxed));
@@ -453,7 +475,7 @@ impl Server {
         ex: Exchange,
         job: Job,
         peer: SocketAddr,
-        _permit: OwnedSemaphorePermit,
+        permit: OwnedSemaphorePermit,
     ) {
         let key = (peer, ex.mid);
         let method = method_name(job.method);
@@ -475,6 +497,7 @@ impl Server {
         } else {
             submit.await
         };
+        drop(permit);
         let response = self.response(result, job.content_format);
         let now = Instant::now();
         let (bytes, separate) = {
@@ -488,10 +511,14 @@ impl Server {
             );
             if ex.con && acked {
                 let mid = self.mid();
-                let (tx, rx) = oneshot::channel();
-                st.confirms.insert((peer, mid), tx);
+                // Retransmitted until acknowledged, while there is room to wait for that.
+                let confirm = self.unconfirmed.clone().try_acquire_owned().ok().map(|p| {
+                    let (tx, rx) = oneshot::channel();
+                    st.confirms.insert((peer, mid), tx);
+                    (mid, rx, p)
+                });
                 st.exchanges.answer(key, empty(Kind::Ack, ex.mid), now);
-                (response.encode(Kind::Con, mid, &ex.token), Some((mid, rx)))
+                (response.encode(Kind::Con, mid, &ex.token), confirm)
             } else {
                 let bytes = self.encode(&ex, &response);
                 st.exchanges.answer(key, bytes.clone(), now);
@@ -499,7 +526,7 @@ impl Server {
             }
         };
         self.send(&bytes, peer).await;
-        if let Some((mid, rx)) = separate {
+        if let Some((mid, rx, _permit)) = separate {
             self.confirm(bytes, peer, mid, rx).await;
         }
     }
@@ -535,6 +562,7 @@ impl Server {
             }
         }
         let _forget = Forget(self, (peer, mid));
+        let mut shutdown = self.shutdown.clone();
         let mut wait = ACK_TIMEOUT.mul_f64(1.0 + 0.5 * self.random_fraction());
         for attempt in 0..=MAX_RETRANSMIT {
             if attempt > 0 {
@@ -542,6 +570,8 @@ impl Server {
             }
             tokio::select! {
                 _ = &mut rx => return,
+                // Shutting down: the response went out at least once.
+                _ = shutdown.wait_for(|stop| *stop) => return,
                 _ = tokio::time::sleep(wait) => wait *= 2,
             }
         }

@@ -286,7 +286,8 @@ impl Held {
         }
     }
 
-    fn remove(&mut self, key: &HeldKey) {
+    /// Drops the response held for `key`, if any.
+    pub fn forget(&mut self, key: &HeldKey) {
         if let Some(h) = self.map.remove(key) {
             self.bytes -= h.response.payload.len();
         }
@@ -296,7 +297,7 @@ impl Held {
     /// responses that would expire first. A response larger than all the room there is is
     /// not kept: its later blocks then get 4.08.
     pub fn hold(&mut self, key: HeldKey, response: Response, now: Instant) -> bool {
-        self.remove(&key);
+        self.forget(&key);
         let len = response.payload.len();
         if len > self.max_bytes {
             return false;
@@ -310,7 +311,7 @@ impl Held {
                 .min_by_key(|(_, h)| h.until)
                 .map(|(k, _)| k.clone());
             match oldest {
-                Some(k) => self.remove(&k),
+                Some(k) => self.forget(&k),
                 None => break,
             }
         }
