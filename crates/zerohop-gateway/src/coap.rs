@@ -113,8 +113,8 @@ impl Gateway {
                 _ = tick.tick() => server.expire(),
             }
         }
-        // Drain: requests in flight finish and their separate responses are acknowledged
-        // (the socket is still read for that); new requests get 5.03.
+        // Drain: requests in flight finish and send their responses (separate ones once);
+        // the socket is still read, so duplicates are answered and new requests get 5.03.
         server.draining.store(true, Ordering::Relaxed);
         let deadline = tokio::time::Instant::now() + timeout;
         while !tasks.is_empty() {
