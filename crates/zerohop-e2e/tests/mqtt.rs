@@ -519,7 +519,7 @@ fn requests_of_one_connection_run_side_by_side() {
 }
 
 #[test]
-fn raw_subscribers_get_qos_1_at_most_and_unsubscribe() {
+fn raw_subscribers_get_qos_1_at_most_unsubscribe_and_are_taken_over() {
     let chain = ChainProcess::start(
         &spec(
             &func("up", "upper", "", ""),
@@ -571,6 +571,18 @@ fn raw_subscribers_get_qos_1_at_most_and_unsubscribe() {
     // A DISCONNECT ends the session quietly.
     raw.send(&[0xE0, 0x00]);
     assert!(raw.until_closed().is_empty());
+    // A client id in use is taken over by the new connection; MQTT 5 tells the old why.
+    let mut first = Raw::session(port, 5, "same-id");
+    let mut second = Raw::session(port, 5, "same-id");
+    let said = first.until_closed();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(
+        (said[0].0, said[0].1[0]),
+        (0xE0, 0x8E),
+        "session taken over"
+    );
+    second.send(&[0xC0, 0x00]);
+    assert_eq!(second.packet(), Some((0xD0, vec![])));
     assert_eq!(chain.stop(), Some(0));
 }
 

@@ -216,7 +216,7 @@ impl Hub {
             match s.out.try_send(out) {
                 Ok(()) => sent += 1,
                 Err(_) => tracing::debug!(
-                    "mqtt: client {:?} (connection {id}) is too far behind; it misses an answer on {}",
+                    "mqtt: client {:?} (connection {id}) is too far behind; it misses an answer on {:?}",
                     s.client_id,
                     delivery.topic
                 ),
@@ -653,7 +653,7 @@ async fn write_loop(
                     let id = unacked.lock().unwrap_or_else(|p| p.into_inner()).take();
                     if id.is_none() {
                         tracing::debug!(
-                            "mqtt: a subscriber has too many answers to acknowledge; one on {} is dropped for it",
+                            "mqtt: a subscriber has too many answers to acknowledge; one on {:?} is dropped for it",
                             delivery.topic
                         );
                     }
@@ -665,7 +665,7 @@ async fn write_loop(
                 if !codec::write(peer, &next, pkid, &mut buf) {
                     if let Outbound::Publish { delivery, .. } = &next {
                         tracing::debug!(
-                            "mqtt: an answer on {} is larger than the subscriber takes; dropped for it",
+                            "mqtt: an answer on {:?} is larger than the subscriber takes; dropped for it",
                             delivery.topic
                         );
                     }

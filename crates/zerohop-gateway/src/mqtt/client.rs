@@ -122,7 +122,7 @@ pub(super) async fn serve(
                     Err(_) => {
                         gw.count_error();
                         tracing::warn!(
-                            "mqtt: {MAX_INFLIGHT} requests from the broker in flight; a message on {} is dropped",
+                            "mqtt: {MAX_INFLIGHT} requests from the broker in flight; a message on {:?} is dropped",
                             String::from_utf8_lossy(&p.topic)
                         );
                         // A QoS 1 message is acknowledged all the same, or the broker's
