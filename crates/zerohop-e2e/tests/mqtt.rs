@@ -586,6 +586,58 @@ fn raw_subscribers_get_qos_1_at_most_unsubscribe_and_are_taken_over() {
     assert_eq!(chain.stop(), Some(0));
 }
 
+#[test]
+fn connections_past_max_connections_wait_for_a_free_one() {
+    let port = free_port();
+    let chain = ChainProcess::start(
+        &format!(
+            "max_connections: 2\n{}",
+            spec(
+                &func("up", "upper", "", ""),
+                "  - mqtt: in/#\n    mqtt_reply: out\n    sequence: [up]\n",
+                "{ listen: 127.0.0.1:0 }",
+            )
+        ),
+        &[
+            "--gateway-threads",
+            "1",
+            "--mqtt",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    assert_eq!(
+        mqtt_port(&chain),
+        port,
+        "--mqtt overrides the spec's address"
+    );
+    let mut first = Raw::session(port, 4, "one");
+    let _second = Raw::session(port, 5, "two");
+    let mut third = Raw::connect(port);
+    third.send(&connect(4, "three", 60));
+    third
+        .0
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let waited = third.0.read(&mut byte);
+    assert!(
+        matches!(&waited, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "the third connection is not served while two are open: {waited:?}"
+    );
+    third.0.set_read_timeout(Some(WAIT)).unwrap();
+    first.send(&[0xE0, 0x00]);
+    assert!(first.until_closed().is_empty());
+    assert_eq!(
+        third.packet(),
+        Some((0x20, vec![0, 0])),
+        "served once one closed"
+    );
+    third.send(&publish_packet(4, "in/x", 1, 5, "late"));
+    let (kind, body) = third.packet().expect("PUBACK");
+    assert_eq!((kind, pkid(&body)), (0x40, 5));
+    assert_eq!(chain.stop(), Some(0));
+}
+
 /// A `mosquitto` broker on `port`, its log (stderr) in `dir`.
 struct Broker {
     _guard: ChildGuard,
