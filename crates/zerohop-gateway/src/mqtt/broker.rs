@@ -286,54 +286,12 @@ impl Connection {
         let max = self.gw.config.max_body as usize + PACKET_HEADROOM;
         let (mut rd, mut wr) = stream.into_split();
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
-        let hello = tokio::select! {
-            h = tokio::time::timeout(CONNECT_TIMEOUT, read_hello(&mut rd, &mut buf, max)) => h,
-            _ = stopped(&mut self.shutdown) => return,
-        };
-        let connect = match hello {
-            Ok(Ok(Hello::Connect(c))) => c,
-            Ok(Ok(Hello::Unsupported(what))) => {
-                tracing::debug!("mqtt: {peer}: refused a CONNECT of {what}");
-                // Answered the 3.1.1 way, which every level reads.
-                let peer_v4 = Peer {
-                    version: Version::V311,
-                    max_packet: u32::MAX,
-                    problem_info: false,
-                };
-                refuse(&mut wr, peer_v4, ConnCode::UnsupportedVersion).await;
-                return;
-            }
-            Ok(Err(e)) => {
-                tracing::debug!("mqtt: {peer}: closed before CONNECT: {e}");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!("mqtt: {peer}: no CONNECT within {CONNECT_TIMEOUT:?}; closed");
-                return;
-            }
-        };
-        let out_peer = Peer {
-            version: connect.version,
-            max_packet: connect.max_packet.unwrap_or(u32::MAX),
-            problem_info: connect.problem_info,
-        };
-        if connect.auth_method {
-            refuse(&mut wr, out_peer, ConnCode::BadAuthMethod).await;
+        let Some((connect, assigned_id)) =
+            self.handshake(&mut rd, &mut wr, &mut buf, max, &peer).await
+        else {
             return;
-        }
-        let mut connect = connect;
-        let mut assigned_id = None;
-        if connect.client_id.is_empty() {
-            if connect.version == Version::V311 && !connect.clean {
-                // 3.1.1 3.1.3-8: a session to keep needs a client id.
-                refuse(&mut wr, out_peer, ConnCode::ClientIdRejected).await;
-                return;
-            }
-            connect.client_id = format!("zerohop-{}-{}", self.gw.plan.chain, self.id);
-            if connect.version == Version::V5 {
-                assigned_id = Some(connect.client_id.clone());
-            }
-        }
+        };
+        let out_peer = Peer::of(&connect);
         tracing::debug!(
             "mqtt: {peer}: client {:?} connected ({:?}, keep-alive {} s)",
             connect.client_id,
@@ -388,6 +346,62 @@ impl Connection {
         drop(client);
         let _ = close_tx.send(());
         let _ = writer.await;
+    }
+
+    /// Waits (bounded) for the CONNECT and refuses what the gateway does not take; the
+    /// accepted CONNECT, with the client id the gateway assigned if it chose one.
+    async fn handshake(
+        &mut self,
+        rd: &mut OwnedReadHalf,
+        wr: &mut OwnedWriteHalf,
+        buf: &mut BytesMut,
+        max: usize,
+        peer: &str,
+    ) -> Option<(Connect, Option<String>)> {
+        let hello = tokio::select! {
+            h = tokio::time::timeout(CONNECT_TIMEOUT, read_hello(rd, buf, max)) => h,
+            _ = stopped(&mut self.shutdown) => return None,
+        };
+        let mut connect = match hello {
+            Ok(Ok(Hello::Connect(c))) => c,
+            Ok(Ok(Hello::Unsupported(what))) => {
+                tracing::debug!("mqtt: {peer}: refused a CONNECT of {what}");
+                // Answered the 3.1.1 way, which every level reads.
+                let v311 = Peer {
+                    version: Version::V311,
+                    max_packet: u32::MAX,
+                    problem_info: false,
+                };
+                refuse(wr, v311, ConnCode::UnsupportedVersion).await;
+                return None;
+            }
+            Ok(Err(e)) => {
+                tracing::debug!("mqtt: {peer}: closed before CONNECT: {e}");
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!("mqtt: {peer}: no CONNECT within {CONNECT_TIMEOUT:?}; closed");
+                return None;
+            }
+        };
+        let out_peer = Peer::of(&connect);
+        if connect.auth_method {
+            refuse(wr, out_peer, ConnCode::BadAuthMethod).await;
+            return None;
+        }
+        let mut assigned_id = None;
+        if connect.client_id.is_empty() {
+            if connect.version == Version::V311 && !connect.clean {
+                // 3.1.1 3.1.3-8: a session to keep needs a client id.
+                refuse(wr, out_peer, ConnCode::ClientIdRejected).await;
+                return None;
+            }
+            connect.client_id = format!("zerohop-{}-{}", self.gw.plan.chain, self.id);
+            if connect.version == Version::V5 {
+                assigned_id = Some(connect.client_id.clone());
+            }
+        }
+        Some((connect, assigned_id))
     }
 
     /// Reads and handles packets until the connection should end; returns why, when the

@@ -476,6 +476,17 @@ pub(super) struct Peer {
     pub problem_info: bool,
 }
 
+impl Peer {
+    /// As the client of `connect` asked.
+    pub fn of(connect: &Connect) -> Self {
+        Self {
+            version: connect.version,
+            max_packet: connect.max_packet.unwrap_or(u32::MAX),
+            problem_info: connect.problem_info,
+        }
+    }
+}
+
 /// Appends `out` to `buf` as `peer` wants it; `pkid` is the packet id of a QoS 1 PUBLISH.
 /// Returns false, writing nothing, for a PUBLISH larger than the peer takes (a reason
 /// string that would not fit is left out instead).
