@@ -163,7 +163,7 @@ impl Running {
     }
 
     /// Every way into the chain as a URL: `http://ADDR`, then `mqtt://ADDR` (the gateway is
-    /// the broker), `mqtt://HOST:PORT (subscribed)` (it subscribes at a broker) and
+    /// the broker), `mqtt://HOST:PORT (subscribing)` (it subscribes at a broker) and
     /// `coap://ADDR` when the spec has them; real ports, also when 0 was asked for.
     pub fn listeners(&self) -> &[String] {
         &self.listeners
@@ -323,7 +323,7 @@ fn bind_others(
         }
         (None, None) => None,
         (Some(MqttSpec::Broker { addr, client_id }), None) => {
-            listeners.push(format!("mqtt://{addr} (subscribed)"));
+            listeners.push(format!("mqtt://{addr} (subscribing)"));
             Some(MqttIngress::Broker {
                 addr: addr.clone(),
                 client_id: client_id.clone(),

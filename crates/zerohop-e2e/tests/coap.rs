@@ -124,6 +124,28 @@ fn con_non_put_and_a_slow_chain_get_the_output_errors_get_their_codes() {
 }
 
 #[test]
+fn a_function_reads_the_path_it_was_posted_to() {
+    let spec = spec_of(
+        "copath",
+        "",
+        &[func(
+            "where",
+            "header",
+            "TESTFN_HEADER: coap-path",
+            ", headers: [coap-path]",
+        )],
+        &[("/rooms/kitchen", "where")],
+    );
+    let chain = ChainProcess::start(&spec, &[]);
+    let addr = chain.listener("coap://").expect("coap listener");
+    let out = coap_client(
+        &["-m", "post", "-e", "21.5"],
+        &format!("coap://{addr}/rooms/kitchen"),
+    );
+    assert_eq!(ok_payload(&out), "/rooms/kitchen");
+}
+
+#[test]
 fn a_10_kib_body_goes_block_wise_both_ways() {
     let spec = spec_of(
         "coblock",

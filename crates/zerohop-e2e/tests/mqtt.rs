@@ -373,6 +373,27 @@ fn mqtt5_response_topic_gets_the_answer_with_correlation_data() {
 }
 
 #[test]
+fn a_function_reads_the_topic_it_was_published_on() {
+    let chain = ChainProcess::start(
+        &spec(
+            &func(
+                "where",
+                "header",
+                "TESTFN_HEADER: mqtt-topic",
+                ", headers: [mqtt-topic]",
+            ),
+            "  - mqtt: rooms/+/temp\n    mqtt_reply: seen\n    sequence: [where]\n",
+            "{ listen: 127.0.0.1:0 }",
+        ),
+        &[],
+    );
+    let port = mqtt_port(&chain);
+    let sub = Sub::start(port, "seen", &["-V", "mqttv311"]);
+    publish_ok(port, &["-t", "rooms/kitchen/temp", "-m", "21.5"]);
+    assert_eq!(sub.take(1), vec!["seen|rooms/kitchen/temp".to_owned()]);
+}
+
+#[test]
 fn a_function_error_arrives_as_its_message_with_its_status() {
     let chain = ChainProcess::start(
         &spec(
@@ -708,7 +729,7 @@ fn subscribe_mode_through_a_real_broker_survives_its_restarts() {
     assert!(
         chain
             .ready_line
-            .contains(&format!("mqtt://127.0.0.1:{port} (subscribed)")),
+            .contains(&format!("mqtt://127.0.0.1:{port} (subscribing)")),
         "{}",
         chain.ready_line
     );

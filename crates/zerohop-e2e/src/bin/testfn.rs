@@ -1,7 +1,7 @@
 //! A function whose behaviour the spec chooses through `TESTFN_MODE`:
 //! `upper`, `exclaim`, `slow` (sleep `DELAY_MS`, then upper-case), `fail` (422),
 //! `panic`, `abort` (the process dies), `forward` (to `TARGET`), `header` (body = the
-//! `x-test` header).
+//! header named by `TESTFN_HEADER`, `x-test` by default).
 
 #![forbid(unsafe_code)]
 
@@ -16,6 +16,7 @@ fn main() {
         .and_then(|d| d.parse().ok())
         .unwrap_or(0);
     let target = std::env::var("TARGET").unwrap_or_default();
+    let header = std::env::var("TESTFN_HEADER").unwrap_or_else(|_| "x-test".into());
     run(move |req: &mut Request<'_>| match mode.as_str() {
         "upper" => {
             req.body_mut().make_ascii_uppercase();
@@ -38,7 +39,7 @@ fn main() {
         "abort" => std::process::abort(),
         "forward" => Ok(Next::Forward(target.clone())),
         "header" => {
-            let v = req.header("x-test").unwrap_or("<none>").to_owned();
+            let v = req.header(&header).unwrap_or("<none>").to_owned();
             req.set_body(v.as_bytes())?;
             Ok(Next::Continue)
         }
