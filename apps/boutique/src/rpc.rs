@@ -177,11 +177,7 @@ pub trait Store {
 
     /// Replaces the value of `key` with `f(old)` (`None` deletes it), with no other write of
     /// the key in between; returns the new value.
-    fn update(
-        &self,
-        key: &[u8],
-        f: &mut Update<'_>,
-    ) -> Result<Option<Vec<u8>>, ServiceError>;
+    fn update(&self, key: &[u8], f: &mut Update<'_>) -> Result<Option<Vec<u8>>, ServiceError>;
 }
 
 /// A service with nobody to call (the leaves of the graph).

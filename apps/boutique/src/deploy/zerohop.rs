@@ -57,11 +57,7 @@ impl Store for ChainStore<'_> {
         self.0.get(key).map_err(state_error)
     }
 
-    fn update(
-        &self,
-        key: &[u8],
-        f: &mut Update<'_>,
-    ) -> Result<Option<Vec<u8>>, ServiceError> {
+    fn update(&self, key: &[u8], f: &mut Update<'_>) -> Result<Option<Vec<u8>>, ServiceError> {
         self.0.update(key, f).map_err(state_error)
     }
 }

@@ -83,11 +83,7 @@ impl Store for MemStore {
         Ok(map.get(key).cloned())
     }
 
-    fn update(
-        &self,
-        key: &[u8],
-        f: &mut Update<'_>,
-    ) -> Result<Option<Vec<u8>>, ServiceError> {
+    fn update(&self, key: &[u8], f: &mut Update<'_>) -> Result<Option<Vec<u8>>, ServiceError> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let new = f(map.get(key).map(Vec::as_slice));
         match &new {

@@ -87,10 +87,13 @@ async fn run(opts: &SuperviseOptions) -> Result<(), DeployError> {
             .and_then(|()| out.flush())
             .map_err(DeployError::io("writing the ready line"))?;
     }
-    for (service, url) in &urls {
-        eprintln!("boutique-http: {service:>14} {url}");
-    }
-    eprintln!("boutique-http: Ctrl-C stops every service");
+    // One write, so that the list stays together on a shared terminal.
+    let mut list: String = urls
+        .iter()
+        .map(|(service, url)| format!("boutique-http: {service:>14} {url}\n"))
+        .collect();
+    list.push_str("boutique-http: Ctrl-C or SIGTERM stops every service\n");
+    eprint!("{list}");
 
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let exited = loop {
