@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::cart::{self, Cart, CartItem};
+use super::cart::{self, Cart};
 use super::payment::{self, Charged, CreditCard};
 use super::productcatalog::{self, Product};
 use super::shipping::{self, Address, Quote, Shipment};
@@ -174,16 +174,4 @@ pub fn order_total(items: &[OrderItem], shipping: &Money) -> Result<Money, Servi
         total = total.checked_add(&i.unit_price.times(i.quantity)?)?;
     }
     Ok(total)
-}
-
-/// Items of a cart, for callers that only need ids and quantities.
-pub fn cart_items(order: &OrderResult) -> Vec<CartItem> {
-    order
-        .items
-        .iter()
-        .map(|i| CartItem {
-            product_id: i.product_id.clone(),
-            quantity: i.quantity,
-        })
-        .collect()
 }
