@@ -98,6 +98,7 @@ async fn run(opts: &SuperviseOptions) -> Result<(), DeployError> {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let exited = loop {
         tokio::select! {
+            biased;
             _ = sigterm.recv() => break None,
             _ = sigint.recv() => break None,
             _ = tick.tick() => {
@@ -143,8 +144,11 @@ async fn start_all(
             for callee in service.calls() {
                 cmd.arg("--peer").arg(format!("{callee}={}", urls[callee]));
             }
+            // A process group of its own: Ctrl-C in a terminal reaches the supervisor only,
+            // which then stops the services in order, instead of racing them.
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::piped())
+                .process_group(0)
                 .kill_on_drop(true);
             let child = cmd
                 .spawn()
