@@ -4,9 +4,11 @@
 //!   (`zerohop up examples/hello/chain.yaml`) until Ctrl-C.
 //! * `cargo xtask test`: builds the binaries the end-to-end tests start, runs every test of
 //!   the workspace, then the loom model checks of the allocator and the ring.
-//! * `cargo xtask bench [--quick] [--no-scale] [ARGS]`: builds everything, runs
+//! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [ARGS]`: builds everything, runs
 //!   `zerohop-bench` (every system side by side, see `bench/README.md`) into `results/`, draws
-//!   the plots, then runs the scale point (`zerohop-bench-scale`; `--no-scale` skips it).
+//!   the plots, then runs the scale point (`zerohop-bench-scale`; `--no-scale` skips it) and
+//!   the applications beside their HTTP deployments (`zerohop-bench-apps`; `--no-apps`
+//!   skips it).
 //! * `cargo xtask fuzz [--seconds N] [TARGET...]`: installs cargo-fuzz if it is missing, builds
 //!   the fuzz targets of `fuzz/` and runs each (or the named ones) for N seconds (default 30);
 //!   fails naming the saved input if any target crashes (see `fuzz/README.md`).
@@ -38,7 +40,7 @@ fn main() -> Result<()> {
                  test [ARGS]   build, run all tests (extra ARGS go to `cargo test`), then loom checks\n  \
                  bench [ARGS]  build, benchmark zerohop against the baselines (ARGS go to\n                \
                  zerohop-bench, e.g. --quick), write results/ and its plots, then the\n                \
-                 scale point (--no-scale skips it)\n  \
+                 scale point (--no-scale skips it) and the applications (--no-apps)\n  \
                  fuzz [--seconds N] [TARGET...]\n                \
                  run the fuzz targets (all, or the named ones) for N seconds each (default 30)"
             );
@@ -128,9 +130,14 @@ fn bench(extra: &[String]) -> Result<()> {
         .windows(2)
         .find(|w| w[0] == "--out")
         .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
-    // `--no-scale` is ours (skip the scale point); the rest goes to zerohop-bench.
+    // `--no-scale` and `--no-apps` are ours (skip the scale point, the applications); the
+    // rest goes to zerohop-bench.
     let status = Command::new("target/release/zerohop-bench")
-        .args(extra.iter().filter(|a| *a != "--no-scale"))
+        .args(
+            extra
+                .iter()
+                .filter(|a| *a != "--no-scale" && *a != "--no-apps"),
+        )
         .status()
         .context("running target/release/zerohop-bench")?;
     // Exit code 1 means some system misbehaved: the report is still written and plotted.
@@ -146,6 +153,17 @@ fn bench(extra: &[String]) -> Result<()> {
     if !scale_ok {
         bail!("the scale point failed; see {}/scale.md", out.display());
     }
+    let apps_ok = if extra.iter().any(|a| a == "--smoke" || a == "--no-apps") {
+        true
+    } else {
+        apps(&out, extra.iter().any(|a| a == "--quick"))?
+    };
+    if !apps_ok {
+        bail!(
+            "an application run had errors; see {}/apps.md",
+            out.display()
+        );
+    }
     if status.code() == Some(1) {
         bail!(
             "some systems failed or answered wrongly; see {}/summary.md",
@@ -154,6 +172,26 @@ fn bench(extra: &[String]) -> Result<()> {
     }
     eprintln!("xtask: report in {}/summary.md", out.display());
     Ok(())
+}
+
+/// The applications of `apps/` (Online Boutique mix, IoT motion trace) on zerohop beside
+/// their HTTP-microservice deployments, written to `out/apps.md` and `out/apps.json`.
+/// Returns whether every run was free of errors.
+fn apps(out: &Path, quick: bool) -> Result<bool> {
+    eprintln!("xtask: applications (Online Boutique, IoT motion) beside HTTP microservices");
+    let mut cmd = Command::new("target/release/zerohop-bench-apps");
+    cmd.arg("--out").arg(out);
+    if quick {
+        cmd.arg("--quick");
+    }
+    let status = cmd
+        .status()
+        .context("running target/release/zerohop-bench-apps")?;
+    match status.code() {
+        Some(0) => Ok(true),
+        Some(1) => Ok(false),
+        _ => bail!("zerohop-bench-apps failed ({status})"),
+    }
 }
 
 /// The scale point: 10, 100 and 1,000 warm instances in one chain (ready time, memory per

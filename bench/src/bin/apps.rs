@@ -1,0 +1,476 @@
+//! `zerohop-bench-apps`: the applications of `apps/` on zerohop beside the same functions
+//! deployed as HTTP microservices, in one run, reported as ratios.
+//!
+//! * **Online Boutique**: `zerohop up apps/boutique/chain.yaml` and `boutique-http` (one
+//!   process per service, keep-alive HTTP between them), each driven by `boutique-load`
+//!   (the original load generator's task mix, every answer checked) at the same number of
+//!   users: requests per second, p50/p99, and CPU per request of the deployment (every
+//!   process of it, from `/proc`; the load generator not included).
+//! * **IoT motion**: `zerohop up apps/motion/chain.yaml` (the gateway is the devices' MQTT
+//!   broker) and the baseline `motion-http up` (sensor and actuator HTTP servers behind an
+//!   MQTT adapter at a `mosquitto` broker), each replaying the same synthesised trace with
+//!   `motion-gen`: response time p50/p99 (publish to light command) and CPU of the
+//!   deployment over the whole replay, idle gaps included.
+//!
+//! `--quick` shortens every run; `--out DIR` (default `results`) receives `apps.md` and
+//! `apps.json`. Exits 1 when a run had errors or wrong answers, 2 when it could not run.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+use zerohop_test_support::{children, cpu_ticks};
+
+/// Clock ticks per second of `/proc/PID/stat`.
+const TICKS: f64 = 100.0;
+
+/// A process of a deployment: SIGTERM on drop (its own children go with it), then SIGKILL.
+struct Proc {
+    child: Child,
+    name: String,
+}
+
+impl Proc {
+    fn start(
+        name: &str,
+        cmd: &mut Command,
+    ) -> Result<(Self, BufReader<std::process::ChildStdout>)> {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        let out = BufReader::new(child.stdout.take().context("stdout")?);
+        Ok((
+            Self {
+                child,
+                name: name.to_owned(),
+            },
+            out,
+        ))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("zerohop-bench-apps: {} did not stop; killing it", self.name);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads lines until one contains `marker` (bounded: a thread reads, this waits).
+fn wait_line(
+    out: BufReader<std::process::ChildStdout>,
+    marker: &str,
+    timeout: Duration,
+) -> Result<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let marker = marker.to_owned();
+    std::thread::spawn(move || {
+        let mut found = false;
+        for line in out.lines().map_while(Result::ok) {
+            if !found && line.contains(&marker) {
+                found = true;
+                let _ = tx.send(line);
+            }
+        }
+    });
+    rx.recv_timeout(timeout)
+        .map_err(|_| anyhow!("no line with {:?} within {timeout:?}", "ready"))
+}
+
+/// The address after `scheme` on a line (`... http://A, mqtt://B (...)`).
+fn address(line: &str, scheme: &str) -> Result<String> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(scheme))
+        .map(|a| a.trim_end_matches(',').to_owned())
+        .ok_or_else(|| anyhow!("no {scheme} address in {line:?}"))
+}
+
+/// CPU ticks of `pid` and every descendant now.
+fn tree_ticks(pid: u32) -> u64 {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        all.extend(children(all[i]));
+        i += 1;
+    }
+    all.iter().filter_map(|&p| cpu_ticks(p)).sum()
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+struct Ctx {
+    root: PathBuf,
+    bin: PathBuf,
+    quick: bool,
+    scratch: PathBuf,
+}
+
+impl Ctx {
+    fn bin(&self, name: &str) -> Result<PathBuf> {
+        let p = self.bin.join(name);
+        if p.is_file() {
+            Ok(p)
+        } else {
+            bail!(
+                "{} is missing; build with `cargo build --release --workspace --bins`",
+                p.display()
+            )
+        }
+    }
+}
+
+/// One boutique-load run against `url` with `users`; the deployment's CPU over the run.
+fn boutique_run(cx: &Ctx, url: &str, users: usize, root_pid: u32) -> Result<Value> {
+    let seconds = if cx.quick { 5 } else { 15 };
+    let load = cx.bin("boutique-load")?;
+    // Warm up (connections, caches), not measured.
+    let warm = Command::new(&load)
+        .args(["--url", url, "--duration", "2s", "--concurrency"])
+        .arg(users.to_string())
+        .args(["--seed", "7", "--json"])
+        .stdout(Stdio::null())
+        .status()?;
+    if !warm.success() {
+        bail!("boutique-load warm-up against {url} failed ({warm})");
+    }
+    let before = tree_ticks(root_pid);
+    let out = Command::new(&load)
+        .args([
+            "--url",
+            url,
+            "--duration",
+            &format!("{seconds}s"),
+            "--concurrency",
+        ])
+        .arg(users.to_string())
+        .args(["--seed", "1", "--json"])
+        .output()?;
+    let cpu_s = tree_ticks(root_pid).saturating_sub(before) as f64 / TICKS;
+    let mut report: Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "boutique-load printed no JSON: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    let requests = report["requests"].as_f64().unwrap_or(0.0);
+    report["cpu_s"] = json!(cpu_s);
+    report["cpu_ms_per_request"] = json!(if requests > 0.0 {
+        cpu_s * 1000.0 / requests
+    } else {
+        0.0
+    });
+    report.as_object_mut().map(|o| o.remove("routes"));
+    Ok(report)
+}
+
+fn boutique(cx: &Ctx) -> Result<Value> {
+    let users: &[usize] = if cx.quick { &[16] } else { &[4, 16, 64] };
+    let mut rows = Vec::new();
+    for &n in users {
+        eprintln!("zerohop-bench-apps: boutique, {n} users: zerohop");
+        let zerohop = {
+            let (p, out) = Proc::start(
+                "zerohop up apps/boutique/chain.yaml",
+                Command::new(cx.bin("zerohop")?)
+                    .arg("up")
+                    .arg(cx.root.join("apps/boutique/chain.yaml"))
+                    .args(["--listen", "127.0.0.1:0"])
+                    .stderr(Stdio::null()),
+            )?;
+            let line = wait_line(out, "ready at", Duration::from_secs(60))?;
+            let url = format!("http://{}", address(&line, "http://")?);
+            let r = boutique_run(cx, &url, n, p.pid())?;
+            drop(p);
+            r
+        };
+        eprintln!("zerohop-bench-apps: boutique, {n} users: HTTP microservices");
+        let http = {
+            let (p, out) = Proc::start(
+                "boutique-http",
+                Command::new(cx.bin("boutique-http")?)
+                    .args(["--listen", "127.0.0.1:0"])
+                    .stderr(Stdio::null()),
+            )?;
+            let line = wait_line(out, "frontend at", Duration::from_secs(60))?;
+            let url = format!("http://{}", address(&line, "http://")?);
+            let r = boutique_run(cx, &url, n, p.pid())?;
+            drop(p);
+            r
+        };
+        rows.push(json!({ "users": n, "zerohop": zerohop, "http": http }));
+    }
+    Ok(Value::Array(rows))
+}
+
+/// Trace parameters of the motion runs: the same for both deployments.
+fn trace_args(cx: &Ctx) -> Vec<String> {
+    // Trace seconds replayed `scale` times faster; bursts and idle gaps shortened so a short
+    // replay still holds several of each.
+    let (duration, sensors) = if cx.quick {
+        ("600", "16")
+    } else {
+        ("1800", "32")
+    };
+    [
+        "--duration",
+        duration,
+        "--scale",
+        "20",
+        "--sensors",
+        sensors,
+        "--mean-idle",
+        "120",
+        "--seed",
+        "3",
+        "--drain",
+        "10",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn motion_gen(cx: &Ctx, broker: &str, pids: &[u32]) -> Result<Value> {
+    let mut cmd = Command::new(cx.bin("motion-gen")?);
+    cmd.args(["--mqtt", broker]).args(trace_args(cx));
+    for p in pids {
+        cmd.args(["--cpu-pid", &p.to_string()]);
+    }
+    let out = cmd.output().context("running motion-gen")?;
+    let mut report: Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "motion-gen printed no JSON: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    report.as_object_mut().map(|o| o.remove("samples"));
+    Ok(report)
+}
+
+fn motion(cx: &Ctx) -> Result<Value> {
+    eprintln!("zerohop-bench-apps: motion trace: zerohop");
+    let zerohop = {
+        let (p, out) = Proc::start(
+            "zerohop up apps/motion/chain.yaml",
+            Command::new(cx.bin("zerohop")?)
+                .arg("up")
+                .arg(cx.root.join("apps/motion/chain.yaml"))
+                .args(["--listen", "127.0.0.1:0", "--mqtt", "127.0.0.1:0"])
+                .stderr(Stdio::null()),
+        )?;
+        let line = wait_line(out, "ready at", Duration::from_secs(60))?;
+        let broker = address(&line, "mqtt://")?;
+        let r = motion_gen(cx, &broker, &[p.pid()])?;
+        drop(p);
+        r
+    };
+    eprintln!("zerohop-bench-apps: motion trace: mosquitto + adapter + HTTP microservices");
+    let http = {
+        let port = free_port()?;
+        let conf = cx.scratch.join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            // Without TCP_NODELAY (off by default) every publish waits out Nagle's delay.
+            format!(
+                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n\
+                 set_tcp_nodelay true\n"
+            ),
+        )?;
+        let mosquitto = ["/usr/sbin/mosquitto", "mosquitto"]
+            .into_iter()
+            .find(|m| Path::new(m).is_file() || m == &"mosquitto")
+            .unwrap_or("mosquitto");
+        let (broker, _) = Proc::start(
+            "mosquitto",
+            Command::new(mosquitto)
+                .arg("-c")
+                .arg(&conf)
+                .stderr(Stdio::null()),
+        )?;
+        let addr = format!("127.0.0.1:{port}");
+        let up = Instant::now();
+        while std::net::TcpStream::connect(&addr).is_err() {
+            if up.elapsed() > Duration::from_secs(10) {
+                bail!("mosquitto did not listen on {addr} within 10 s (is it installed?)");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (p, out) = Proc::start(
+            "motion-http up",
+            Command::new(cx.bin("motion-http")?)
+                .args(["up", "--broker", &addr])
+                .stderr(Stdio::null()),
+        )?;
+        wait_line(out, "ready", Duration::from_secs(60))?;
+        let r = motion_gen(cx, &addr, &[p.pid(), broker.pid()])?;
+        drop(p);
+        drop(broker);
+        r
+    };
+    Ok(json!({ "zerohop": zerohop, "http": http }))
+}
+
+fn num(v: &Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(f64::NAN)
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 && a.is_finite() && b.is_finite() {
+        format!("{:.2}", a / b)
+    } else {
+        "-".into()
+    }
+}
+
+fn markdown(boutique: &Value, motion: &Value) -> String {
+    let mut s = String::from("# Applications: zerohop beside HTTP microservices\n\n");
+    s.push_str(
+        "## Online Boutique (boutique-load, the original's task mix)\n\n\
+         | users | deployment | RPS | p50 (ms) | p99 (ms) | CPU ms / request | errors |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for row in boutique.as_array().into_iter().flatten() {
+        for (name, key) in [("zerohop", "zerohop"), ("HTTP microservices", "http")] {
+            let r = &row[key];
+            s.push_str(&format!(
+                "| {} | {name} | {:.0} | {:.2} | {:.2} | {:.3} | {} |\n",
+                row["users"],
+                num(r, "rps"),
+                num(r, "p50_us") / 1000.0,
+                num(r, "p99_us") / 1000.0,
+                num(r, "cpu_ms_per_request"),
+                r["errors"]
+            ));
+        }
+        let (z, h) = (&row["zerohop"], &row["http"]);
+        s.push_str(&format!(
+            "| {} | **zerohop / HTTP** | **{}** | **{}** | **{}** | **{}** | |\n",
+            row["users"],
+            ratio(num(z, "rps"), num(h, "rps")),
+            ratio(num(z, "p50_us"), num(h, "p50_us")),
+            ratio(num(z, "p99_us"), num(h, "p99_us")),
+            ratio(num(z, "cpu_ms_per_request"), num(h, "cpu_ms_per_request")),
+        ));
+    }
+    s.push_str(
+        "\n## IoT motion (motion-gen, the same synthesised trace)\n\n\
+         | deployment | events | answered | wrong/missing | p50 (ms) | p99 (ms) | CPU s | CPU % |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for (name, key) in [
+        ("zerohop (gateway is the broker)", "zerohop"),
+        ("mosquitto + adapter + HTTP", "http"),
+    ] {
+        let r = &motion[key];
+        s.push_str(&format!(
+            "| {name} | {} | {} | {}/{} | {:.2} | {:.2} | {:.2} | {:.1} |\n",
+            r["events"],
+            r["answered"],
+            r["wrong"],
+            r["missing"],
+            num(r, "p50_ms"),
+            num(r, "p99_ms"),
+            num(r, "cpu_s"),
+            num(r, "cpu_pct"),
+        ));
+    }
+    let (z, h) = (&motion["zerohop"], &motion["http"]);
+    s.push_str(&format!(
+        "\nzerohop / baseline: p50 {}, p99 {}, CPU {}.\n",
+        ratio(num(z, "p50_ms"), num(h, "p50_ms")),
+        ratio(num(z, "p99_ms"), num(h, "p99_ms")),
+        ratio(num(z, "cpu_s"), num(h, "cpu_s")),
+    ));
+    s
+}
+
+fn clean(v: &Value, errors: &[&str]) -> bool {
+    errors.iter().all(|k| v[*k].as_u64().unwrap_or(0) == 0)
+}
+
+fn run() -> Result<bool> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let out = args
+        .windows(2)
+        .find(|w| w[0] == "--out")
+        .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
+    let bin = std::env::current_exe()?
+        .parent()
+        .context("binary folder")?
+        .to_owned();
+    // target/release/ -> the checkout.
+    let root = bin
+        .ancestors()
+        .find(|p| p.join("apps/boutique/chain.yaml").is_file())
+        .map(Path::to_owned)
+        .or_else(|| std::env::current_dir().ok())
+        .context("the checkout (apps/ next to target/)")?;
+    let scratch = std::env::temp_dir().join(format!("zerohop-bench-apps-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    std::fs::create_dir_all(&out)?;
+    let cx = Ctx {
+        root,
+        bin,
+        quick,
+        scratch: scratch.clone(),
+    };
+    let boutique = boutique(&cx)?;
+    let motion = motion(&cx)?;
+    let md = markdown(&boutique, &motion);
+    print!("{md}");
+    std::fs::write(out.join("apps.md"), &md)?;
+    std::fs::write(
+        out.join("apps.json"),
+        serde_json::to_string_pretty(&json!({ "boutique": boutique, "motion": motion }))?,
+    )?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    let ok = boutique
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|r| clean(&r["zerohop"], &["errors"]) && clean(&r["http"], &["errors"]))
+        && ["zerohop", "http"]
+            .iter()
+            .all(|k| clean(&motion[*k], &["wrong", "missing", "errors"]));
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("zerohop-bench-apps: some runs had errors; see the tables");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("zerohop-bench-apps: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
