@@ -8,7 +8,9 @@
 //!   from just before its PUBLISH is handed to the client to the arrival of its command.
 //! * **HTTP** ([`Target::Http`]): each event is a POST with the header
 //!   `mqtt-topic: PREFIX/ROOM/event` over a pool of keep-alive connections (the chain's HTTP
-//!   route, no broker); the answer is the command.
+//!   route, no broker); the answer is the command. A room's events go one at a time, in
+//!   order, as its device would send them (MQTT keeps that order by itself); the response
+//!   time includes waiting for the room's previous answer.
 //!
 //! Buckets are by the second (of the run) in which an event was sent; CPU per bucket is the
 //! deployment's CPU in that second (see [`crate::procstat`]), so idle seconds show what an
@@ -26,6 +28,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
 use serde::Serialize;
+use tokio::sync::mpsc;
 
 use crate::event::{encode, event_topic, parse, Command, Event, Light};
 use crate::procstat::ProcessTrees;
@@ -56,9 +59,46 @@ pub enum Target {
         url: Uri,
         /// Topic prefix for the `mqtt-topic` header.
         prefix: String,
-        /// Most requests in flight at once (each its own keep-alive connection at most).
+        /// Keep-alive connections kept open at most (one request per room is in flight).
         connections: usize,
     },
+}
+
+/// POSTs one room's events in order, each after the answer to the one before (a device
+/// sends its events over its own connection, one at a time), and hands the answers to
+/// `tracker`.
+async fn post_in_order(
+    client: Client<HttpConnector, Full<Bytes>>,
+    url: Uri,
+    topic: String,
+    mut events: mpsc::UnboundedReceiver<(u64, Vec<u8>)>,
+    tracker: Arc<Mutex<Tracker>>,
+) {
+    while let Some((seq, payload)) = events.recv().await {
+        let answer = async {
+            let req = Request::post(url.clone())
+                .header("mqtt-topic", topic.as_str())
+                .body(Full::new(Bytes::from(payload)))
+                .map_err(|e| e.to_string())?;
+            let resp = client.request(req).await.map_err(|e| e.to_string())?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        match answer.await {
+            Ok((status, body)) if status.is_success() => lock(&tracker).reply(&body),
+            Ok((status, body)) => lock(&tracker).failed(
+                Some(seq),
+                format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim()),
+            ),
+            Err(e) => lock(&tracker).failed(Some(seq), format!("POST: {e}")),
+        }
+    }
 }
 
 impl Target {
@@ -377,6 +417,9 @@ fn lock(t: &Mutex<Tracker>) -> std::sync::MutexGuard<'_, Tracker> {
     t.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Each room's queue of events to POST: (seq, payload).
+type RoomQueues = HashMap<String, mpsc::UnboundedSender<(u64, Vec<u8>)>>;
+
 /// The connection events go over.
 enum Sender {
     Mqtt {
@@ -390,10 +433,11 @@ enum Sender {
         closing: Arc<std::sync::atomic::AtomicBool>,
     },
     Http {
-        client: Client<HttpConnector, Full<Bytes>>,
+        client: Box<Client<HttpConnector, Full<Bytes>>>,
         url: Uri,
         prefix: String,
-        permits: Arc<tokio::sync::Semaphore>,
+        /// Each room's queue of events (see [`post_in_order`]).
+        rooms: Mutex<RoomQueues>,
     },
 }
 
@@ -476,10 +520,10 @@ impl Sender {
                     .pool_max_idle_per_host(*connections)
                     .build(connector);
                 Ok(Sender::Http {
-                    client,
+                    client: Box::new(client),
                     url: url.clone(),
                     prefix: prefix.clone(),
-                    permits: Arc::new(tokio::sync::Semaphore::new((*connections).max(1))),
+                    rooms: Mutex::new(HashMap::new()),
                 })
             }
         }
@@ -521,40 +565,22 @@ impl Sender {
                 client,
                 url,
                 prefix,
-                permits,
+                rooms,
             } => {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    return;
-                };
-                let req = Request::post(url.clone())
-                    .header("mqtt-topic", event_topic(prefix, room))
-                    .body(Full::new(Bytes::from(payload)));
-                let client = client.clone();
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    let answer = async {
-                        let resp = client
-                            .request(req.map_err(|e| e.to_string())?)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        let status = resp.status();
-                        let body = resp
-                            .into_body()
-                            .collect()
-                            .await
-                            .map_err(|e| e.to_string())?
-                            .to_bytes();
-                        Ok::<_, String>((status, body))
-                    };
-                    match answer.await {
-                        Ok((status, body)) if status.is_success() => lock(&tracker).reply(&body),
-                        Ok((status, body)) => lock(&tracker).failed(
-                            Some(seq),
-                            format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim()),
-                        ),
-                        Err(e) => lock(&tracker).failed(Some(seq), format!("POST: {e}")),
-                    }
+                let mut rooms = rooms.lock().unwrap_or_else(|p| p.into_inner());
+                let queue = rooms.entry(room.to_owned()).or_insert_with(|| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let topic = event_topic(prefix, room);
+                    tokio::spawn(post_in_order(
+                        client.as_ref().clone(),
+                        url.clone(),
+                        topic,
+                        rx,
+                        tracker,
+                    ));
+                    tx
                 });
+                let _ = queue.send((seq, payload));
             }
         }
     }

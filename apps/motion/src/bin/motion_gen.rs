@@ -37,7 +37,7 @@ struct Args {
     /// QoS of events and of the reply subscription (0 or 1).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     qos: u8,
-    /// HTTP: most requests in flight.
+    /// HTTP: keep-alive connections kept open at most (one request per room in flight).
     #[arg(long, default_value_t = 64)]
     connections: usize,
     /// Sensors (rooms).
