@@ -24,7 +24,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
@@ -41,7 +40,7 @@ use tokio::sync::mpsc;
 
 use crate::actuator::{Actuator, Rooms};
 use crate::event::encode;
-use crate::replay::{nodelay, split_addr};
+use crate::replay::{nodelay, split_addr, ReplayError};
 use crate::sensor::Sensor;
 
 /// Largest request body a server reads (events and readings are under 200 bytes).
@@ -50,6 +49,30 @@ const MAX_BODY: usize = 64 * 1024;
 const HOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Header carrying the event's topic to the sensor (the name zerohop's MQTT ingress uses).
 pub const TOPIC_HEADER: &str = "mqtt-topic";
+
+/// Why a baseline process stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    /// A system call failed; `what` names it.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done (`bind 127.0.0.1:0`, `signal handler`).
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The MQTT client refused the subscription request.
+    #[error("subscribe: {0}")]
+    Subscribe(#[from] rumqttc::ClientError),
+    /// The broker's address.
+    #[error(transparent)]
+    Address(#[from] ReplayError),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BaselineError {
+    let what = what.into();
+    move |source| BaselineError::Io { what, source }
+}
 
 type Answer = Response<Full<Bytes>>;
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -62,7 +85,11 @@ fn http_client() -> HttpClient {
 }
 
 /// Serves the sensor on `listen`, passing readings to the actuator at `actuator`.
-pub async fn serve_sensor(listen: SocketAddr, sensor: Sensor, actuator: Uri) -> anyhow::Result<()> {
+pub async fn serve_sensor(
+    listen: SocketAddr,
+    sensor: Sensor,
+    actuator: Uri,
+) -> Result<(), BaselineError> {
     let client = http_client();
     let sensor = Arc::new(sensor);
     serve(listen, move |req: Request<Incoming>| {
@@ -95,7 +122,7 @@ pub async fn serve_sensor(listen: SocketAddr, sensor: Sensor, actuator: Uri) -> 
 }
 
 /// Serves the actuator on `listen`, room state in this process's memory.
-pub async fn serve_actuator(listen: SocketAddr, actuator: Actuator) -> anyhow::Result<()> {
+pub async fn serve_actuator(listen: SocketAddr, actuator: Actuator) -> Result<(), BaselineError> {
     let actuator = Arc::new(actuator);
     let rooms = Arc::new(Rooms::default());
     serve(listen, move |req: Request<Incoming>| {
@@ -128,7 +155,7 @@ pub struct AdapterConfig {
 }
 
 /// Runs the MQTT adapter until SIGTERM or SIGINT.
-pub async fn run_adapter(cfg: AdapterConfig) -> anyhow::Result<()> {
+pub async fn run_adapter(cfg: AdapterConfig) -> Result<(), BaselineError> {
     let (host, port) = split_addr(&cfg.broker)?;
     let mut opts = MqttOptions::new(format!("motion-adapter-{}", std::process::id()), host, port);
     opts.set_keep_alive(Duration::from_secs(30))
@@ -139,8 +166,8 @@ pub async fn run_adapter(cfg: AdapterConfig) -> anyhow::Result<()> {
     let http = http_client();
     let mut queues: HashMap<String, mpsc::UnboundedSender<Bytes>> = HashMap::new();
     let (mut term, mut int) = (
-        signal(SignalKind::terminate())?,
-        signal(SignalKind::interrupt())?,
+        signal(SignalKind::terminate()).map_err(io("signal handler"))?,
+        signal(SignalKind::interrupt()).map_err(io("signal handler"))?,
     );
     let mut announced = false;
     loop {
@@ -153,8 +180,7 @@ pub async fn run_adapter(cfg: AdapterConfig) -> anyhow::Result<()> {
             Ok(MqttEvent::Incoming(Packet::ConnAck(_))) => {
                 client
                     .subscribe(cfg.filter.clone(), QoS::AtLeastOnce)
-                    .await
-                    .context("subscribe")?;
+                    .await?;
             }
             Ok(MqttEvent::Incoming(Packet::SubAck(_))) if !announced => {
                 announced = true;
@@ -216,21 +242,21 @@ async fn relay_topic(
 
 /// Serves HTTP/1.1 with keep-alive on `listen` until SIGTERM or SIGINT; prints
 /// `listening on http://ADDR` first.
-async fn serve<F, Fut>(listen: SocketAddr, handle: F) -> anyhow::Result<()>
+async fn serve<F, Fut>(listen: SocketAddr, handle: F) -> Result<(), BaselineError>
 where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Answer> + Send + 'static,
 {
     let (mut term, mut int) = (
-        signal(SignalKind::terminate())?,
-        signal(SignalKind::interrupt())?,
+        signal(SignalKind::terminate()).map_err(io("signal handler"))?,
+        signal(SignalKind::interrupt()).map_err(io("signal handler"))?,
     );
     let listener = TcpListener::bind(listen)
         .await
-        .with_context(|| format!("bind {listen}"))?;
-    let addr = listener.local_addr()?;
+        .map_err(io(format!("bind {listen}")))?;
+    let addr = listener.local_addr().map_err(io("local_addr"))?;
     println!("listening on http://{addr}");
-    std::io::stdout().flush()?;
+    std::io::stdout().flush().map_err(io("stdout"))?;
     loop {
         tokio::select! {
             accepted = listener.accept() => {

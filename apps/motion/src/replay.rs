@@ -39,6 +39,22 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Error lines kept in the report (the first ones).
 const ERROR_SAMPLES: usize = 5;
 
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// An address is not `HOST:PORT`.
+    #[error("`{0}` is not HOST:PORT")]
+    BadAddress(String),
+    /// The broker did not confirm the subscription to the reply topic in time.
+    #[error("no SUBACK for {topic} from mqtt://{addr} within {SUBSCRIBE_TIMEOUT:?}")]
+    NotSubscribed {
+        /// The reply topic.
+        topic: String,
+        /// The broker.
+        addr: String,
+    },
+}
+
 /// Where the events go.
 #[derive(Clone, Debug)]
 pub enum Target {
@@ -287,7 +303,7 @@ pub async fn replay(
     trace: &[TraceEvent],
     expected: &[Command],
     cfg: &ReplayConfig,
-) -> anyhow::Result<Report> {
+) -> Result<Report, ReplayError> {
     assert_eq!(
         trace.len(),
         expected.len(),
@@ -443,7 +459,7 @@ enum Sender {
 
 impl Sender {
     /// Connects (MQTT: and waits for the reply subscription).
-    async fn connect(target: &Target) -> anyhow::Result<Self> {
+    async fn connect(target: &Target) -> Result<Self, ReplayError> {
         match target {
             Target::Mqtt {
                 addr,
@@ -496,9 +512,10 @@ impl Sender {
                 .await;
                 if subscribed != Ok(true) {
                     driver.abort();
-                    anyhow::bail!(
-                        "no SUBACK for {reply_topic} from mqtt://{addr} within {SUBSCRIBE_TIMEOUT:?}"
-                    );
+                    return Err(ReplayError::NotSubscribed {
+                        topic: reply_topic.clone(),
+                        addr: addr.clone(),
+                    });
                 }
                 Ok(Sender::Mqtt {
                     client,
@@ -610,13 +627,13 @@ pub fn nodelay() -> NetworkOptions {
 }
 
 /// `HOST:PORT` split.
-pub fn split_addr(addr: &str) -> anyhow::Result<(String, u16)> {
+pub fn split_addr(addr: &str) -> Result<(String, u16), ReplayError> {
     let (host, port) = addr
         .rsplit_once(':')
-        .ok_or_else(|| anyhow::anyhow!("`{addr}` is not HOST:PORT"))?;
+        .ok_or_else(|| ReplayError::BadAddress(addr.to_owned()))?;
     let port = port
         .parse()
-        .map_err(|_| anyhow::anyhow!("`{addr}`: `{port}` is not a port"))?;
+        .map_err(|_| ReplayError::BadAddress(addr.to_owned()))?;
     Ok((host.trim_matches(['[', ']']).to_owned(), port))
 }
 

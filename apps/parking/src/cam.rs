@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::coap::CoapClient;
+use crate::coap::{CoapClient, CoapError};
 use crate::lot::{Lot, LotConfig};
 use crate::record::{tariff_for, Record};
 use crate::snapshot::Snapshot;
@@ -249,8 +249,9 @@ impl Tally {
     }
 }
 
-/// Sends the bursts `cfg` describes and reports.
-pub async fn run(cfg: &CamConfig) -> anyhow::Result<CamReport> {
+/// Sends the bursts `cfg` describes and reports (fails only when a CoAP socket cannot be
+/// opened; every snapshot's failure is in the report).
+pub async fn run(cfg: &CamConfig) -> Result<CamReport, CoapError> {
     let tally = Arc::new(Mutex::new(Tally {
         bursts: Vec::new(),
         burst_start: Vec::new(),

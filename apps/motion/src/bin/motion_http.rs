@@ -103,21 +103,19 @@ fn run(role: Role) -> Result<()> {
         match role {
             Role::Sensor { listen, actuator } => {
                 let sensor = Sensor::from_env().map_err(|e| anyhow!(e))?;
-                baseline::serve_sensor(listen, sensor, actuator).await
+                Ok(baseline::serve_sensor(listen, sensor, actuator).await?)
             }
             Role::Actuator { listen } => {
                 let actuator = Actuator::from_env().map_err(|e| anyhow!(e))?;
-                baseline::serve_actuator(listen, actuator).await
+                Ok(baseline::serve_actuator(listen, actuator).await?)
             }
-            Role::Adapter { mqtt, sensor } => {
-                baseline::run_adapter(AdapterConfig {
-                    broker: mqtt.broker,
-                    filter: mqtt.filter,
-                    reply_topic: mqtt.reply_topic,
-                    sensor,
-                })
-                .await
-            }
+            Role::Adapter { mqtt, sensor } => Ok(baseline::run_adapter(AdapterConfig {
+                broker: mqtt.broker,
+                filter: mqtt.filter,
+                reply_topic: mqtt.reply_topic,
+                sensor,
+            })
+            .await?),
             Role::Up { .. } => unreachable!("handled above"),
         }
     })
