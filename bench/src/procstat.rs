@@ -8,11 +8,8 @@ use std::collections::BTreeMap;
 
 use crate::Component;
 
-/// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on Linux).
-pub const TICKS_PER_SECOND: f64 = 100.0;
-
 use zerohop_test_support::stat_cpu_ticks;
-pub use zerohop_test_support::{cpu_ticks, stat_field};
+pub use zerohop_test_support::{cpu_ticks, stat_field, TICKS_PER_SECOND};
 
 /// Resident memory of `pid`: `(VmRSS, RssShmem)` in KiB.
 pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {

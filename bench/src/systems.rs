@@ -261,11 +261,9 @@ impl RunningSystem {
         }
         let i = self.spawn(opts, &zerohop, &args, &dir.join("zerohop.log"), true)?;
         let line = self.first_line(i)?;
-        let base = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
+        let base = zerohop_test_support::listener_in(&line, "http://")
             .ok_or_else(|| anyhow!("no URL in zerohop's ready line {line:?}"))?;
-        self.url = format!("{base}{ZEROHOP_PATH}");
+        self.url = format!("http://{base}{ZEROHOP_PATH}");
         self.wait_ready(chain)?;
         let gateway = self.children[i].child.id();
         self.components.push(Component {

@@ -109,44 +109,9 @@ impl std::fmt::Display for Service {
     }
 }
 
-/// A service's failure: what the client (or the calling service) gets.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{status}: {message}")]
-pub struct ServiceError {
-    /// HTTP status, 400..=599.
-    pub status: u16,
-    /// What went wrong, in one line.
-    pub message: String,
-}
-
-impl ServiceError {
-    /// An error with `status` (anything outside 400..=599 becomes 500).
-    pub fn new(status: u16, message: impl Into<String>) -> Self {
-        Self {
-            status: if (400..=599).contains(&status) {
-                status
-            } else {
-                500
-            },
-            message: message.into(),
-        }
-    }
-
-    /// 400: the request is wrong.
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(400, message)
-    }
-
-    /// 404: no such thing.
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(404, message)
-    }
-
-    /// 500: the service failed.
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(500, message)
-    }
-}
+/// A service's failure: what the client (or the calling service) gets, an HTTP-like status
+/// and one line. It is the runtime's handler error, so a zerohop function returns it as is.
+pub use zerohop_runtime::HandlerError as ServiceError;
 
 impl From<crate::money::MoneyError> for ServiceError {
     fn from(e: crate::money::MoneyError) -> Self {

@@ -21,4 +21,4 @@ pub mod procstat;
 pub mod replay;
 pub mod sensor;
 pub mod trace;
-pub mod work;
+pub use zerohop_app_common::work;

@@ -6,11 +6,8 @@
 //! process that exited between two samples is lost (never seen here: deployments keep their
 //! processes for the whole run).
 
-use zerohop_test_support::{children, cpu_ticks};
-
-/// Clock ticks per second in /proc/PID/stat (USER_HZ; 100 on every Linux architecture
-/// that matters here).
-pub const TICKS_PER_SECOND: f64 = 100.0;
+pub use zerohop_test_support::TICKS_PER_SECOND;
+use zerohop_test_support::{cpu_ticks, descendants};
 
 /// The process trees whose CPU is measured.
 #[derive(Clone, Debug, Default)]
@@ -31,16 +28,7 @@ impl ProcessTrees {
 
     /// Every live process of the trees.
     pub fn pids(&self) -> Vec<u32> {
-        let mut all = Vec::new();
-        let mut todo = self.roots.clone();
-        while let Some(p) = todo.pop() {
-            if all.contains(&p) {
-                continue;
-            }
-            all.push(p);
-            todo.extend(children(p));
-        }
-        all
+        descendants(&self.roots)
     }
 
     /// CPU used so far by the live processes of the trees, in seconds.

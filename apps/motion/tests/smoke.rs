@@ -169,7 +169,7 @@ fn http_baseline_answers_every_event_through_mosquitto() {
     )
     .unwrap();
     let mosquitto = ChildGuard::new(
-        Command::new("mosquitto")
+        Command::new("/usr/sbin/mosquitto")
             .arg("-c")
             .arg(&conf)
             .stdin(Stdio::null())

@@ -24,4 +24,4 @@ pub mod lot;
 pub mod plates;
 pub mod record;
 pub mod snapshot;
-pub mod work;
+pub use zerohop_app_common::work;

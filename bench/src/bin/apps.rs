@@ -22,10 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
-use zerohop_test_support::{children, cpu_ticks};
-
-/// Clock ticks per second of `/proc/PID/stat`.
-const TICKS: f64 = 100.0;
+use zerohop_bench::procstat::TICKS_PER_SECOND;
+use zerohop_test_support::{cpu_ticks, descendants, free_port, listener_in};
 
 /// A process of a deployment: SIGTERM on drop (its own children go with it), then SIGKILL.
 struct Proc {
@@ -99,28 +97,16 @@ fn wait_line(
 
 /// The address after `scheme` on a line (`... http://A, mqtt://B (...)`).
 fn address(line: &str, scheme: &str) -> Result<String> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(scheme))
-        .map(|a| a.trim_end_matches(',').to_owned())
-        .ok_or_else(|| anyhow!("no {scheme} address in {line:?}"))
+    listener_in(line, scheme).ok_or_else(|| anyhow!("no {scheme} address in {line:?}"))
 }
 
 /// CPU ticks of `pid` and every descendant now.
 fn tree_ticks(pid: u32) -> u64 {
-    let mut all = vec![pid];
-    let mut i = 0;
-    while i < all.len() {
-        all.extend(children(all[i]));
-        i += 1;
-    }
-    all.iter().filter_map(|&p| cpu_ticks(p)).sum()
+    descendants(&[pid]).into_iter().filter_map(cpu_ticks).sum()
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
+/// Where Debian's mosquitto package puts the broker.
+const MOSQUITTO: &str = "/usr/sbin/mosquitto";
 
 struct Ctx {
     root: PathBuf,
@@ -169,7 +155,7 @@ fn boutique_run(cx: &Ctx, url: &str, users: usize, root_pid: u32) -> Result<Valu
         .arg(users.to_string())
         .args(["--seed", "1", "--json"])
         .output()?;
-    let cpu_s = tree_ticks(root_pid).saturating_sub(before) as f64 / TICKS;
+    let cpu_s = tree_ticks(root_pid).saturating_sub(before) as f64 / TICKS_PER_SECOND;
     let mut report: Value = serde_json::from_slice(&out.stdout).with_context(|| {
         format!(
             "boutique-load printed no JSON: {}",
@@ -291,7 +277,7 @@ fn motion(cx: &Ctx) -> Result<Value> {
     };
     eprintln!("zerohop-bench-apps: motion trace: mosquitto + adapter + HTTP microservices");
     let http = {
-        let port = free_port()?;
+        let port = free_port();
         let conf = cx.scratch.join("mosquitto.conf");
         std::fs::write(
             &conf,
@@ -301,10 +287,12 @@ fn motion(cx: &Ctx) -> Result<Value> {
                  set_tcp_nodelay true\n"
             ),
         )?;
-        let mosquitto = ["/usr/sbin/mosquitto", "mosquitto"]
-            .into_iter()
-            .find(|m| Path::new(m).is_file() || m == &"mosquitto")
-            .unwrap_or("mosquitto");
+        // Debian installs it outside a user's PATH.
+        let mosquitto = if Path::new(MOSQUITTO).is_file() {
+            MOSQUITTO
+        } else {
+            "mosquitto"
+        };
         let (broker, _) = Proc::start(
             "mosquitto",
             Command::new(mosquitto)

@@ -96,10 +96,8 @@ fn main() -> Result<()> {
     let guard = Guard(child);
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line)?;
-    let base = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .map(|a| format!("http://{}", a.trim_end_matches(',')))
+    let base = zerohop_test_support::listener_in(&line, "http://")
+        .map(|a| format!("http://{a}"))
         .ok_or_else(|| anyhow!("no ready line from zerohop up: {line:?}"))?;
     eprintln!("zerohop-bench-call: chain ready at {base}; {seconds} s per point");
     println!("| concurrency | route | p50 (us) | RPS |");

@@ -137,6 +137,8 @@ pub struct Running {
     addr: SocketAddr,
     /// Every way in, as URLs: `http://`, then `mqtt://`, `coap://` when the chain has them.
     listeners: Vec<String>,
+    /// Where the CoAP socket is bound, if the chain has one.
+    coap: Option<SocketAddr>,
     /// The MQTT and CoAP servers (on the caller's runtime, stopped with HTTP).
     others: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
@@ -169,21 +171,9 @@ impl Running {
         &self.listeners
     }
 
-    /// The port the gateway's MQTT listener is bound to, if it has one.
-    pub fn mqtt_port(&self) -> Option<u16> {
-        self.port_of("mqtt://")
-    }
-
     /// The port the gateway's CoAP socket is bound to, if it has one.
     pub fn coap_port(&self) -> Option<u16> {
-        self.port_of("coap://")
-    }
-
-    fn port_of(&self, scheme: &str) -> Option<u16> {
-        self.listeners
-            .iter()
-            .filter(|l| !l.ends_with(')'))
-            .find_map(|l| l.strip_prefix(scheme)?.rsplit_once(':')?.1.parse().ok())
+        self.coap.map(|a| a.port())
     }
 
     /// One line describing the chain (transport, functions).
@@ -612,6 +602,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     let addr = listener.local_addr().map_err(listen_err)?;
     let mut listeners = vec![format!("http://{addr}")];
     let (mqtt, coap) = bind_others(&spec, &opts, &mut listeners)?;
+    let coap_addr = coap.as_ref().and_then(|s| s.local_addr().ok());
     let (http_stop, http_rx) = watch::channel(false);
     let (instance_stop, stop_rx) = watch::channel(false);
     let mut endpoints = endpoints.into_iter();
@@ -690,6 +681,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     Ok(Running {
         addr,
         listeners,
+        coap: coap_addr,
         others,
         shared,
         http_stop,

@@ -484,7 +484,7 @@ impl Server {
             ("coap-method", method.as_str()),
             ("coap-query", job.query.as_str()),
         ];
-        let submit = self.gw.submit(job.route, meta, &job.chunks);
+        let submit = self.gw.submit(job.route, self.gw.asked(meta), &job.chunks);
         tokio::pin!(submit);
         let result = if ex.con {
             tokio::select! {

@@ -187,8 +187,8 @@ impl Gateway {
     }
 
     /// Runs one request through route `route` of the chain, whatever protocol it came by:
-    /// takes a slot, writes `meta` (name, value pairs; only the names the chain's functions
-    /// asked for are kept) and the body (`chunks`, the only copy in), sends it to the head
+    /// takes a slot, writes `meta` (name, value pairs the chain's functions asked for: HTTP
+    /// looks up only those, other protocols filter theirs with [`Gateway::asked`]) and the body (`chunks`, the only copy in), sends it to the head
     /// function and waits for the answer. Counts the outcome in [`GatewayStats`]: a reply
     /// with a 2xx or 3xx status is `ok`, anything else `errors`.
     ///
@@ -366,22 +366,13 @@ impl Gateway {
         Ok(Reply { status, body })
     }
 
-    /// The metadata area's text: `name: value\n` lines for the names the functions asked
-    /// for (case-insensitive), at most [`META_RESERVE`] bytes.
+    /// The metadata area's text: `name: value\n` lines, at most [`META_RESERVE`] bytes.
     fn meta<'m>(
         &self,
         pairs: impl IntoIterator<Item = (&'m str, &'m str)>,
     ) -> Result<String, GatewayError> {
         let mut meta = String::new();
         for (name, value) in pairs {
-            if !self
-                .plan
-                .headers
-                .iter()
-                .any(|h| h.eq_ignore_ascii_case(name))
-            {
-                continue;
-            }
             if value.contains('\n') || value.contains('\r') {
                 continue;
             }
@@ -401,6 +392,20 @@ impl Gateway {
             ));
         }
         Ok(meta)
+    }
+}
+
+impl Gateway {
+    /// The pairs of `pairs` whose name a function of the chain asked for (its `headers`,
+    /// case-insensitive): what a protocol without HTTP's headers hands to [`Gateway::submit`].
+    pub(crate) fn asked<'a, 'm: 'a>(
+        &'a self,
+        pairs: impl IntoIterator<Item = (&'m str, &'m str)> + 'a,
+    ) -> impl Iterator<Item = (&'m str, &'m str)> + 'a {
+        let headers = &self.plan.headers;
+        pairs
+            .into_iter()
+            .filter(move |(name, _)| headers.iter().any(|h| h.eq_ignore_ascii_case(name)))
     }
 }
 

@@ -98,7 +98,11 @@ impl Gateway {
     /// Runs one message through `route`; counted in the stats by [`Gateway::submit`].
     async fn run_mqtt(&self, route: u16, topic: &str, payload: &Bytes) -> Answer {
         let result = self
-            .submit(route, [(TOPIC_META, topic)], std::slice::from_ref(payload))
+            .submit(
+                route,
+                self.asked([(TOPIC_META, topic)]),
+                std::slice::from_ref(payload),
+            )
             .await;
         Answer::of(result)
     }

@@ -362,6 +362,7 @@ impl State {
     /// The pids named by the stripes' lock words now (0: free); for diagnostics and tests.
     pub fn lock_holders(&self) -> Vec<u32> {
         (0..self.layout.stripes)
+            // Relaxed: a snapshot for diagnostics, ordering nothing.
             .map(|s| self.lock_word(s).load(Ordering::Relaxed) & !WAITERS)
             .collect()
     }
@@ -408,6 +409,8 @@ impl State {
 
     /// Which record of entry `e` is published (0 or 1, whatever the word holds).
     fn active(&self, e: usize) -> usize {
+        // SYNC POINT: Acquire pairs with the Release store of `active` in `publish`: the
+        // record it names is whole (its head and bytes were written before that store).
         (self.active_word(e).load(Ordering::Acquire) & 1) as usize
     }
 
@@ -422,6 +425,8 @@ impl State {
         unsafe { &*self.record_ptr(e, r).add(4 * field).cast::<AtomicU32>() }
     }
 
+    /// Relaxed loads: the record was made visible by the Acquire of `active` (readers) or
+    /// of the stripe lock (writers); `seq` tells a reader whether it changed meanwhile.
     fn record_head(&self, e: usize, r: usize) -> RecordHead {
         RecordHead {
             state: self.record_word(e, r, 0).load(Ordering::Relaxed),
@@ -466,8 +471,14 @@ impl State {
     /// Reads entry `e` of `stripe` lock-free, looking for `key`.
     fn read_entry(&self, stripe: u32, e: usize, key: &[u8]) -> Result<Probe, StateError> {
         for _ in 0..READ_TRIES {
+            // SYNC POINT: Acquire pairs with the Release `fetch_add` of `seq` in `publish` and
+            // `recover`: a reader that sees a bump sees the `active` stored before it.
             let s1 = self.seq(e).load(Ordering::Acquire);
             let probe = self.probe(e, key);
+            // SYNC POINT: the fence orders the record's bytes read above before the second
+            // load of `seq`. A writer rewrites the record this reader may be copying only
+            // after taking the stripe lock (Acquire) released (Release) after the bump that
+            // retired it, so a copy that saw any rewritten byte sees that bump here.
             fence(Ordering::Acquire);
             if self.seq(e).load(Ordering::Relaxed) == s1 {
                 return Ok(probe);
@@ -515,7 +526,12 @@ impl State {
         self.record_word(e, r, 2)
             .store(value.len() as u32, Ordering::Relaxed);
         self.record_word(e, r, 0).store(state, Ordering::Relaxed);
+        // SYNC POINT: Release pairs with the Acquire load of `active` in `active`: the record
+        // above is whole before anyone is told to read it.
         self.active_word(e).store(r as u32, Ordering::Release);
+        // SYNC POINT: Release pairs with the Acquire first load of `seq` in `read_entry`
+        // (and its second load, after the fence there): readers of the record just retired
+        // notice that it changed hands.
         self.seq(e).fetch_add(1, Ordering::Release);
     }
 
@@ -539,6 +555,8 @@ impl State {
         loop {
             let cur = word.load(Ordering::Relaxed);
             if cur == 0 {
+                // SYNC POINT: Acquire pairs with the Release swap in `StripeLock::drop`: the
+                // previous holder's records, `active` and `seq` are all seen.
                 if word
                     .compare_exchange(0, self.pid, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
@@ -554,6 +572,8 @@ impl State {
             }
             let holder = cur & !WAITERS;
             if holder != self.pid && !sys::pid_alive(holder) {
+                // SYNC POINT: Acquire as above; a dead holder released nothing, which
+                // `recover` makes up for.
                 if word
                     .compare_exchange(cur, self.pid, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
@@ -566,6 +586,7 @@ impl State {
             if Instant::now() >= deadline {
                 return Err(StateError::Busy { holder });
             }
+            // Relaxed: only asks the holder to wake us; the lock is taken by the CASes above.
             if cur & WAITERS == 0
                 && word
                     .compare_exchange(cur, cur | WAITERS, Ordering::Relaxed, Ordering::Relaxed)
@@ -583,6 +604,8 @@ impl State {
     /// next writer rewrites records such a reader may still be copying).
     fn recover(&self, stripe: u32) {
         for k in 0..self.layout.per_stripe {
+            // SYNC POINT: Release pairs with the loads of `seq` in `read_entry`, as the bump
+            // in `publish` does.
             self.seq(self.entry_index(stripe, k))
                 .fetch_add(1, Ordering::Release);
         }
@@ -604,6 +627,8 @@ struct StripeLock<'a> {
 
 impl Drop for StripeLock<'_> {
     fn drop(&mut self) {
+        // SYNC POINT: Release pairs with the Acquire CASes in `State::lock`: the next holder
+        // sees every record this one published.
         if self.word.swap(0, Ordering::Release) & WAITERS != 0 {
             sys::futex_wake_all(self.word);
         }

@@ -46,6 +46,11 @@ impl HandlerError {
         Self::new(400, message)
     }
 
+    /// 404: what the request names does not exist.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(404, message)
+    }
+
     /// 500: the function failed.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, message)

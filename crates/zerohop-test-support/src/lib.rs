@@ -257,8 +257,11 @@ pub fn stat_cpu_ticks(path: impl AsRef<Path>) -> Option<u64> {
     })
 }
 
-/// utime + stime of `pid` in clock ticks (USER_HZ, 100 per second on Linux), summed over
-/// its threads; `None` when gone.
+/// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on Linux).
+pub const TICKS_PER_SECOND: f64 = 100.0;
+
+/// utime + stime of `pid` in clock ticks ([`TICKS_PER_SECOND`]), summed over its threads;
+/// `None` when gone.
 pub fn cpu_ticks(pid: u32) -> Option<u64> {
     stat_cpu_ticks(format!("/proc/{pid}/stat"))
 }
@@ -271,6 +274,29 @@ pub fn children(pid: u32) -> Vec<u32> {
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&p| parent_of(p) == Some(pid))
         .collect()
+}
+
+/// `roots` and every live process below them, from one pass over `/proc`.
+pub fn descendants(roots: &[u32]) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(|p| Some((p, parent_of(p)?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut all = roots.to_vec();
+    let mut i = 0;
+    while i < all.len() {
+        let parent = all[i];
+        for &(p, _) in parents.iter().filter(|&&(_, pp)| pp == parent) {
+            if !all.contains(&p) {
+                all.push(p);
+            }
+        }
+        i += 1;
+    }
+    all
 }
 
 /// The name (`comm`) of the agent's spawner process, its one child that is no instance.
@@ -353,7 +379,7 @@ impl Drop for TempDir {
 }
 
 /// The address after `scheme` in a ready line (`... ready at http://A, mqtt://B (...)`).
-fn listener_in(line: &str, scheme: &str) -> Option<String> {
+pub fn listener_in(line: &str, scheme: &str) -> Option<String> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(scheme))
         .map(|a| a.trim_end_matches(',').to_owned())

@@ -54,17 +54,12 @@ pub struct ChainStore<'a>(pub &'a State);
 
 impl Store for ChainStore<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ServiceError> {
-        self.0.get(key).map_err(state_error)
+        Ok(self.0.get(key)?)
     }
 
     fn update(&self, key: &[u8], f: &mut Update<'_>) -> Result<Option<Vec<u8>>, ServiceError> {
-        self.0.update(key, f).map_err(state_error)
+        Ok(self.0.update(key, f)?)
     }
-}
-
-fn state_error(e: zerohop_runtime::StateError) -> ServiceError {
-    let e = HandlerError::from(e);
-    ServiceError::new(e.status, e.message)
 }
 
 /// Handles one request as `service`.
@@ -115,7 +110,7 @@ pub fn handle(service: Service, req: &mut Request<'_>) -> Result<Next, HandlerEr
             req.set_body(&bytes)?;
             Ok(Next::Continue)
         }
-        Err(e) => Err(HandlerError::new(e.status, e.message)),
+        Err(e) => Err(e),
     }
 }
 

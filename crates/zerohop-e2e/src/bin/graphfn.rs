@@ -100,17 +100,17 @@ fn main() {
                 if die {
                     std::process::abort();
                 }
-                let n = old.map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap_or([0; 8])));
+                let n = old.map_or(0, count);
                 Some((n + 1).to_le_bytes().to_vec())
             })?;
-            let n = u64::from_le_bytes(new.unwrap_or_default().try_into().unwrap_or([0; 8]));
+            let n = new.as_deref().map_or(0, count);
             req.set_body(n.to_string().as_bytes())?;
             Ok(Next::Continue)
         }
         "peek" => {
             let key = req.body().to_vec();
             let out = match req.state()?.get(&key)? {
-                Some(v) => u64::from_le_bytes(v.try_into().unwrap_or([0; 8])).to_string(),
+                Some(v) => count(&v).to_string(),
                 None => "none".to_owned(),
             };
             req.set_body(out.as_bytes())?;
@@ -120,4 +120,9 @@ fn main() {
             "unknown GRAPH_MODE {other:?}"
         ))),
     })
+}
+
+/// A counter as stored in the state: 8 bytes little endian (anything else counts as 0).
+fn count(v: &[u8]) -> u64 {
+    v.try_into().map_or(0, u64::from_le_bytes)
 }

@@ -161,6 +161,8 @@ impl<'a> Spsc<'a> {
             if queued > self.capacity() {
                 // Indices corrupted (a party scribbled on the region): drop what is there
                 // rather than read garbage forever.
+                // SYNC POINT: Release pairs with the producer's Acquire loads of `head` in
+                // `push_cached` and `head_acquire`: nothing below `tail` is read any more.
                 self.head.store(*tail, Ordering::Release);
                 return None;
             }

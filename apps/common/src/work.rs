@@ -1,9 +1,8 @@
-//! The functions' CPU work: a stand-in for real signal processing, as SPRIGHT's motion
-//! functions are (1 ms of CPU service time each).
+//! Busy CPU work standing in for a function's real processing.
 //!
 //! [`burn`] runs a hash chain until this thread has used the asked CPU time, measured with
 //! `CLOCK_THREAD_CPUTIME_ID`, so time spent preempted on a busy machine does not count: every
-//! deployment pays the same CPU per event, whatever else runs. If the thread clock cannot be
+//! deployment pays the same CPU per request, whatever else runs. If the thread clock cannot be
 //! read (never seen on Linux), it falls back to wall-clock time.
 
 use std::time::{Duration, Instant};
@@ -50,13 +49,28 @@ fn thread_cpu() -> Option<Duration> {
 /// A duration in microseconds from the environment variable `name`, or `default`; a value
 /// that is not a number is an error naming the variable.
 pub fn micros_from_env(name: &str, default: u64) -> Result<Duration, String> {
+    from_env(name, default, Duration::from_micros, "microseconds")
+}
+
+/// A duration in milliseconds from the environment variable `name`, or `default`; a value
+/// that is not a number is an error naming the variable.
+pub fn millis_from_env(name: &str, default: u64) -> Result<Duration, String> {
+    from_env(name, default, Duration::from_millis, "milliseconds")
+}
+
+fn from_env(
+    name: &str,
+    default: u64,
+    unit: fn(u64) -> Duration,
+    unit_name: &str,
+) -> Result<Duration, String> {
     match std::env::var(name) {
-        Err(_) => Ok(Duration::from_micros(default)),
+        Err(_) => Ok(unit(default)),
         Ok(v) => v
             .trim()
             .parse::<u64>()
-            .map(Duration::from_micros)
-            .map_err(|_| format!("{name}={v:?} is not a number of microseconds")),
+            .map(unit)
+            .map_err(|_| format!("{name}={v:?} is not a number of {unit_name}")),
     }
 }
 
