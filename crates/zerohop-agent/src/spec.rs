@@ -54,6 +54,10 @@ pub const MAX_GATEWAY_THREADS: u16 = 64;
 pub const MAX_INSTANCES: u16 = 64;
 /// Most handler threads one instance may run.
 pub const MAX_CONCURRENCY: u16 = 1024;
+/// Default quiet period before an instance beyond the load's needs is parked.
+pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(30);
+/// Default time without requests before a `min: 0` function scales to zero.
+pub const DEFAULT_ZERO_AFTER: Duration = Duration::from_secs(60);
 /// Most functions in one chain (the descriptor's `next` is one byte, 0xFF is the gateway).
 pub const MAX_FUNCTIONS: usize = 254;
 
@@ -92,7 +96,7 @@ pub struct FunctionSpec {
     /// Program and arguments; a program path with a `/` is resolved against the spec's
     /// folder.
     pub command: Vec<String>,
-    /// Processes to run.
+    /// Processes it comes up with (`scale.initial`).
     pub instances: u16,
     /// Handler threads per process.
     pub concurrency: u16,
@@ -113,6 +117,69 @@ pub struct FunctionSpec {
     pub fan_out: Vec<String>,
     /// What a failed branch means.
     pub join: JoinPolicy,
+    /// How many instances it runs and when that changes (`instances: N` alone is a fixed
+    /// count: `min = max = N`).
+    pub scale: ScaleSpec,
+    /// CPU, memory and process limits of each instance (cgroups).
+    pub resources: ResourceSpec,
+}
+
+/// A function's autoscaling bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScaleSpec {
+    /// Fewest active instances (0: scales to zero when idle).
+    pub min: u16,
+    /// Most instances; the chain reserves this many parties for the function.
+    pub max: u16,
+    /// Instances active when the chain comes up (between `min` and `max`).
+    pub initial: u16,
+    /// Requests in flight per instance the scaler aims for.
+    pub target: u16,
+    /// Started processes kept waiting, beyond the active ones, so activation needs no
+    /// `fork`/`exec` (at most `max` minus the active ones).
+    pub parked: u16,
+    /// Low load this long parks an instance beyond what the load needs.
+    pub cooldown: Duration,
+    /// No request at all this long scales a `min: 0` function to zero.
+    pub zero_after: Duration,
+}
+
+impl ScaleSpec {
+    /// A fixed count of `n`: no scaling.
+    pub fn fixed(n: u16, concurrency: u16) -> Self {
+        Self {
+            min: n,
+            max: n,
+            initial: n,
+            target: concurrency,
+            parked: 0,
+            cooldown: DEFAULT_COOLDOWN,
+            zero_after: DEFAULT_ZERO_AFTER,
+        }
+    }
+
+    /// Whether the instance count can change at all.
+    pub fn scales(&self) -> bool {
+        self.min != self.max
+    }
+}
+
+/// Per-instance resource limits; `None` is unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceSpec {
+    /// CPU time per second of wall time, in thousandths of a core (`500m` = half a core).
+    pub cpu_millis: Option<u32>,
+    /// Memory in bytes.
+    pub memory: Option<u64>,
+    /// Processes and threads.
+    pub pids: Option<u32>,
+}
+
+impl ResourceSpec {
+    /// Whether any limit is set.
+    pub fn any(&self) -> bool {
+        self.cpu_millis.is_some() || self.memory.is_some() || self.pids.is_some()
+    }
 }
 
 /// One route into the chain.
@@ -722,6 +789,8 @@ impl Cx {
                     "calls",
                     "syscalls",
                     "state",
+                    "scale",
+                    "resources",
                 ],
             )?;
             let cmd_node = self.required(k, &f, "command", &p)?;
@@ -816,6 +885,18 @@ impl Cx {
                 None => false,
                 Some(n) => self.boolean(n, &format!("{p}state"))?,
             };
+            let scale = match get(&f, "scale") {
+                None => ScaleSpec::fixed(instances, concurrency),
+                Some(n) => {
+                    self.scale(n, &p, get(&f, "instances").map(|_| instances), concurrency)?
+                }
+            };
+            // With `scale`, the chain comes up with its initial count.
+            let instances = scale.initial;
+            let resources = match get(&f, "resources") {
+                None => ResourceSpec::default(),
+                Some(n) => self.resources(n, &p)?,
+            };
             out.push(FunctionSpec {
                 name,
                 line: line(k),
@@ -830,6 +911,8 @@ impl Cx {
                 state,
                 fan_out: Vec::new(),
                 join: JoinPolicy::Fail,
+                scale,
+                resources,
             });
         }
         // Dynamic routing and call targets must exist; a function never calls itself.
@@ -864,6 +947,114 @@ impl Cx {
             }
         }
         Ok(out)
+    }
+
+    /// `scale: { min, max, target, parked, cooldown, zero_after }`; `instances`, when also
+    /// given, is the count the chain comes up with.
+    fn scale(
+        &self,
+        n: &MarkedYaml<'_>,
+        p: &str,
+        instances: Option<u16>,
+        concurrency: u16,
+    ) -> Result<ScaleSpec, SpecError> {
+        let at = format!("{p}scale");
+        let m = self.mapping(n, &at)?;
+        self.only_known(
+            &m,
+            &format!("{at}."),
+            &["min", "max", "target", "parked", "cooldown", "zero_after"],
+        )?;
+        let int = |key: &str, min: i64, default: u16| match get(&m, key) {
+            None => Ok(default),
+            Some(v) => self
+                .integer(v, &format!("{at}.{key}"), min, MAX_INSTANCES as i64)
+                .map(|i| i as u16),
+        };
+        let min = int("min", 0, 1)?;
+        let max = int("max", 1, min.max(1))?;
+        if max < min {
+            return Err(self.err(
+                line(get(&m, "max").unwrap_or(n)),
+                &format!("{at}.max"),
+                format!("max ({max}) is below min ({min})"),
+            ));
+        }
+        let initial = instances.unwrap_or(min.max(1));
+        if !(min..=max).contains(&initial) {
+            return Err(self.err(
+                line(n),
+                &format!("{p}instances"),
+                format!(
+                    "{initial} instances to start with, outside scale's min {min} and max {max}"
+                ),
+            ));
+        }
+        let target = match get(&m, "target") {
+            None => concurrency,
+            Some(v) => self.integer(v, &format!("{at}.target"), 1, MAX_CONCURRENCY as i64)? as u16,
+        };
+        let parked = int("parked", 0, u16::from(max > min))?;
+        let dur = |key: &str, default: Duration| match get(&m, key) {
+            None => Ok(default),
+            Some(v) => self.duration(v, &format!("{at}.{key}")),
+        };
+        Ok(ScaleSpec {
+            min,
+            max,
+            initial,
+            target,
+            parked: parked.min(max),
+            cooldown: dur("cooldown", DEFAULT_COOLDOWN)?,
+            zero_after: dur("zero_after", DEFAULT_ZERO_AFTER)?,
+        })
+    }
+
+    /// `resources: { cpu, memory, pids }`: cpu in cores (`0.5`, `2`) or thousandths
+    /// (`500m`), memory a size, pids a count.
+    fn resources(&self, n: &MarkedYaml<'_>, p: &str) -> Result<ResourceSpec, SpecError> {
+        let at = format!("{p}resources");
+        let m = self.mapping(n, &at)?;
+        self.only_known(&m, &format!("{at}."), &["cpu", "memory", "pids"])?;
+        let cpu_millis = match get(&m, "cpu") {
+            None => None,
+            Some(v) => {
+                let text = scalar_text(v).unwrap_or_default();
+                Some(parse_cpu(&text).ok_or_else(|| {
+                    self.err(
+                        line(v),
+                        &format!("{at}.cpu"),
+                        format!(
+                            "`{text}` is not a CPU amount; write cores (0.5, 2) or thousandths \
+                             of a core (500m), at least 10m and at most 1024 cores"
+                        ),
+                    )
+                })?)
+            }
+        };
+        let memory = match get(&m, "memory") {
+            None => None,
+            Some(v) => {
+                let b = self.size(v, &format!("{at}.memory"))?;
+                if b < 4 << 20 {
+                    return Err(self.err(
+                        line(v),
+                        &format!("{at}.memory"),
+                        format!("{b} bytes is too little for a process; give at least 4MiB"),
+                    ));
+                }
+                Some(b)
+            }
+        };
+        let pids = match get(&m, "pids") {
+            None => None,
+            Some(v) => Some(self.integer(v, &format!("{at}.pids"), 1, 1 << 22)? as u32),
+        };
+        Ok(ResourceSpec {
+            cpu_millis,
+            memory,
+            pids,
+        })
     }
 
     /// Calls (including static fan-outs) form no cycle: a caller waits for its callee, so a
@@ -1376,6 +1567,25 @@ pub fn parse_size(s: &str) -> Option<u64> {
     n.checked_mul(mult)
 }
 
+/// A CPU amount in thousandths of a core: `0.5`, `2` (cores) or `500m`; between 10m and
+/// 1024 cores.
+pub fn parse_cpu(s: &str) -> Option<u32> {
+    let s = s.trim();
+    let millis = match s.strip_suffix('m') {
+        Some(m) => m.trim().parse::<u64>().ok()?,
+        None => {
+            let cores: f64 = s.parse().ok()?;
+            if !cores.is_finite() || cores <= 0.0 {
+                return None;
+            }
+            (cores * 1000.0).round() as u64
+        }
+    };
+    (10..=1024 * 1000)
+        .contains(&millis)
+        .then_some(millis as u32)
+}
+
 /// Parses `500ms`, `10s`, `2m`, `1h`.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
@@ -1453,6 +1663,81 @@ routes:
 
     fn err(yaml: &str) -> String {
         parse(Path::new("c.yaml"), yaml).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn scale_and_resources() {
+        let s = parse(Path::new("c.yaml"), HELLO).unwrap();
+        assert_eq!(s.functions[0].scale, ScaleSpec::fixed(2, 4));
+        assert!(!s.functions[0].scale.scales());
+        assert_eq!(s.functions[1].resources, ResourceSpec::default());
+        let t = HELLO.replace(
+            "    syscalls: [ptrace, setsid]\n",
+            "    scale: { min: 0, max: 8, target: 3, cooldown: 5s }\n    \
+             resources: { cpu: 500m, memory: 64MiB, pids: 32 }\n",
+        );
+        let ex = &parse(Path::new("c.yaml"), &t).unwrap().functions[1];
+        let sc = ex.scale;
+        assert_eq!(
+            (sc.min, sc.max, sc.initial, sc.target, sc.parked),
+            (0, 8, 1, 3, 1)
+        );
+        assert_eq!(ex.instances, 1, "comes up with one");
+        assert_eq!(sc.cooldown, Duration::from_secs(5));
+        assert_eq!(sc.zero_after, DEFAULT_ZERO_AFTER);
+        assert!(sc.scales());
+        assert_eq!(
+            ex.resources,
+            ResourceSpec {
+                cpu_millis: Some(500),
+                memory: Some(64 << 20),
+                pids: Some(32)
+            }
+        );
+        for (cpu, want) in [("0.25", Some(250)), ("2", Some(2000)), ("1.5", Some(1500))] {
+            assert_eq!(parse_cpu(cpu), want, "{cpu}");
+        }
+        for bad in ["0", "5m", "-1", "x", "2000", "nan"] {
+            assert_eq!(parse_cpu(bad), None, "{bad}");
+        }
+        // `instances` beside `scale` is the initial count, within the bounds.
+        let t2 = HELLO.replace(
+            "instances: 2, concurrency: 4",
+            "instances: 3, scale: { max: 4 }",
+        );
+        let up = &parse(Path::new("c.yaml"), &t2).unwrap().functions[0];
+        assert_eq!((up.instances, up.scale.min, up.scale.max), (3, 1, 4));
+        for (from, to, want) in [
+            (
+                "instances: 2, concurrency: 4",
+                "instances: 9, scale: { max: 4 }",
+                "outside scale's min 1 and max 4",
+            ),
+            (
+                "instances: 2, concurrency: 4",
+                "scale: { min: 3, max: 2 }",
+                "functions.upper.scale.max: max (2) is below min (3)",
+            ),
+            (
+                "instances: 2, concurrency: 4",
+                "scale: { mx: 2 }",
+                "functions.upper.scale.mx",
+            ),
+            (
+                "instances: 2, concurrency: 4",
+                "resources: { cpu: lots }",
+                "`lots` is not a CPU amount",
+            ),
+            (
+                "instances: 2, concurrency: 4",
+                "resources: { memory: 1KiB }",
+                "at least 4MiB",
+            ),
+        ] {
+            let e = err(&HELLO.replace(from, to));
+            assert!(e.contains(want), "{to}: {e}");
+            assert!(e.starts_with("c.yaml:5:"), "{e}");
+        }
     }
 
     #[test]
