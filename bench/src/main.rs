@@ -227,16 +227,18 @@ fn run(args: &Args) -> Result<bool> {
     }
     // The monolith first: its peak sets the open-loop rates of every system.
     ids.sort_by_key(|i| i.name() != "monolith");
-    let work = std::env::temp_dir().join(format!("zerohop-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&work).context("scratch folder")?;
-    let _cleanup = RemoveDir(work.clone());
+    // Removed when this function returns, however it returns.
+    let work = tempfile::Builder::new()
+        .prefix("zerohop-bench-")
+        .tempdir()
+        .context("scratch folder")?;
     let opts = StartOpts {
         cpus: pin.then(|| "1".to_owned()),
         // The one-core matrix: one gateway thread, as the affinity gives it.
         gateway_threads: None,
         instances: 1,
         bin_dir,
-        work_dir: work,
+        work_dir: work.path().to_owned(),
     };
     let cores = args
         .cores
@@ -511,7 +513,7 @@ fn bench_cores(
                     .iter()
                     .map(|(k, v)| {
                         let t = v.saturating_sub(b.get(k).copied().unwrap_or(0));
-                        (k.clone(), t as f64 / procstat::TICKS_PER_SECOND)
+                        (k.clone(), t as f64 / procstat::ticks_per_second())
                     })
                     .collect();
             }
@@ -595,13 +597,4 @@ fn median_p99(mut runs: Vec<Run>) -> Run {
         median.p99_repeats_us = p99s;
     }
     median
-}
-
-/// Removes a scratch folder on drop.
-struct RemoveDir(PathBuf);
-
-impl Drop for RemoveDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -1,15 +1,16 @@
 //! CPU time and memory of processes, read from `/proc`.
 //!
 //! CPU is `utime + stime` of `/proc/PID/stat` (all threads, living and exited), in clock
-//! ticks of 10 ms: runs are long enough (seconds at thousands of requests per second) for
-//! that resolution. The load generator is this process, read the same way.
+//! ticks ([`ticks_per_second`], 100 on usual kernels, so 10 ms): runs are long enough
+//! (seconds at thousands of requests per second) for that resolution. The load generator is
+//! this process, read the same way.
 
 use std::collections::BTreeMap;
 
 use crate::Component;
 
-use zerohop_test_support::stat_cpu_ticks;
-pub use zerohop_test_support::{cpu_ticks, stat_field, TICKS_PER_SECOND};
+use zerohop_test_support::thread_stats;
+pub use zerohop_test_support::{cpu_ticks, stat, ticks_per_second};
 
 /// Resident memory of `pid`: `(VmRSS, RssShmem)` in KiB.
 pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
@@ -49,20 +50,18 @@ impl CpuSnapshot {
     /// CPU seconds used per component between `earlier` and `self`, the load generator
     /// under [`LOADGEN`].
     pub fn since(&self, earlier: &CpuSnapshot) -> BTreeMap<String, f64> {
+        let hz = ticks_per_second();
         let mut out: BTreeMap<String, f64> = self
             .ticks
             .iter()
             .map(|(name, &t)| {
                 let before = earlier.ticks.get(name).copied().unwrap_or(0);
-                (
-                    name.clone(),
-                    t.saturating_sub(before) as f64 / TICKS_PER_SECOND,
-                )
+                (name.clone(), t.saturating_sub(before) as f64 / hz)
             })
             .collect();
         out.insert(
             LOADGEN.into(),
-            self.own.saturating_sub(earlier.own) as f64 / TICKS_PER_SECOND,
+            self.own.saturating_sub(earlier.own) as f64 / hz,
         );
         out
     }
@@ -104,13 +103,13 @@ impl ProcessId {
     pub fn of(pid: u32) -> Option<Self> {
         Some(Self {
             pid,
-            start: stat_field(pid, 22)?.parse().ok()?,
+            start: stat(pid)?.starttime,
         })
     }
 
     /// Whether this very process still runs (not a zombie, not a recycled pid).
     pub fn alive(self) -> bool {
-        Self::of(self.pid) == Some(self) && stat_field(self.pid, 3).is_some_and(|s| s != "Z")
+        stat(self.pid).is_some_and(|s| s.starttime == self.start && s.state != 'Z')
     }
 }
 
@@ -118,22 +117,19 @@ impl ProcessId {
 /// (which runs gateway thread 0) as `gateway-0`, the others as they name themselves
 /// (`gateway-1`, ...). Other threads are left out.
 pub fn gateway_thread_ticks(pid: u32) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        let name = if t.file_name().to_str() == Some(&pid.to_string()) {
-            "gateway-0".to_owned()
-        } else {
-            match std::fs::read_to_string(t.path().join("comm")) {
-                Ok(comm) if comm.starts_with("gateway-") => comm.trim().to_owned(),
-                _ => continue,
-            }
-        };
-        out.insert(name, stat_cpu_ticks(t.path().join("stat")).unwrap_or(0));
-    }
-    out
+    thread_stats(pid)
+        .into_iter()
+        .filter_map(|t| {
+            let name = if u32::try_from(t.pid) == Ok(pid) {
+                "gateway-0".to_owned()
+            } else if t.comm.starts_with("gateway-") {
+                t.comm
+            } else {
+                return None;
+            };
+            Some((name, t.utime + t.stime))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use zerohop_bench::floors::{self, Floor};
-use zerohop_test_support::{children, signal_pid, wait_until};
+use zerohop_test_support::{children, signal_pid, wait_until, Signal};
 
 const NAMES: [&str; 10] = [
     "cacheline_rtt",
@@ -130,7 +130,7 @@ fn stuck_peer_fails_the_measurement_and_is_reaped() {
             while !done.load(Ordering::SeqCst) {
                 for pid in children(me) {
                     if !stopped.contains(&pid) && is_peer(pid) {
-                        signal_pid(pid, "STOP");
+                        signal_pid(pid, Signal::SIGSTOP);
                         stopped.push(pid);
                     }
                 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use zerohop_bench::systems::{self, StartOpts, SystemId};
 use zerohop_bench::{passes, Step, HELLO};
-use zerohop_test_support::{alive, target_bin, wait_until, TempDir};
+use zerohop_test_support::{alive, target_bin, wait_until, Signal, TempDir};
 use zerohop_transport::Backend;
 
 /// Systems run one at a time: the machine may have two cores.
@@ -279,7 +279,7 @@ fn zerohop_components_follow_a_restarted_function() {
             .map(|c| c.pid)
     };
     let old = pid_of(&sys, "fn:upper").expect("fn:upper listed");
-    zerohop_test_support::signal_pid(old, "KILL");
+    zerohop_test_support::signal_pid(old, Signal::SIGKILL);
     assert!(
         wait_until(Duration::from_secs(10), || {
             sys.refresh_components();

@@ -15,7 +15,9 @@ use zerohop_app_boutique::services::frontend::{
     CartChanged, CartPage, CheckoutForm, CurrencyChoice, HomePage, OrderPage, ProductPage,
 };
 use zerohop_app_boutique::services::{currency, payment, shipping};
-use zerohop_test_support::{alive, children, wait_until, ChainProcess, ChildGuard, ChildLines};
+use zerohop_test_support::{
+    alive, children, wait_until, ChainProcess, ChildGuard, ChildLines, Signal,
+};
 
 /// Longest wait for anything to start or stop.
 const WAIT: Duration = Duration::from_secs(30);
@@ -286,7 +288,7 @@ fn http_deployment_serves_the_boutique() {
     scripted_session(&http.url);
     smoke_load(&http.url);
 
-    http.guard.signal("TERM");
+    http.guard.signal(Signal::SIGTERM);
     assert_eq!(http.guard.wait_timeout(WAIT), Some(0));
     assert!(
         wait_until(WAIT, || services.iter().all(|&p| !alive(p))),
@@ -299,7 +301,7 @@ fn http_services_die_with_a_killed_supervisor() {
     let mut http = start_http();
     let services = children(http.guard.pid());
     assert_eq!(services.len(), 10);
-    http.guard.signal("KILL");
+    http.guard.signal(Signal::SIGKILL);
     assert_eq!(http.guard.wait_timeout(WAIT), None, "killed by a signal");
     assert!(
         wait_until(WAIT, || services.iter().all(|&p| !alive(p))),

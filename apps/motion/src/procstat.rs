@@ -6,8 +6,7 @@
 //! process that exited between two samples is lost (never seen here: deployments keep their
 //! processes for the whole run).
 
-pub use zerohop_test_support::TICKS_PER_SECOND;
-use zerohop_test_support::{cpu_ticks, descendants};
+use zerohop_test_support::{cpu_ticks, descendants, ticks_per_second};
 
 /// The process trees whose CPU is measured.
 #[derive(Clone, Debug, Default)]
@@ -34,7 +33,7 @@ impl ProcessTrees {
     /// CPU used so far by the live processes of the trees, in seconds.
     pub fn cpu_seconds(&self) -> f64 {
         let ticks: u64 = self.pids().into_iter().filter_map(cpu_ticks).sum();
-        ticks as f64 / TICKS_PER_SECOND
+        ticks as f64 / ticks_per_second()
     }
 }
 

@@ -174,9 +174,11 @@ mod tests {
 
     #[test]
     fn a_registered_plate_is_found_and_survives_reopening() {
-        let dir = std::env::temp_dir().join(format!("parking-store-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("plates.db");
+        let dir = tempfile::Builder::new()
+            .prefix("parking-store-")
+            .tempdir()
+            .unwrap();
+        let file = dir.path().join("plates.db");
         {
             let s = PlateStore::open(&file).unwrap();
             assert_eq!(s.find("AB123CD").unwrap(), None);
@@ -194,7 +196,5 @@ mod tests {
         let s = PlateStore::open(&file).unwrap();
         assert_eq!(s.find("AB123CD").unwrap(), Some(plate("AB123CD")));
         assert_eq!(s.count().unwrap(), 1);
-        drop(s);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -21,9 +21,10 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use serde_json::{json, Value};
-use zerohop_bench::procstat::TICKS_PER_SECOND;
-use zerohop_test_support::{cpu_ticks, descendants, free_port, listener_in};
+use zerohop_test_support::{cpu_ticks, descendants, free_port, listener_in, ticks_per_second};
 
 /// A process of a deployment: SIGTERM on drop (its own children go with it), then SIGKILL.
 struct Proc {
@@ -58,9 +59,8 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        // The child is not reaped yet, so its pid is still its own.
+        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
@@ -155,7 +155,7 @@ fn boutique_run(cx: &Ctx, url: &str, users: usize, root_pid: u32) -> Result<Valu
         .arg(users.to_string())
         .args(["--seed", "1", "--json"])
         .output()?;
-    let cpu_s = tree_ticks(root_pid).saturating_sub(before) as f64 / TICKS_PER_SECOND;
+    let cpu_s = tree_ticks(root_pid).saturating_sub(before) as f64 / ticks_per_second();
     let mut report: Value = serde_json::from_slice(&out.stdout).with_context(|| {
         format!(
             "boutique-load printed no JSON: {}",
@@ -419,14 +419,16 @@ fn run() -> Result<bool> {
         .map(Path::to_owned)
         .or_else(|| std::env::current_dir().ok())
         .context("the checkout (apps/ next to target/)")?;
-    let scratch = std::env::temp_dir().join(format!("zerohop-bench-apps-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)?;
+    // Holds mosquitto's config only; removed when this returns.
+    let scratch = tempfile::Builder::new()
+        .prefix("zerohop-bench-apps-")
+        .tempdir()?;
     std::fs::create_dir_all(&out)?;
     let cx = Ctx {
         root,
         bin,
         quick,
-        scratch: scratch.clone(),
+        scratch: scratch.path().to_owned(),
     };
     let boutique = boutique(&cx)?;
     let motion = motion(&cx)?;
@@ -437,7 +439,6 @@ fn run() -> Result<bool> {
         out.join("apps.json"),
         serde_json::to_string_pretty(&json!({ "boutique": boutique, "motion": motion }))?,
     )?;
-    let _ = std::fs::remove_dir_all(&scratch);
     let ok = boutique
         .as_array()
         .into_iter()

@@ -19,6 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use zerohop_bench::loadgen::{self, BodyMix, Load, RunResult};
 use zerohop_bench::Step;
 
@@ -26,10 +28,9 @@ struct Guard(Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        // SIGTERM lets the agent stop its instances; then make sure.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
+        // SIGTERM lets the agent stop its instances; then make sure. Not reaped yet, so the
+        // pid is still the agent's.
+        let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGTERM);
         for _ in 0..300 {
             if matches!(self.0.try_wait(), Ok(Some(_))) {
                 return;
@@ -67,8 +68,10 @@ fn main() -> Result<()> {
         need("zerohop-bench-pass")?,
         need("zerohop-bench-relay")?,
     );
-    let dir = std::env::temp_dir().join(format!("zerohop-bench-call-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    // The spec's folder, removed when main returns (after the guard stopped the chain).
+    let dir = tempfile::Builder::new()
+        .prefix("zerohop-bench-call-")
+        .tempdir()?;
     let spec = format!(
         "name: callcost\ntimeout: 10s\nfunctions:\n\
          \x20 pass: {{ command: [\"{p}\"] }}\n\
@@ -82,7 +85,7 @@ fn main() -> Result<()> {
         p = pass.display(),
         r = relay.display()
     );
-    let file = dir.join("chain.yaml");
+    let file = dir.path().join("chain.yaml");
     std::fs::write(&file, spec)?;
     let mut child = Command::new(&zerohop)
         .arg("up")
@@ -139,6 +142,5 @@ fn main() -> Result<()> {
         println!("{s}");
     }
     drop(guard);
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -50,10 +50,10 @@ use nix::unistd::Pid;
 use serde::Serialize;
 use zerohop_bench::loadgen::{self, BodyMix, Load};
 use zerohop_bench::passes;
-use zerohop_bench::procstat::{stat_field, ProcessId as Proc, TICKS_PER_SECOND};
+use zerohop_bench::procstat::{stat, ticks_per_second, ProcessId as Proc};
 use zerohop_bench::report::Machine;
 use zerohop_bench::systems::{FUNCTION_ENV, ZEROHOP_PATH};
-use zerohop_test_support::{children, cpu_ticks, instances, open_fds, stat_fields, wait_until};
+use zerohop_test_support::{all_stats, children, cpu_ticks, instances, open_fds, wait_until};
 
 /// Instances per function the spec allows.
 const MAX_INSTANCES_PER_FUNCTION: usize = 64;
@@ -312,19 +312,15 @@ fn sigkill(p: Proc) {
 
 /// (utime, stime) of `pid` in ticks.
 fn cpu_split(pid: u32) -> Option<(u64, u64)> {
-    stat_fields(format!("/proc/{pid}/stat"), |f| {
-        Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
-    })
+    stat(pid).map(|s| (s.utime, s.stime))
 }
 
 /// Live processes whose process group is `pgid`.
 fn group_members(pgid: u32) -> Vec<Proc> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| stat_field(p, 5).and_then(|g| g.parse::<u32>().ok()) == Some(pgid))
-        .filter_map(Proc::of)
+    all_stats()
+        .into_iter()
+        .filter(|s| u32::try_from(s.pgrp) == Ok(pgid))
+        .filter_map(|s| Proc::of(u32::try_from(s.pid).ok()?))
         .filter(|p| p.alive())
         .collect()
 }
@@ -917,8 +913,8 @@ fn idle(zerohop: u32, instances: &[Proc], seconds: f64) -> Idle {
         .zip(&i0)
         .map(|(b, a)| b.saturating_sub(*a))
         .collect();
-    let agent = a1.saturating_sub(a0) as f64 / TICKS_PER_SECOND;
-    let inst = per.iter().sum::<u64>() as f64 / TICKS_PER_SECOND;
+    let agent = a1.saturating_sub(a0) as f64 / ticks_per_second();
+    let inst = per.iter().sum::<u64>() as f64 / ticks_per_second();
     Idle {
         seconds,
         cpu_s: agent + inst,
@@ -1041,17 +1037,17 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
         .filter_map(|p| cpu_split(p.pid))
         .fold((0, 0), |(u, s), (a, b)| (u + a, s + b));
     let starts: Vec<u64> = chain.instances.iter().map(|p| p.start).collect();
-    let rel = |t: u64| t.saturating_sub(me.start) as f64 / TICKS_PER_SECOND;
+    let rel = |t: u64| t.saturating_sub(me.start) as f64 / ticks_per_second();
     let first = starts.iter().copied().min().map_or(0.0, rel);
     let last = starts.iter().copied().max().map_or(0.0, rel);
     point.startup = Some(Startup {
         first_instance_s: first,
         last_instance_s: last,
         ready_after_last_spawn_s: (ready_s - last).max(0.0),
-        agent_cpu_s: (agent_cpu.0 + agent_cpu.1) as f64 / TICKS_PER_SECOND,
-        agent_sys_s: agent_cpu.1 as f64 / TICKS_PER_SECOND,
-        instances_cpu_s: (inst_cpu.0 + inst_cpu.1) as f64 / TICKS_PER_SECOND,
-        instances_sys_s: inst_cpu.1 as f64 / TICKS_PER_SECOND,
+        agent_cpu_s: (agent_cpu.0 + agent_cpu.1) as f64 / ticks_per_second(),
+        agent_sys_s: agent_cpu.1 as f64 / ticks_per_second(),
+        instances_cpu_s: (inst_cpu.0 + inst_cpu.1) as f64 / ticks_per_second(),
+        instances_sys_s: inst_cpu.1 as f64 / ticks_per_second(),
     });
     eprintln!(
         "scale: N={n}: ready in {ready_s:.2} s (instances started {first:.2}..{last:.2} s after \
@@ -1112,13 +1108,13 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
         p50_us: result.latency.p50_us,
         p99_us: result.latency.p99_us,
         first_error: result.first_error.clone(),
-        agent_cpu_s: a1.saturating_sub(a0) as f64 / TICKS_PER_SECOND,
+        agent_cpu_s: a1.saturating_sub(a0) as f64 / ticks_per_second(),
         instances_cpu_s: i1
             .iter()
             .zip(&i0)
             .map(|(b, a)| b.saturating_sub(*a))
             .sum::<u64>() as f64
-            / TICKS_PER_SECOND,
+            / ticks_per_second(),
     };
     eprintln!(
         "scale: N={n}: {:.0} requests/s at c={} (p50 {:.0} us, p99 {:.0} us), {} errors, {} wrong",
@@ -1311,8 +1307,10 @@ fn run(args: &Args) -> Result<bool> {
         }
     }
     install_signal_handler()?;
-    let root = std::env::temp_dir().join(format!("zerohop-scale-{}", std::process::id()));
-    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    let root = tempfile::Builder::new()
+        .prefix("zerohop-scale-")
+        .tempdir()
+        .context("creating the scratch folder")?;
 
     let mut points = Vec::new();
     for &n in &args.instances {
@@ -1328,7 +1326,7 @@ fn run(args: &Args) -> Result<bool> {
             point.per_function.iter().min().unwrap_or(&0),
             point.per_function.iter().max().unwrap_or(&0)
         );
-        match run_point(args, &bin_dir, &root, &mut point) {
+        match run_point(args, &bin_dir, root.path(), &mut point) {
             Ok(()) => point.ok = true,
             Err(e) => {
                 let e = format!("{e:#}");
@@ -1345,9 +1343,7 @@ fn run(args: &Args) -> Result<bool> {
     }
     let ok = points.iter().all(|p| p.ok);
     if args.keep || !ok {
-        eprintln!("scale: specs and logs kept in {}", root.display());
-    } else {
-        let _ = std::fs::remove_dir_all(&root);
+        eprintln!("scale: specs and logs kept in {}", root.keep().display());
     }
     let report = Report {
         machine: Machine::read(),

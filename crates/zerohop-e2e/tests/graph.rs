@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{client, post, runtime};
 use zerohop_agent::{spec, up, Running, UpOptions};
-use zerohop_test_support::{target_bin, wait_until};
+use zerohop_test_support::{target_bin, wait_until, Signal};
 
 /// The tests here start chains with children of this process: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -308,7 +308,7 @@ fn chain_state_is_shared_atomic_and_survives_crashes() {
         .iter()
         .all(|&p| chain.instance_pid(p).is_some())));
     for &p in &parties {
-        zerohop_test_support::signal_pid(chain.instance_pid(p).expect("running"), "KILL");
+        zerohop_test_support::signal_pid(chain.instance_pid(p).expect("running"), Signal::SIGKILL);
     }
     assert!(wait_until(Duration::from_secs(10), || {
         post(&agent, &count, "hits").body == "202"

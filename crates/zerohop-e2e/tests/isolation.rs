@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use common::{client, post, runtime};
 use zerohop_agent::{spec, up, CgroupMode, UpOptions};
 use zerohop_test_support::{
-    alive, instances, signal_pid, spawn_with_fds, target_bin, wait_until, ChildGuard, TempDir,
+    alive, instances, signal_pid, spawn_with_fds, target_bin, wait_until, ChildGuard, Signal,
+    TempDir,
 };
 
 const EPERM: &str = "1";
@@ -161,7 +162,7 @@ impl Agent {
     }
 
     fn stop(mut self) -> Option<i32> {
-        self.guard.signal("TERM");
+        self.guard.signal(Signal::SIGTERM);
         self.guard.wait_timeout(Duration::from_secs(30))
     }
 }
@@ -446,7 +447,7 @@ fn no_grandchild_survives_a_killed_agent() {
     assert_eq!(agent.facts("nodeath", "").get("pdeathsig"), "0");
     let instances = agent.instances();
     assert_eq!(instances.len(), 2);
-    signal_pid(agent.pid(), "KILL");
+    signal_pid(agent.pid(), Signal::SIGKILL);
     for p in instances.iter().chain([&gc]) {
         assert!(
             wait_until(Duration::from_secs(5), || !alive(*p)),
@@ -637,7 +638,7 @@ fn unprivileged_agent_confines_with_user_namespaces() {
         0,
         "a non-dumpable process's /proc files belong to root"
     );
-    guard.signal("TERM");
+    guard.signal(Signal::SIGTERM);
     assert_eq!(guard.wait_timeout(Duration::from_secs(30)), Some(0));
     assert!(wait_until(Duration::from_secs(5), || !alive(inst)));
 }

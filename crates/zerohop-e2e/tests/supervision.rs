@@ -12,6 +12,7 @@ use zerohop_agent::{spec, up, Running, UpOptions};
 use zerohop_pool::Owner;
 use zerohop_test_support::{
     alive, children, instances, memfd_mappings, memfds, open_fds, signal_pid, spawner, wait_until,
+    Signal,
 };
 
 /// The tests here count this process's children and descriptors: one at a time.
@@ -59,7 +60,7 @@ fn kill_9_with_32_in_flight_answers_all_and_recovers() {
                 == 32),
             "{transport}: 32 requests reached upper"
         );
-        signal_pid(victim, "KILL");
+        signal_pid(victim, Signal::SIGKILL);
         let answers: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
         let ok = answers.iter().filter(|a| a.status == 200).count();
         let failed = answers.iter().filter(|a| a.status == 502).count();

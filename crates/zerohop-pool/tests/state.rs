@@ -8,7 +8,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use zerohop_pool::{State, StateConfig};
-use zerohop_test_support::{inherited_fds, role, spawn_self, ChildGuard, ChildLines};
+use zerohop_test_support::{inherited_fds, role, spawn_self, ChildGuard, ChildLines, Signal};
 
 const CFG: StateConfig = StateConfig {
     entries: 512,
@@ -124,7 +124,7 @@ fn writers_killed_mid_update_leave_the_store_whole() {
         std::thread::sleep(Duration::from_millis(5 + rng % 40));
         let pids: Vec<u32> = kids.iter().map(|(c, _)| c.pid()).collect();
         for (c, _) in &mut kids {
-            c.signal("KILL");
+            c.signal(Signal::SIGKILL);
             assert!(c.wait_timeout(PHASE).is_none(), "killed, not exited");
         }
         // A writer killed while holding a lock leaves its pid in the lock word.

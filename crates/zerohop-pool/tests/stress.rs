@@ -17,7 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig, SlotHeader};
-use zerohop_test_support::{inherited_fds, role, spawn_self, ChildGuard, ChildLines};
+use zerohop_test_support::{inherited_fds, role, spawn_self, ChildGuard, ChildLines, Signal};
 
 /// Longest any phase may take before the test calls it hung.
 const PHASE: Duration = Duration::from_secs(60);
@@ -552,7 +552,7 @@ fn reclaim_after_sigkill_frees_exactly_the_dead_partys_slots() {
     assert_eq!(survivor_slots.len(), 10);
     assert_eq!(pool.owners().owned_by(Owner::party(VICTIM)), victim_slots);
 
-    victim.signal("KILL");
+    victim.signal(Signal::SIGKILL);
     assert_eq!(
         victim.wait_timeout(Duration::from_secs(5)),
         None,

@@ -5,7 +5,10 @@
 //! * [`spawn_self`]: re-runs the current test binary as a child executing one named test in
 //!   a given role, with file descriptors mapped to fixed numbers (how tests hand a pool or a
 //!   transport to another process, as the agent does).
-//! * `/proc` readers for leak and idle checks: open fds, memfds, CPU ticks, descendants.
+//! * `/proc` readers for leak and idle checks, through `procfs`: open fds, memfds, CPU
+//!   ticks (and [`ticks_per_second`] from sysconf), process trees.
+//! * [`signal_pid`]: kill(2) through `nix`, never pid 0 or -1.
+//! * [`TempDir`]: a named scratch folder (`tempfile`), removed on drop.
 //! * [`wait_until`]: every wait in a test is bounded.
 //!
 //! `unsafe` only to take ownership of inherited descriptors in a child.
@@ -16,6 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use command_fds::{CommandFdExt, FdMapping};
+pub use nix::sys::signal::Signal;
+pub use procfs::process::Stat;
+use procfs::process::{FDTarget, MMapPath, Process};
 
 /// Environment variable naming the role a re-executed test binary plays.
 pub const ROLE_ENV: &str = "ZEROHOP_TEST_ROLE";
@@ -62,9 +68,12 @@ impl ChildGuard {
         }
     }
 
-    /// Sends `signal` (e.g. `"TERM"`, `"KILL"`) with kill(1).
-    pub fn signal(&self, signal: &str) {
-        signal_pid(self.pid(), signal);
+    /// Sends `signal` to the child; nothing once it has been reaped (its pid may be
+    /// another process's by then).
+    pub fn signal(&self, signal: Signal) {
+        if let Some(child) = &self.child {
+            signal_pid(child.id(), signal);
+        }
     }
 }
 
@@ -124,14 +133,18 @@ impl ChildLines {
     }
 }
 
-/// Sends `signal` to `pid` with kill(1); panics when kill fails to run.
-pub fn signal_pid(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status()
-        .expect("run kill");
+/// Sends `signal` to the process `pid` (kill(2)). A process already gone is no error;
+/// panics on any other failure (no permission), and on a pid that kill(2) would read as a
+/// process group or every process (0, or above `i32::MAX`).
+pub fn signal_pid(pid: u32, signal: Signal) {
+    let target = i32::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .unwrap_or_else(|| panic!("signal_pid({pid}, {signal}): not a single process"));
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(target), signal) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+        Err(e) => panic!("kill({pid}, {signal}): {e}"),
+    }
 }
 
 /// Runs `command` with `fds` mapped to descriptors 3, 4, ... in the child.
@@ -179,7 +192,7 @@ pub fn inherited_fds(n: usize) -> Vec<OwnedFd> {
         .map(|i| {
             let raw = 3 + i as i32;
             assert!(
-                Path::new(&format!("/proc/self/fd/{raw}")).exists(),
+                Process::myself().is_ok_and(|me| me.fd_from_fd(raw).is_ok()),
                 "descriptor {raw} was not inherited"
             );
             // SAFETY: spawn_with_fds mapped these descriptors into this process for it to
@@ -211,80 +224,93 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Number of open file descriptors of `pid` (0 when the process is gone).
-pub fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+/// `/proc/PID` of `pid`, when it exists.
+fn process(pid: u32) -> Option<Process> {
+    Process::new(i32::try_from(pid).ok()?).ok()
 }
 
-/// Targets of `pid`'s fds that are memfds (`/memfd:NAME (deleted)`).
+/// Number of open file descriptors of `pid` (0 when the process is gone).
+pub fn open_fds(pid: u32) -> usize {
+    process(pid).and_then(|p| p.fd_count().ok()).unwrap_or(0)
+}
+
+/// Names of `pid`'s fds that are memfds (`NAME (deleted)` for `/memfd:NAME (deleted)`).
 pub fn memfds(pid: u32) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    let Some(fds) = process(pid).and_then(|p| p.fd().ok()) else {
         return Vec::new();
     };
-    dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .map(|p| p.to_string_lossy().into_owned())
-        .filter(|p| p.contains("memfd:"))
-        .collect()
+    fds.filter_map(|fd| match fd.ok()?.target {
+        FDTarget::MemFD(name) => Some(name),
+        _ => None,
+    })
+    .collect()
 }
 
 /// Mappings of `pid` backed by memfds (from /proc/PID/maps).
 pub fn memfd_mappings(pid: u32) -> usize {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_or(0, |m| m.lines().filter(|l| l.contains("memfd:")).count())
+    let Some(maps) = process(pid).and_then(|p| p.maps().ok()) else {
+        return 0;
+    };
+    maps.into_iter()
+        .filter(|m| match &m.pathname {
+            // A string prefix: `Path::starts_with` compares whole components.
+            MMapPath::Path(p) => p.as_os_str().as_encoded_bytes().starts_with(b"/memfd:"),
+            _ => false,
+        })
+        .count()
 }
 
-/// Calls `f` with the fields of a stat file (`/proc/PID/stat`, `/proc/PID/task/TID/stat`)
-/// from field 3 (the state) on: `fields[n - 3]` is field `n` of proc(5). `None` when the
-/// file is gone or `f` says so.
-pub fn stat_fields<T>(path: impl AsRef<Path>, f: impl FnOnce(&[&str]) -> Option<T>) -> Option<T> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    // The command (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    f(&rest.split_whitespace().collect::<Vec<_>>())
+/// `/proc/PID/stat` of `pid`, parsed (`None` when it is gone).
+pub fn stat(pid: u32) -> Option<Stat> {
+    process(pid)?.stat().ok()
 }
 
-/// Field `n` (1-based, as in proc(5); `n` >= 3) of /proc/PID/stat.
-pub fn stat_field(pid: u32, n: usize) -> Option<String> {
-    stat_fields(format!("/proc/{pid}/stat"), |f| {
-        f.get(n.checked_sub(3)?).map(|s| (*s).to_owned())
-    })
+/// `/proc/PID/task/TID/stat` of each thread of `pid` (`pid` field: the thread id, `comm`:
+/// the thread's name); empty when the process is gone.
+pub fn thread_stats(pid: u32) -> Vec<Stat> {
+    let Some(tasks) = process(pid).and_then(|p| p.tasks().ok()) else {
+        return Vec::new();
+    };
+    tasks.filter_map(|t| t.ok()?.stat().ok()).collect()
 }
 
-/// utime + stime (fields 14 and 15) of a stat file, in clock ticks.
-pub fn stat_cpu_ticks(path: impl AsRef<Path>) -> Option<u64> {
-    stat_fields(path, |f| {
-        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-    })
+/// The stat of every process, from one pass over `/proc` (processes that exit meanwhile are
+/// left out).
+pub fn all_stats() -> Vec<Stat> {
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    all.filter_map(|p| p.ok()?.stat().ok()).collect()
 }
 
-/// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on Linux).
-pub const TICKS_PER_SECOND: f64 = 100.0;
+/// Clock ticks per second of the CPU times in `/proc` (USER_HZ, from `sysconf(_SC_CLK_TCK)`).
+pub fn ticks_per_second() -> f64 {
+    procfs::ticks_per_second() as f64
+}
 
-/// utime + stime of `pid` in clock ticks ([`TICKS_PER_SECOND`]), summed over its threads;
+/// utime + stime of `pid` in clock ticks ([`ticks_per_second`]), summed over its threads;
 /// `None` when gone.
 pub fn cpu_ticks(pid: u32) -> Option<u64> {
-    stat_cpu_ticks(format!("/proc/{pid}/stat"))
+    stat(pid).map(|s| s.utime + s.stime)
 }
 
 /// Pids whose parent is `pid`.
 pub fn children(pid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| parent_of(p) == Some(pid))
-        .collect()
+    child_stats(pid).map(|s| s.pid as u32).collect()
+}
+
+fn child_stats(pid: u32) -> impl Iterator<Item = Stat> {
+    all_stats()
+        .into_iter()
+        .filter(move |s| u32::try_from(s.ppid) == Ok(pid))
 }
 
 /// `roots` and every live process below them, from one pass over `/proc`.
 pub fn descendants(roots: &[u32]) -> Vec<u32> {
-    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-                .filter_map(|p| Some((p, parent_of(p)?)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let parents: Vec<(u32, u32)> = all_stats()
+        .into_iter()
+        .filter_map(|s| Some((u32::try_from(s.pid).ok()?, u32::try_from(s.ppid).ok()?)))
+        .collect();
     let mut all = roots.to_vec();
     let mut i = 0;
     while i < all.len() {
@@ -304,29 +330,27 @@ pub const SPAWNER_NAME: &str = "zerohop-spawner";
 
 /// The instances of the agent `pid`: its children but the spawner.
 pub fn instances(pid: u32) -> Vec<u32> {
-    children(pid)
-        .into_iter()
-        .filter(|&p| !is_spawner(p))
+    child_stats(pid)
+        .filter(|s| s.comm != SPAWNER_NAME)
+        .map(|s| s.pid as u32)
         .collect()
 }
 
 /// The agent `pid`'s spawner, if it runs.
 pub fn spawner(pid: u32) -> Option<u32> {
-    children(pid).into_iter().find(|&p| is_spawner(p))
-}
-
-fn is_spawner(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == SPAWNER_NAME)
+    child_stats(pid)
+        .find(|s| s.comm == SPAWNER_NAME)
+        .map(|s| s.pid as u32)
 }
 
 /// Parent pid of `pid`.
 pub fn parent_of(pid: u32) -> Option<u32> {
-    stat_field(pid, 4)?.parse().ok()
+    u32::try_from(stat(pid)?.ppid).ok()
 }
 
 /// Whether `pid` exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
-    stat_field(pid, 3).is_some_and(|s| !s.starts_with('Z'))
+    stat(pid).is_some_and(|s| s.state != 'Z')
 }
 
 /// A binary built into this build's target folder (`target/<profile>/NAME`), next to the
@@ -347,34 +371,24 @@ pub fn target_bin(name: &str) -> std::path::PathBuf {
     bin
 }
 
-/// A scratch folder removed on drop.
-pub struct TempDir {
-    path: std::path::PathBuf,
-}
+/// A scratch folder under the system temp dir, named `zerohop-TAG-XXXXXX` so a test's
+/// leftovers say whose they are, removed on drop (`tempfile` makes the unique name and does
+/// the removal).
+pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
-    /// Creates a fresh folder under the system temp dir.
+    /// Creates a fresh folder; panics when the temp dir cannot be written.
     pub fn new(tag: &str) -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "zerohop-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        Self { path }
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("zerohop-{tag}-"))
+            .tempdir()
+            .unwrap_or_else(|e| panic!("create a temp dir for {tag}: {e}"));
+        Self(dir)
     }
 
     /// The folder.
     pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
+        self.0.path()
     }
 }
 
@@ -454,7 +468,119 @@ impl ChainProcess {
 
     /// Sends SIGTERM and waits (at most 30 s) for the exit code.
     pub fn stop(mut self) -> Option<i32> {
-        self.guard.signal("TERM");
+        self.guard.signal(Signal::SIGTERM);
         self.guard.wait_timeout(Duration::from_secs(30))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroUsize;
+
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+
+    use super::*;
+
+    #[test]
+    fn a_mapped_memfd_is_seen_by_name_and_as_a_mapping() {
+        let me = std::process::id();
+        let (fds, maps) = (memfds(me).len(), memfd_mappings(me));
+        let fd = memfd_create("zerohop-test-support", MFdFlags::MFD_CLOEXEC).unwrap();
+        nix::unistd::ftruncate(&fd, 4096).unwrap();
+        let len = NonZeroUsize::new(4096).unwrap();
+        // SAFETY: a fresh shared mapping of our own memfd at an address the kernel picks;
+        // nothing else refers to it and it is unmapped below.
+        let at = unsafe {
+            mmap(
+                None,
+                len,
+                ProtFlags::PROT_READ,
+                MapFlags::MAP_SHARED,
+                &fd,
+                0,
+            )
+        }
+        .unwrap();
+        assert!(
+            memfds(me)
+                .iter()
+                .any(|n| n.starts_with("zerohop-test-support")),
+            "{:?}",
+            memfds(me)
+        );
+        assert_eq!(memfds(me).len(), fds + 1);
+        assert_eq!(memfd_mappings(me), maps + 1);
+        // SAFETY: `at` is the mapping made above, of `len` bytes, not used after this.
+        unsafe { munmap(at, len.get()) }.unwrap();
+        drop(fd);
+        assert_eq!((memfds(me).len(), memfd_mappings(me)), (fds, maps));
+        assert_eq!(memfds(u32::MAX), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_child_is_found_below_us_and_killed_by_signal_pid() {
+        let me = std::process::id();
+        let mut child = ChildGuard::new(
+            Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("spawn sleep"),
+        );
+        let pid = child.pid();
+        assert!(children(me).contains(&pid));
+        assert!(descendants(&[me]).contains(&pid));
+        assert_eq!(parent_of(pid), Some(me));
+        assert!(alive(pid));
+        assert!(
+            open_fds(pid) >= 3,
+            "stdin, stdout, stderr: {}",
+            open_fds(pid)
+        );
+        assert_eq!(thread_stats(pid).len(), 1);
+        assert!(cpu_ticks(pid).is_some());
+        signal_pid(pid, Signal::SIGKILL);
+        assert_eq!(child.wait_timeout(Duration::from_secs(10)), None, "killed");
+        assert!(!alive(pid));
+        assert_eq!(open_fds(pid), 0);
+        // Reaped: the guard no longer names a pid to signal.
+        child.signal(Signal::SIGKILL);
+    }
+
+    #[test]
+    #[should_panic(expected = "not a single process")]
+    fn pid_zero_is_never_signalled() {
+        signal_pid(0, Signal::SIGCONT);
+    }
+
+    #[test]
+    fn cpu_ticks_count_at_the_kernel_rate() {
+        let hz = ticks_per_second();
+        assert!((10.0..=10_000.0).contains(&hz), "{hz}");
+        let me = std::process::id();
+        let before = cpu_ticks(me).unwrap();
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let used = (cpu_ticks(me).unwrap() - before) as f64 / hz;
+        assert!(
+            (0.2..2.0).contains(&used),
+            "{used} s of CPU for 0.3 s of spinning"
+        );
+        assert!(thread_stats(me).iter().any(|s| s.pid as u32 == me));
+    }
+
+    #[test]
+    fn a_temp_dir_is_named_by_its_tag_and_removed_on_drop() {
+        let dir = TempDir::new("support-test");
+        let path = dir.path().to_owned();
+        assert!(path.is_dir());
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with("zerohop-support-test-"), "{name}");
+        std::fs::write(path.join("f"), "x").unwrap();
+        drop(dir);
+        assert!(!path.exists());
     }
 }

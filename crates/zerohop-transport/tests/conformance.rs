@@ -20,7 +20,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig};
-use zerohop_test_support::{cpu_ticks, inherited_fds, role, spawn_self, wait_until, ChildLines};
+use zerohop_test_support::{
+    cpu_ticks, inherited_fds, role, spawn_self, wait_until, ChildLines, Signal,
+};
 use zerohop_transport::{
     Backend, Endpoint, EndpointStats, Options, PartyId, Policy, SendError, Sender, Stop, Transport,
     GATEWAY_FN,
@@ -925,7 +927,7 @@ fn killed_sender_does_not_disturb_others() {
             full += send_request(backend, &pool, &*survivor_tx, 3, request, deadline);
         }
         let victim_pid = victim.pid();
-        victim.signal("KILL");
+        victim.signal(Signal::SIGKILL);
         assert_eq!(
             victim.wait_timeout(Duration::from_secs(5)),
             None,

@@ -127,6 +127,8 @@ pub(crate) fn acquire(range: UidRange) -> Result<Identity, IdentityError> {
     if nix::unistd::geteuid().is_root() {
         return lock_uid(range, Path::new(LOCK_DIR));
     }
+    // std::fs, not procfs: procfs has no reader for these two sysctls (its value readers
+    // are private), and each is one number in a file that may not exist.
     let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok());
@@ -219,21 +221,24 @@ mod tests {
 
     #[test]
     fn two_locks_never_share_a_uid_and_a_released_one_is_reused() {
-        let dir = std::env::temp_dir().join(format!("zerohop-uids-{}", std::process::id()));
+        let tmp = tempfile::Builder::new()
+            .prefix("zerohop-uids-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         let range = UidRange {
             start: 500_000,
             end: 500_001,
         };
-        let a = lock_uid(range, &dir).unwrap();
-        let b = lock_uid(range, &dir).unwrap();
+        let a = lock_uid(range, dir).unwrap();
+        let b = lock_uid(range, dir).unwrap();
         assert_eq!((a.uid(), b.uid()), (500_000, 500_001));
         assert!(matches!(
-            lock_uid(range, &dir),
+            lock_uid(range, dir),
             Err(IdentityError::RangeExhausted { .. })
         ));
         drop(a);
-        assert_eq!(lock_uid(range, &dir).unwrap().uid(), 500_000);
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(lock_uid(range, dir).unwrap().uid(), 500_000);
     }
 
     #[test]
