@@ -11,7 +11,7 @@
 //!  offset 0        64          128                parties_off      owners_off        slots_off
 //!  +--------------+-----------+------------------+----------------+-----------------+----------
 //!  | PoolHeader   | reserved  | (pad)            | PartyRecord x P| u64 owner x N   | slot 0 ...
-//!  | magic,version|           |                  | 64 B each      | gen:32|owner:32 | N x slot_size
+//!  | magic,version|           |                  | 256 B each     | gen:32|owner:32 | N x slot_size
 //!  | geometry     |           |                  |                |                 | page aligned
 //!  +--------------+-----------+------------------+----------------+-----------------+----------
 //!
@@ -47,8 +47,9 @@ pub use descriptor::Descriptor;
 pub use owner::{Owner, OwnerTable, OwnerWord, OwnershipError};
 #[cfg(not(loom))]
 pub use pool::{
-    monotonic_ms, OwnedSlot, PartyRecord, PartyState, Pool, PoolConfig, SlotHeader, TakeError,
-    HEADER_MAGIC, PROTOCOL_VERSION, SLOT_HEADER_LEN,
+    latency_bucket, latency_bucket_bound_us, monotonic_ms, OwnedSlot, PartyRecord, PartyState,
+    PartyStats, Pool, PoolConfig, Rejected, SlotHeader, TakeError, HEADER_MAGIC, LATENCY_BUCKETS,
+    PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
 };
 #[cfg(not(loom))]
 pub use pools::Pools;

@@ -11,7 +11,7 @@ use crate::{sys, Descriptor, PoolError};
 /// First 8 bytes of every pool region.
 pub const HEADER_MAGIC: [u8; 8] = *b"ZHPOOL\0\0";
 /// Version of the shared-memory protocol (`docs/protocol.md`).
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Bytes of [`SlotHeader`] at the start of every slot.
 pub const SLOT_HEADER_LEN: usize = 32;
 
@@ -52,15 +52,75 @@ pub enum PartyState {
     Dead = 3,
 }
 
-/// One entry of the party table (64 bytes). Written by the agent and by the party itself.
+/// Bytes of one [`PartyRecord`].
+pub const PARTY_RECORD_LEN: usize = 256;
+/// Buckets of a party's handler-latency histogram: bucket `k < 23` counts handler runs of
+/// less than `2^k` microseconds (and at least `2^(k-1)`), the last one every longer run.
+pub const LATENCY_BUCKETS: usize = 24;
+
+/// Upper bound in microseconds of latency bucket `k` (`None` for the last, unbounded one).
+pub fn latency_bucket_bound_us(k: usize) -> Option<u64> {
+    (k + 1 < LATENCY_BUCKETS).then(|| 1u64 << k)
+}
+
+/// The bucket a handler run of `us` microseconds falls in.
+pub fn latency_bucket(us: u64) -> usize {
+    // Smallest k with us < 2^k, i.e. the bit length of `us`.
+    ((u64::BITS - us.leading_zeros()) as usize).min(LATENCY_BUCKETS - 1)
+}
+
+/// One entry of the party table (256 bytes). Its state, pid and restarts are written by the
+/// agent (the party sets itself `Ready`); its counters by the party itself, and read by the
+/// agent for metrics and scaling. A hostile party can lie in its own counters only: readers
+/// treat every value as input.
+///
+/// ```text
+///  0 state u32     4 pid u32      8 restarts u32   12 busy u32
+/// 16 handled u64  24 failed u64  32 latency_us_sum u64
+/// 40 rejected_function u64  48 rejected_ownership u64  56 rejected_malformed u64
+/// 64 latency buckets: 24 x u64 (non-cumulative)
+/// ```
 #[repr(C, align(64))]
 pub struct PartyRecord {
     state: AtomicU32,
     pid: AtomicU32,
     restarts: AtomicU32,
-    _pad: [u8; 52],
+    busy: AtomicU32,
+    handled: AtomicU64,
+    failed: AtomicU64,
+    latency_us_sum: AtomicU64,
+    rejected: [AtomicU64; 3],
+    buckets: [AtomicU64; LATENCY_BUCKETS],
 }
-const _: () = assert!(core::mem::size_of::<PartyRecord>() == 64);
+const _: () = assert!(core::mem::size_of::<PartyRecord>() == PARTY_RECORD_LEN);
+
+/// Why an endpoint dropped a descriptor (the counters of [`PartyRecord::count_rejected`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejected {
+    /// It named another function than the receiver's.
+    WrongFunction = 0,
+    /// Its slot was not the sender's to hand over (owner or generation mismatch).
+    Ownership = 1,
+    /// Slot out of range, length or header inconsistent.
+    Malformed = 2,
+}
+
+/// A party's counters at one instant (copied out of shared memory; input, not truth).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartyStats {
+    /// Requests in its handler now.
+    pub busy: u32,
+    /// Requests its handler finished.
+    pub handled: u64,
+    /// Of those, how many ended in an error (an error returned, or a panic).
+    pub failed: u64,
+    /// Sum of the handler times, microseconds.
+    pub latency_us_sum: u64,
+    /// Descriptors dropped: wrong function, ownership, malformed.
+    pub rejected: [u64; 3],
+    /// Handler-time histogram, non-cumulative (see [`latency_bucket`]).
+    pub buckets: [u64; LATENCY_BUCKETS],
+}
 
 impl PartyRecord {
     /// Current state.
@@ -94,6 +154,48 @@ impl PartyRecord {
     /// Counts a restart.
     pub fn count_restart(&self) {
         self.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    // The counters below are statistics: Relaxed, no ordering with anything else.
+
+    /// A request entered the handler.
+    pub fn handler_started(&self) {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+    }
+    /// A request left the handler after `us` microseconds, `ok` or not.
+    pub fn handler_finished(&self, us: u64, ok: bool) {
+        self.busy.fetch_sub(1, Ordering::Relaxed);
+        self.handled.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.latency_us_sum.fetch_add(us, Ordering::Relaxed);
+        self.buckets[latency_bucket(us)].fetch_add(1, Ordering::Relaxed);
+    }
+    /// An endpoint dropped a descriptor.
+    pub fn count_rejected(&self, why: Rejected) {
+        self.rejected[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Forgets requests a dead instance left in its handler (the agent, before it restarts
+    /// the party: they were answered by the gateway).
+    pub fn clear_busy(&self) {
+        self.busy.store(0, Ordering::Relaxed);
+    }
+    /// The counters now.
+    pub fn stats(&self) -> PartyStats {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PartyStats {
+            busy: self.busy.load(Ordering::Relaxed),
+            handled: load(&self.handled),
+            failed: load(&self.failed),
+            latency_us_sum: load(&self.latency_us_sum),
+            rejected: [
+                load(&self.rejected[0]),
+                load(&self.rejected[1]),
+                load(&self.rejected[2]),
+            ],
+            buckets: core::array::from_fn(|k| load(&self.buckets[k])),
+        }
     }
 }
 
@@ -280,7 +382,7 @@ impl Pool {
             || slots_end > len
             || (header.owners_offset as usize) + header.slot_count as usize * 8
                 > header.slots_offset as usize
-            || header.parties_offset as usize + header.max_parties as usize * 64
+            || header.parties_offset as usize + header.max_parties as usize * PARTY_RECORD_LEN
                 > header.owners_offset as usize
             || header.parties_offset as usize != PARTIES_OFFSET
             || u64::from(header.first_slot) + u64::from(header.slot_count)
@@ -371,11 +473,11 @@ impl Pool {
             return None;
         }
         // SAFETY: in bounds (checked above and at attach), 64-aligned, and PartyRecord is all
-        // atomics and padding, valid for any bit pattern.
+        // atomics, valid for any bit pattern.
         Some(unsafe {
             &*self
                 .base
-                .add(self.header.parties_offset as usize + party as usize * 64)
+                .add(self.header.parties_offset as usize + party as usize * PARTY_RECORD_LEN)
                 .cast::<PartyRecord>()
         })
     }
@@ -761,5 +863,61 @@ mod tests {
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("64 GiB of huge pages cannot be free on this host"),
         }
+    }
+}
+
+#[cfg(test)]
+mod party_record_tests {
+    use super::*;
+
+    #[test]
+    fn latency_buckets_are_powers_of_two_microseconds() {
+        assert_eq!(latency_bucket(0), 0);
+        assert_eq!(latency_bucket(1), 1, "1 us is not below 2^0");
+        assert_eq!(latency_bucket(3), 2);
+        assert_eq!(latency_bucket(4), 3);
+        assert_eq!(latency_bucket(1 << 22), 23);
+        assert_eq!(latency_bucket(u64::MAX), LATENCY_BUCKETS - 1);
+        for us in [0u64, 1, 2, 5, 100, 1000, 65_000, (1 << 22) - 1] {
+            let k = latency_bucket(us);
+            let bound = latency_bucket_bound_us(k).expect("bounded");
+            assert!(us < bound, "{us} < {bound}");
+            assert!(k == 0 || us >= bound / 2, "{us} >= {}", bound / 2);
+        }
+        assert_eq!(latency_bucket_bound_us(LATENCY_BUCKETS - 1), None);
+    }
+
+    #[test]
+    fn records_count_handler_runs_in_shared_memory() {
+        let pool = Pool::create(&PoolConfig {
+            name: "record".into(),
+            slots: 1,
+            first_slot: 0,
+            slot_size: 4096,
+            max_parties: 3,
+            hugepages: false,
+        })
+        .unwrap();
+        // Another process would attach the same memfd: a second mapping of it stands in.
+        let other = Pool::attach(pool.fd().try_clone_to_owned().unwrap()).unwrap();
+        let r = other.party(2).unwrap();
+        r.handler_started();
+        r.handler_started();
+        assert_eq!(pool.party(2).unwrap().stats().busy, 2);
+        r.handler_finished(3, true);
+        r.handler_finished(1500, false);
+        r.count_rejected(Rejected::Ownership);
+        let s = pool.party(2).unwrap().stats();
+        assert_eq!(
+            (s.busy, s.handled, s.failed, s.latency_us_sum),
+            (0, 2, 1, 1503)
+        );
+        assert_eq!(s.rejected, [0, 1, 0]);
+        assert_eq!(s.buckets[2], 1);
+        assert_eq!(s.buckets[11], 1);
+        assert_eq!(s.buckets.iter().sum::<u64>(), 2);
+        assert_eq!(pool.party(0).unwrap().stats(), PartyStats::default());
+        // Records do not overlap: party 1 saw nothing of party 2's counts.
+        assert_eq!(pool.party(1).unwrap().stats(), PartyStats::default());
     }
 }

@@ -251,6 +251,13 @@ impl Router {
                 return;
             }
         }
+        // The party's counters (in its first pool's record, where the agent reads them):
+        // busy while the branches and the handler run, then one handled run with its time.
+        let record = self.pools.records(self.me).next();
+        if let Some(r) = record {
+            r.handler_started();
+        }
+        let started = std::time::Instant::now();
         // A static fan-out this function joins: every branch gets the request's body (copied
         // into a slot of its own), all at once; the handler sees their outputs.
         let me = &plan.functions[self.function as usize];
@@ -292,6 +299,9 @@ impl Router {
                 },
             ),
         };
+        if let Some(r) = record {
+            r.handler_finished(started.elapsed().as_micros() as u64, outcome.is_ok());
+        }
         // The branches' slots go back to the pool now, not when the request leaves.
         req.branches.clear();
         let len = req.len;

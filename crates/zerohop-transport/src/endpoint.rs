@@ -5,7 +5,9 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use zerohop_pool::{Descriptor, OwnedSlot, Owner, OwnershipError, Pools, SlotHeader, TakeError};
+use zerohop_pool::{
+    Descriptor, OwnedSlot, Owner, OwnershipError, Pools, Rejected, SlotHeader, TakeError,
+};
 
 use crate::{PartyId, Policy, Raw, Receiver, Stop};
 
@@ -145,12 +147,24 @@ impl Endpoint {
         self.rx.disarm()
     }
 
+    /// Counts a dropped descriptor here and in this party's record (first pool), where the
+    /// agent's metrics read it.
+    fn reject(&self, why: Rejected) {
+        let counter = match why {
+            Rejected::WrongFunction => &self.stats.dropped_wrong_function,
+            Rejected::Ownership => &self.stats.dropped_ownership,
+            Rejected::Malformed => &self.stats.dropped_malformed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let Some(r) = self.pools.records(self.me).next() {
+            r.count_rejected(why);
+        }
+    }
+
     fn validate(&self, raw: Raw) -> Option<Delivery> {
         let desc = raw.desc;
         if desc.next != self.my_function {
-            self.stats
-                .dropped_wrong_function
-                .fetch_add(1, Ordering::Relaxed);
+            self.reject(Rejected::WrongFunction);
             return None;
         }
         // `raw.from` is the sender of the queue (ring) or socket it came in on, and the
@@ -170,11 +184,11 @@ impl Endpoint {
                 | OwnershipError::StaleGeneration { .. }
                 | OwnershipError::WrongOwner { .. },
             )) => {
-                self.stats.dropped_ownership.fetch_add(1, Ordering::Relaxed);
+                self.reject(Rejected::Ownership);
                 None
             }
             Err(TakeError::Length { .. }) => {
-                self.stats.dropped_malformed.fetch_add(1, Ordering::Relaxed);
+                self.reject(Rejected::Malformed);
                 None
             }
         }
