@@ -227,6 +227,14 @@ impl Running {
             .filter(|&p| p != 0)
     }
 
+    /// CPU time, memory and CPU throttling of party `party`'s running instance, from its
+    /// cgroups; `None` when it has no instance or no cgroup right now.
+    pub fn instance_usage(&self, party: u16) -> Option<crate::confine::Usage> {
+        let c = self.shared.parties.get(party as usize)?;
+        let probe = c.usage.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        probe.map(|p| p.read())
+    }
+
     /// One line: who instances run as, and their cgroup.
     pub fn confinement(&self) -> String {
         self.shared.domain.describe()
@@ -711,6 +719,7 @@ async fn start_instances(
                 function: f.name.clone(),
                 command: f.command.clone(),
                 env: f.env.clone(),
+                resources: f.resources,
             };
             let child = supervise::spawn(shared, &inst).map_err(|source| AgentError::Spawn {
                 function: f.name.clone(),

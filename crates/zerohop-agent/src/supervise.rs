@@ -69,6 +69,8 @@ pub(crate) struct PartyControl {
     pub hung: Mutex<Option<String>>,
     /// Times the instance was restarted.
     pub restarts: AtomicU32,
+    /// Reads the running instance's CPU and memory from its cgroups (`None` without one).
+    pub usage: Mutex<Option<crate::confine::cgroup::UsageProbe>>,
 }
 
 /// One instance to keep running.
@@ -79,6 +81,8 @@ pub(crate) struct InstanceSpec {
     pub function: String,
     pub command: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Limits of its cgroups (an instance that cannot have them is not started).
+    pub resources: crate::spec::ResourceSpec,
 }
 
 /// A started instance: its leader process and its cgroup.
@@ -119,7 +123,9 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
         (handover::AGENT_PID, std::process::id().to_string()),
     ];
     let env = confine::environment(&inst.env, &handover_env);
-    let cgroup = shared.domain.instance_cgroup(&inst.function, inst.party);
+    let cgroup = shared
+        .domain
+        .instance_cgroup(&inst.function, inst.party, &inst.resources)?;
     shared
         .records(inst.party)
         .for_each(|r| r.set_state(PartyState::Starting));
@@ -138,6 +144,8 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
     shared.domain.started(pid);
     if let Some(c) = shared.parties.get(inst.party as usize) {
         c.pgid.store(pid, Ordering::Release);
+        *c.usage.lock().unwrap_or_else(|p| p.into_inner()) =
+            cgroup.as_ref().map(InstanceCgroup::usage_probe);
     }
     Ok(Instance {
         child,
@@ -175,6 +183,7 @@ async fn kill_rest(shared: &Shared, party: PartyId, inst: &mut Instance) {
     }
     if let Some(c) = shared.parties.get(party as usize) {
         c.pgid.store(0, Ordering::Release);
+        *c.usage.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 

@@ -17,6 +17,7 @@
 
 pub(crate) mod cgroup;
 pub(crate) mod identity;
+pub(crate) mod limits;
 pub(crate) mod reaper;
 pub mod seccomp;
 mod spawner;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 
 pub use cgroup::CgroupMode;
 pub use identity::{no_userns_message, IdentityError, UidRange};
+pub use limits::Usage;
 
 /// Puts the calling thread under `SCHED_BATCH`, as the agent does for every instance: a
 /// woken task then does not preempt the running one, so processes sharing a core take
@@ -66,6 +68,8 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 pub(crate) struct Domain {
     identity: Identity,
     cgroup: Option<ChainCgroup>,
+    /// Why `cgroup` is `None`.
+    no_cgroup: String,
     reaper: Reaper,
     spawner: Spawner,
     agent_pid: i32,
@@ -82,7 +86,13 @@ impl Domain {
             nix::sys::prctl::set_dumpable(false)
                 .map_err(|e| format!("cannot make the agent non-dumpable: {e}"))?;
         }
-        let cgroup = ChainCgroup::create(name, cgroups);
+        let (cgroup, no_cgroup) = match ChainCgroup::create(name, cgroups) {
+            Ok(c) => (Some(c), String::new()),
+            Err(why) => {
+                tracing::debug!("no cgroup for the instances ({why}); relying on process groups");
+                (None, why)
+            }
+        };
         let reaper = Reaper::start(
             cgroup
                 .as_ref()
@@ -94,6 +104,7 @@ impl Domain {
         Ok(Domain {
             identity,
             cgroup,
+            no_cgroup,
             reaper,
             spawner,
             agent_pid: std::process::id() as i32,
@@ -112,21 +123,40 @@ impl Domain {
             Identity::UserNs { .. } => format!("uid {} in a user namespace each", self.uid()),
         };
         let cg = match &self.cgroup {
-            Some(c) => format!("cgroup {:?} {}", c.version(), c.dir().display()),
+            Some(c) => c.describe(),
             None => "no cgroup (process groups only)".into(),
         };
         format!("instances run as {who}; {cg}")
     }
 
-    /// A cgroup for one instance, if the chain has cgroups (failures are logged at debug
-    /// level; the process group still holds the instance together).
-    pub fn instance_cgroup(&self, function: &str, party: u16) -> Option<InstanceCgroup> {
-        let c = self.cgroup.as_ref()?;
-        match c.instance(function, party) {
-            Ok(g) => Some(g),
+    /// The cgroups of one instance, with `limits` written in them. Without limits a cgroup
+    /// is best effort (failures are logged at debug level; the process group still holds
+    /// the instance together); with limits, no cgroup is an error that names the limit and
+    /// why, and the instance must not start.
+    pub fn instance_cgroup(
+        &self,
+        function: &str,
+        party: u16,
+        limits: &crate::spec::ResourceSpec,
+    ) -> std::io::Result<Option<InstanceCgroup>> {
+        let made = match &self.cgroup {
+            Some(c) => c.instance(function, party, limits),
+            None => Err(cgroup::CgroupError::NoCgroup {
+                limit: limits::needed(limits)
+                    .first()
+                    .map(|&c| limits::describe(limits, c))
+                    .unwrap_or_default(),
+                reason: self.no_cgroup.clone(),
+            }),
+        };
+        match made {
+            Ok(g) => Ok(Some(g)),
+            Err(e) if limits.any() => Err(std::io::Error::other(e.to_string())),
             Err(e) => {
-                tracing::debug!(function, party, "no cgroup for this instance: {e}");
-                None
+                if self.cgroup.is_some() {
+                    tracing::debug!(function, party, "no cgroup for this instance: {e}");
+                }
+                Ok(None)
             }
         }
     }
@@ -235,7 +265,7 @@ pub(crate) fn environment(
 }
 
 /// Starts one instance of `program` through the domain's spawner, confined: descriptors
-/// `fds` at 3, 4, ..., then the program's own descriptor and the cgroup's `cgroup.procs`
+/// `fds` at 3, 4, ..., then the program's own descriptor and each cgroup's `cgroup.procs`
 /// above them (both closed at `execve`).
 pub(crate) fn start(
     domain: &Domain,
@@ -256,14 +286,12 @@ pub(crate) fn start(
         }
         None => program.path.clone(),
     };
-    let cgroup_procs = match cgroup {
-        Some(g) => {
-            fds.push(OwnedFd::from(g.procs_fd().try_clone()?));
-            next += 1;
-            Some(next - 1)
-        }
-        None => None,
-    };
+    let mut cgroup_procs = Vec::new();
+    for procs in cgroup.map_or(&[][..], InstanceCgroup::procs_fds) {
+        fds.push(OwnedFd::from(procs.try_clone()?));
+        cgroup_procs.push(next);
+        next += 1;
+    }
     let ids = match &domain.identity {
         Identity::Uid { uid, gid, .. } => ChildIds::Uid {
             uid: *uid,

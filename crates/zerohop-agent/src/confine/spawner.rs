@@ -57,7 +57,9 @@ pub(crate) struct Request<'a> {
     /// Placed at `FIRST_FD`, `FIRST_FD + 1`, ... in the child.
     pub fds: Vec<OwnedFd>,
     pub ids: &'a ChildIds,
-    pub cgroup_procs: Option<RawFd>,
+    /// Descriptors (in the child) of the instance's groups' `cgroup.procs`, one per
+    /// hierarchy, at most [`MAX_CGROUPS`](sys::MAX_CGROUPS).
+    pub cgroup_procs: Vec<RawFd>,
     pub agent_pid: i32,
     pub first_private_fd: u32,
     pub filters: &'a Filters,
@@ -284,7 +286,10 @@ fn encode(req: &Request<'_>, out: &mut Vec<u8>) {
             put_bytes(out, gid_map);
         }
     }
-    put_u32(out, req.cgroup_procs.map_or(u32::MAX, |fd| fd as u32));
+    put_u32(out, req.cgroup_procs.len() as u32);
+    for &fd in &req.cgroup_procs {
+        put_u32(out, fd as u32);
+    }
     put_u32(out, req.agent_pid as u32);
     put_u32(out, req.first_private_fd);
     put_u32(out, req.filters.programs.len() as u32);
@@ -348,10 +353,13 @@ fn decode(payload: &[u8], fds: Vec<OwnedFd>) -> Option<Launch> {
         },
         _ => return None,
     };
-    let cgroup_procs = match r.u32()? {
-        u32::MAX => None,
-        fd => Some(fd as RawFd),
-    };
+    let joins = r.u32()? as usize;
+    if joins > sys::MAX_CGROUPS {
+        return None;
+    }
+    let cgroup_procs = (0..joins)
+        .map(|_| r.u32().map(|fd| fd as RawFd))
+        .collect::<Option<Vec<_>>>()?;
     let agent_pid = r.u32()? as i32;
     let first_private_fd = r.u32()?;
     let mut programs = Vec::new();
@@ -483,7 +491,7 @@ mod tests {
             env: &env,
             fds: Vec::new(),
             ids: &ids,
-            cgroup_procs: Some(7),
+            cgroup_procs: vec![7, 9],
             agent_pid: 42,
             first_private_fd: 6,
             filters: &filters,
@@ -494,7 +502,7 @@ mod tests {
         assert_eq!(l.program.as_bytes(), b"/bin/true");
         assert_eq!(l.argv.len(), 2);
         assert_eq!(l.env[1].as_bytes(), b"PATH=/bin");
-        assert_eq!(l.plan.cgroup_procs, Some(7));
+        assert_eq!(l.plan.cgroup_procs, [7, 9]);
         assert_eq!((l.plan.agent_pid, l.plan.first_private_fd), (42, 6));
         assert!(matches!(l.plan.ids, ChildIds::UserNs { .. }));
         assert_eq!(l.plan.filters.programs, filters.programs);

@@ -28,8 +28,9 @@ pub(crate) enum ChildIds {
 
 /// Everything the child does between `fork` and `execve`, prepared by the parent.
 pub(crate) struct ChildPlan {
-    /// Descriptor (in the child) of the instance cgroup's `cgroup.procs`.
-    pub cgroup_procs: Option<RawFd>,
+    /// Descriptors (in the child) of the instance's groups' `cgroup.procs`, one per
+    /// hierarchy it is limited or measured in; the child joins every one.
+    pub cgroup_procs: Vec<RawFd>,
     pub ids: ChildIds,
     /// The agent's pid: the child checks it is still its parent once the parent-death
     /// signal is armed.
@@ -61,11 +62,15 @@ pub(crate) enum Step {
     Seccomp,
 }
 
+/// Most cgroups an instance joins: one per hierarchy (the v1 `cpu`, `cpuacct`, `memory`,
+/// `pids` and the one it is killed through, or the unified one), with room to spare.
+pub(crate) const MAX_CGROUPS: usize = 8;
+
 /// Multiplier of [`Step`] in an encoded errno.
 pub(crate) const STEP: i32 = 100_000;
 
 const STEPS: [(Step, &str); 14] = [
-    (Step::CgroupJoin, "joining the instance's cgroup"),
+    (Step::CgroupJoin, "joining the instance's cgroups"),
     (Step::Setgroups, "dropping supplementary groups"),
     (Step::Setresgid, "setresgid to the chain's gid"),
     (Step::Setresuid, "setresuid to the chain's uid"),
@@ -112,9 +117,11 @@ fn write_file(path: &CStr, data: &[u8], step: Step) -> std::io::Result<()> {
 /// last thing before `execve`. Async-signal-safe: system calls on data the parent prepared,
 /// no allocation, no locks.
 fn in_child(plan: &ChildPlan) -> std::io::Result<()> {
-    if let Some(fd) = plan.cgroup_procs {
-        // SAFETY: the parent mapped the cgroup's `cgroup.procs` to this number for the
-        // child (it stays open until execve); borrowed for this one write only.
+    // Every group before anything else: limits hold from here on, and what the child does
+    // next (and its program, and everything that forks) is accounted to them.
+    for &fd in &plan.cgroup_procs {
+        // SAFETY: the parent mapped each group's `cgroup.procs` to these numbers for the
+        // child (they stay open until execve); borrowed for this one write only.
         let fd = unsafe { BorrowedFd::borrow_raw(fd) };
         nix::unistd::write(fd, b"0").map_err(|e| fail(Step::CgroupJoin, e))?;
     }
