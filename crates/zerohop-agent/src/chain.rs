@@ -13,6 +13,7 @@ use zerohop_pool::{PartyState, Pool, PoolConfig, PoolError, Pools};
 use zerohop_transport::{Backend, Endpoint, TransportError};
 
 use crate::confine::{CgroupMode, Domain, Program, UidRange};
+use crate::logs::LogBook;
 use crate::plan::plan_from_spec;
 use crate::spec::{ChainSpec, MqttSpec, SpecError, MAX_GATEWAY_THREADS, MAX_PARTIES};
 use crate::supervise::{self, Instance, InstanceSpec, PartyControl, Shared};
@@ -39,6 +40,10 @@ pub struct UpOptions {
     pub mqtt_listen: Option<SocketAddr>,
     /// Overrides the address of the spec's `coap.listen` (the chain must have CoAP routes).
     pub coap_listen: Option<SocketAddr>,
+    /// Also write every line the instances print to the agent's standard error as
+    /// `[function/instance] text` (foreground `zerohop up`; a daemon turns it off). The
+    /// lines are in [`Running::logs`] either way.
+    pub echo_logs: bool,
 }
 
 impl Default for UpOptions {
@@ -53,6 +58,7 @@ impl Default for UpOptions {
             gateway_threads: None,
             mqtt_listen: None,
             coap_listen: None,
+            echo_logs: true,
         }
     }
 }
@@ -235,6 +241,11 @@ impl Running {
         probe.map(|p| p.read())
     }
 
+    /// What the instances print: see [`LogBook`].
+    pub fn logs(&self) -> &LogBook {
+        &self.shared.logs
+    }
+
     /// One line: who instances run as, and their cgroup.
     pub fn confinement(&self) -> String {
         self.shared.domain.describe()
@@ -252,6 +263,7 @@ impl Running {
         for s in self.supervisors.drain(..) {
             let _ = s.await;
         }
+        self.shared.logs.close().await;
         let _ = (&mut self.watchdog).await;
         if let Some(r) = self.receiving.take() {
             r.stop().await;
@@ -639,6 +651,15 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         parties: (0..parties).map(|_| PartyControl::default()).collect(),
         state,
         stateful: spec.functions.iter().map(|f| f.state).collect(),
+        logs: {
+            let names: Vec<&str> = spec.functions.iter().map(|f| f.name.as_str()).collect();
+            let book = LogBook::new(&spec.name, &names, crate::logs::DEFAULT_CAPACITY);
+            if opts.echo_logs {
+                book.with_echo()
+            } else {
+                book
+            }
+        },
     });
 
     // Start every instance, then wait until all have attached. On failure every instance
@@ -648,6 +669,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         for (inst, instance) in &mut instances {
             supervise::terminate(&shared, inst.party, instance).await;
         }
+        // What they printed (why they failed) is read and echoed before the error returns.
+        shared.logs.close().await;
         if let Some(r) = receiving.take() {
             r.stop().await;
         }

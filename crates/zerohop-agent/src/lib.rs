@@ -27,6 +27,7 @@
 
 mod chain;
 pub mod confine;
+pub mod logs;
 mod plan;
 pub mod spec;
 mod supervise;

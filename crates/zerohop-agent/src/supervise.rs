@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     /// The chain's state store and, per function, whether it maps it.
     pub state: Option<zerohop_pool::State>,
     pub stateful: Vec<bool>,
+    /// Every instance's standard output and error.
+    pub logs: crate::logs::LogBook,
 }
 
 impl Shared {
@@ -126,6 +128,9 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
     let cgroup = shared
         .domain
         .instance_cgroup(&inst.function, inst.party, &inst.resources)?;
+    // Its standard output and error: pipes whose read ends only the agent keeps.
+    let (out_r, out_w) = crate::logs::pipe()?;
+    let (err_r, err_w) = crate::logs::pipe()?;
     shared
         .records(inst.party)
         .for_each(|r| r.set_state(PartyState::Starting));
@@ -135,9 +140,12 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
         &inst.command[1..],
         env,
         fds,
+        Some([out_w, err_w]),
         cgroup.as_ref(),
     )
     .map_err(confine::explain)?;
+    // Not read, its output would block it or fail: it goes (dropping `child` kills it).
+    shared.logs.attach(inst.index, inst.party, out_r, err_r)?;
     let pid = child.id();
     shared.records(inst.party).for_each(|r| r.set_pid(pid));
     // The child leads its own group (process_group(0)): pgid = pid.

@@ -13,7 +13,8 @@
 //! signal and check the agent is still there, `no_new_privs`, not dumpable, every
 //! descriptor but 0-2 and the hand-over set close-on-exec, and the seccomp filter last. The
 //! environment is rebuilt from an allow-list (`environment`), and the instance leads a
-//! process group of its own.
+//! process group of its own. Its standard input is `/dev/null`; its standard output and
+//! error are pipes whose read ends the agent keeps (`crate::logs`).
 
 pub(crate) mod cgroup;
 pub(crate) mod identity;
@@ -50,6 +51,7 @@ use self::seccomp::Filters;
 use self::spawner::{Request, Spawner};
 use self::sys::ChildIds;
 pub(crate) use spawner::Child;
+pub(crate) use sys::async_fd;
 
 /// Variables passed from the agent's environment when set (`LC_*` by prefix).
 pub const ENV_ALLOWED: &[&str] = &[
@@ -266,13 +268,17 @@ pub(crate) fn environment(
 
 /// Starts one instance of `program` through the domain's spawner, confined: descriptors
 /// `fds` at 3, 4, ..., then the program's own descriptor and each cgroup's `cgroup.procs`
-/// above them (both closed at `execve`).
+/// above them (both closed at `execve`); `stdio` (write ends of the instance's output
+/// pipes) at 1 and 2, or the agent's own standard output and error when `None`. Every
+/// descriptor passed in is closed in the agent and in the spawner by the time this returns,
+/// so the instance (and what it starts) holds the only write ends.
 pub(crate) fn start(
     domain: &Domain,
     program: &Program,
     args: &[String],
     env: Vec<(OsString, OsString)>,
     mut fds: Vec<OwnedFd>,
+    stdio: Option<[OwnedFd; 2]>,
     cgroup: Option<&InstanceCgroup>,
 ) -> std::io::Result<Child> {
     let first = zerohop_transport::handover::FIRST_FD;
@@ -311,6 +317,7 @@ pub(crate) fn start(
         argv,
         env: &env,
         fds,
+        stdio,
         ids: &ids,
         cgroup_procs,
         agent_pid: domain.agent_pid,

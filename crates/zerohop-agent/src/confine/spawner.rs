@@ -9,12 +9,13 @@
 //! cost next to nothing.
 //!
 //! The agent sends the spawner one request per instance over a `SOCK_SEQPACKET` pair
-//! (program, arguments, environment, ids, seccomp programs, and the hand-over descriptors
-//! as `SCM_RIGHTS`). The spawner forks with `CLONE_PARENT`, so the instance is the agent's
-//! child as before (the agent waits for it through a pidfd, and the instance's
-//! parent-death signal follows the agent), runs the same confinement steps in the child,
-//! and answers with the pid once `execve` succeeded, or with the step that failed. The
-//! spawner exits when the agent closes the socket or dies.
+//! (program, arguments, environment, ids, seccomp programs, and as `SCM_RIGHTS` the
+//! hand-over descriptors and the write ends of the instance's output pipes). The spawner
+//! forks with `CLONE_PARENT`, so the instance is the agent's child as before (the agent
+//! waits for it through a pidfd, and the instance's parent-death signal follows the
+//! agent), runs the same confinement steps in the child, and answers with the pid once
+//! `execve` succeeded, or with the step that failed. The spawner exits when the agent
+//! closes the socket or dies.
 
 use std::ffi::CString;
 use std::io;
@@ -56,6 +57,10 @@ pub(crate) struct Request<'a> {
     pub env: &'a [(std::ffi::OsString, std::ffi::OsString)],
     /// Placed at `FIRST_FD`, `FIRST_FD + 1`, ... in the child.
     pub fds: Vec<OwnedFd>,
+    /// Placed at 1 and 2 in the child (the write ends of its output pipes); `None`: the
+    /// agent's own standard output and error are inherited. Closed here once the request is
+    /// sent, and in the spawner once the child has its copies.
+    pub stdio: Option<[OwnedFd; 2]>,
     pub ids: &'a ChildIds,
     /// Descriptors (in the child) of the instance's groups' `cgroup.procs`, one per
     /// hierarchy, at most [`MAX_CGROUPS`](sys::MAX_CGROUPS).
@@ -101,7 +106,12 @@ impl Spawner {
         let mut payload = Vec::with_capacity(4096);
         put_u32(&mut payload, *number);
         encode(&req, &mut payload);
-        let fds: Vec<RawFd> = req.fds.iter().map(AsRawFd::as_raw_fd).collect();
+        let fds: Vec<RawFd> = req
+            .fds
+            .iter()
+            .chain(req.stdio.iter().flatten())
+            .map(AsRawFd::as_raw_fd)
+            .collect();
         let fd = sock.as_raw_fd();
         let dead = |e: io::Error| io::Error::other(format!("the spawner process is gone ({e})"));
         send_request(fd, &payload, &fds).map_err(dead)?;
@@ -303,6 +313,7 @@ fn encode(req: &Request<'_>, out: &mut Vec<u8>) {
         }
     }
     put_u32(out, req.fds.len() as u32);
+    put_u32(out, if req.stdio.is_some() { 2 } else { 0 });
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -336,7 +347,7 @@ impl Reader<'_> {
     }
 }
 
-fn decode(payload: &[u8], fds: Vec<OwnedFd>) -> Option<Launch> {
+fn decode(payload: &[u8], mut fds: Vec<OwnedFd>) -> Option<Launch> {
     let mut r = Reader(payload);
     let program = r.cstring()?;
     let argv = r.cstrings()?;
@@ -377,14 +388,27 @@ fn decode(payload: &[u8], fds: Vec<OwnedFd>) -> Option<Launch> {
         }
         programs.push(p);
     }
-    if r.u32()? as usize != fds.len() || !r.0.is_empty() {
+    let handed = r.u32()? as usize;
+    let stdio = r.u32()? as usize;
+    if handed.checked_add(stdio)? != fds.len() || !r.0.is_empty() {
         return None;
     }
+    // The output pipes travel after the hand-over set.
+    let stdio = match stdio {
+        0 => None,
+        2 => {
+            let err = fds.pop()?;
+            let out = fds.pop()?;
+            Some([out, err])
+        }
+        _ => return None,
+    };
     Some(Launch {
         program,
         argv,
         env,
         fds,
+        stdio,
         plan: ChildPlan {
             cgroup_procs,
             ids,
@@ -490,6 +514,7 @@ mod tests {
             argv: vec!["true".as_ref(), "x".as_ref()],
             env: &env,
             fds: Vec::new(),
+            stdio: None,
             ids: &ids,
             cgroup_procs: vec![7, 9],
             agent_pid: 42,
@@ -513,5 +538,57 @@ mod tests {
         assert!(decode(&longer, Vec::new()).is_none());
         let one = nix::unistd::dup(std::io::stdin()).expect("dup");
         assert!(decode(&out, vec![one]).is_none());
+    }
+
+    #[test]
+    fn output_pipes_travel_after_the_handover_set() {
+        let filters = super::super::seccomp::build(&[]).expect("filters");
+        let ids = ChildIds::Uid {
+            uid: 1,
+            gid: 1,
+            real_gid: 1,
+        };
+        let (r0, w0) = nix::unistd::pipe().expect("pipe");
+        let (r1, w1) = nix::unistd::pipe().expect("pipe");
+        let handed = nix::unistd::dup(std::io::stdin()).expect("dup");
+        let (out_raw, err_raw) = (w0.as_raw_fd(), w1.as_raw_fd());
+        let req = Request {
+            program: std::path::Path::new("/bin/true"),
+            argv: vec!["true".as_ref()],
+            env: &[],
+            fds: vec![handed],
+            stdio: Some([w0, w1]),
+            ids: &ids,
+            cgroup_procs: Vec::new(),
+            agent_pid: 1,
+            first_private_fd: 4,
+            filters: &filters,
+        };
+        let mut out = Vec::new();
+        encode(&req, &mut out);
+        let Request { fds, stdio, .. } = req;
+        let mut all = fds;
+        all.extend(stdio.into_iter().flatten());
+        let l = decode(&out, all).expect("decodes");
+        assert_eq!(l.fds.len(), 1);
+        let [o, e] = l.stdio.as_ref().expect("output pipes");
+        assert_eq!((o.as_raw_fd(), e.as_raw_fd()), (out_raw, err_raw));
+        drop(l);
+        // Descriptors beyond what the request declares: refused.
+        let mut plain = Vec::new();
+        let req = Request {
+            program: std::path::Path::new("/bin/true"),
+            argv: vec!["true".as_ref()],
+            env: &[],
+            fds: Vec::new(),
+            stdio: None,
+            ids: &ids,
+            cgroup_procs: Vec::new(),
+            agent_pid: 1,
+            first_private_fd: 3,
+            filters: &filters,
+        };
+        encode(&req, &mut plain);
+        assert!(decode(&plain, vec![r0, r1]).is_none());
     }
 }

@@ -211,6 +211,9 @@ pub(crate) struct Launch {
     pub env: Vec<CString>,
     /// Placed at `FIRST_FD`, `FIRST_FD + 1`, ... in the child, in this order.
     pub fds: Vec<OwnedFd>,
+    /// Placed at 1 and 2 (standard output and error) in the child; `None`: the spawner's
+    /// own (the agent's) are inherited.
+    pub stdio: Option<[OwnedFd; 2]>,
     pub plan: ChildPlan,
 }
 
@@ -281,6 +284,10 @@ pub(crate) fn launch(l: &Launch, devnull: BorrowedFd<'_>) -> Result<u32, (u32, i
         .collect();
     let raw: Vec<RawFd> = l.fds.iter().map(AsRawFd::as_raw_fd).collect();
     let mut high = vec![0 as RawFd; raw.len()];
+    let stdio = l
+        .stdio
+        .as_ref()
+        .map(|s| s.each_ref().map(AsRawFd::as_raw_fd));
     let (err_rx, err_tx) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
         Ok(p) => p,
         Err(e) => return Err((0, e as i32)),
@@ -303,7 +310,7 @@ pub(crate) fn launch(l: &Launch, devnull: BorrowedFd<'_>) -> Result<u32, (u32, i
     if pid == 0 {
         drop(err_rx);
         let mut fd = err_tx.as_raw_fd();
-        let code = match launch_child(l, &raw, &mut high, &mut fd, devnull, &argv, &envp) {
+        let code = match launch_child(l, &raw, &mut high, stdio, &mut fd, devnull, &argv, &envp) {
             Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Ok(never) => match never {},
         };
@@ -332,10 +339,12 @@ pub(crate) fn launch(l: &Launch, devnull: BorrowedFd<'_>) -> Result<u32, (u32, i
 }
 
 /// The child's side of [`launch`]; returns only on failure.
+#[allow(clippy::too_many_arguments)]
 fn launch_child(
     l: &Launch,
     raw: &[RawFd],
     high: &mut [RawFd],
+    stdio: Option<[RawFd; 2]>,
     err: &mut RawFd,
     devnull: BorrowedFd<'_>,
     argv: &[*const libc::c_char],
@@ -344,21 +353,39 @@ fn launch_child(
     let first = zerohop_transport::handover::FIRST_FD;
     let above = first + raw.len() as RawFd;
     // SAFETY: descriptor moves on this child's own table. The error pipe and every source
-    // are first copied above the target range, so placing one can never overwrite another
-    // not yet placed (or the pipe); dup2 clears close-on-exec on the placed copies only.
+    // (the output pipes too) are first copied above the target range, so placing one can
+    // never overwrite another not yet placed (or the pipe); /dev/null goes to 0 before
+    // anything is placed on 1 or 2, where it could be if the agent started without them.
+    // dup2 clears close-on-exec on the placed copies only; the received originals keep it.
     unsafe {
         let e = libc::fcntl(*err, libc::F_DUPFD_CLOEXEC, above);
         if e < 0 {
             return Err(std::io::Error::last_os_error());
         }
         *err = e;
-        if libc::dup2(devnull.as_raw_fd(), 0) < 0 {
-            return Err(std::io::Error::last_os_error());
+        let mut stdio_high = [-1 as RawFd; 2];
+        if let Some(out) = stdio {
+            for (h, fd) in stdio_high.iter_mut().zip(out) {
+                *h = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above);
+                if *h < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
         }
         for (h, &fd) in high.iter_mut().zip(raw) {
             *h = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above);
             if *h < 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+        }
+        if libc::dup2(devnull.as_raw_fd(), 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if stdio.is_some() {
+            for (target, h) in [1, 2].into_iter().zip(stdio_high) {
+                if libc::dup2(h, target) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
         }
         for (i, &h) in high.iter().enumerate() {
