@@ -425,9 +425,15 @@ impl ChainCgroup {
         Err(why.join("; "))
     }
 
-    /// The folder instances are killed through (for the reaper and logs).
+    /// The folder instances are killed through (for logs).
     pub fn dir(&self) -> &Path {
         &self.groups[0].dir
+    }
+
+    /// Every folder of the chain, one per hierarchy, the one instances are killed through
+    /// first (for the reaper).
+    pub fn dirs(&self) -> Vec<&Path> {
+        self.groups.iter().map(|g| g.dir.as_path()).collect()
     }
 
     /// The version of that folder's hierarchy.

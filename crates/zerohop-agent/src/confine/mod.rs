@@ -96,9 +96,8 @@ impl Domain {
             }
         };
         let reaper = Reaper::start(
-            cgroup
-                .as_ref()
-                .map(|c| (c.dir(), c.version() == Version::V2)),
+            &cgroup.as_ref().map(ChainCgroup::dirs).unwrap_or_default(),
+            cgroup.as_ref().is_some_and(|c| c.version() == Version::V2),
         )
         .map_err(|e| format!("cannot start the reaper process: {e}"))?;
         let spawner =

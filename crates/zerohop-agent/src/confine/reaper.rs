@@ -8,8 +8,8 @@
 //! process group into it as it starts, and its removal once it is gone. When the agent goes
 //! away, however it goes, the kernel closes the write end, the reaper reads end of file,
 //! SIGKILLs every group still listed (seccomp keeps instances from leaving their group),
-//! kills the chain's v2 cgroup if there is one, removes the chain's cgroup folders, and
-//! exits. It blocks in `read` all along:
+//! kills the chain's v2 cgroup if there is one, removes the chain's cgroup folders (one per
+//! hierarchy: the one instances are killed through and those of their limits), and exits. It blocks in `read` all along:
 //! no CPU while the chain runs.
 
 use std::fs::OpenOptions;
@@ -30,36 +30,38 @@ pub(crate) struct Reaper {
 }
 
 impl Reaper {
-    /// Starts a reaper for a chain with cgroup folder `cgroup` (and a v2 `cgroup.kill` in
-    /// it when `v2`), if any.
-    pub fn start(cgroup: Option<(&Path, bool)>) -> std::io::Result<Reaper> {
+    /// Starts a reaper for a chain with cgroup folders `dirs` (the first is the one its
+    /// instances are killed through, with a v2 `cgroup.kill` in it when `v2`), if any.
+    pub fn start(dirs: &[&Path], v2: bool) -> std::io::Result<Reaper> {
         let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-        let cgroup = cgroup.and_then(|(dir, v2)| {
-            let open_dir = |p: &Path| {
-                OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-                    .open(p)
-                    .ok()
-                    .map(OwnedFd::from)
-            };
-            let kill = v2
-                .then(|| {
-                    OpenOptions::new()
-                        .write(true)
-                        .custom_flags(libc::O_CLOEXEC)
-                        .open(dir.join("cgroup.kill"))
-                        .ok()
-                        .map(OwnedFd::from)
-                })
-                .flatten();
-            Some(super::sys::ReaperCgroup {
-                kill,
+        let open_dir = |p: &Path| {
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(p)
+                .ok()
+                .map(OwnedFd::from)
+        };
+        let group = |dir: &Path| {
+            Some(super::sys::ReaperGroup {
                 dir: open_dir(dir)?,
                 parent: open_dir(dir.parent()?)?,
                 name: std::ffi::CString::new(dir.file_name()?.as_bytes()).ok()?,
             })
-        });
+        };
+        let kill = dirs
+            .first()
+            .filter(|_| v2)
+            .and_then(|dir| {
+                OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_CLOEXEC)
+                    .open(dir.join("cgroup.kill"))
+                    .ok()
+            })
+            .map(OwnedFd::from);
+        let groups: Vec<_> = dirs.iter().filter_map(|d| group(d)).collect();
+        let cgroup = (!groups.is_empty()).then_some(super::sys::ReaperCgroup { kill, groups });
         super::sys::spawn_reaper(rx, cgroup)?;
         Ok(Reaper {
             tx: Mutex::new(std::fs::File::from(tx)),
