@@ -157,6 +157,7 @@ pub struct Running {
     /// Gateway parties 1.. (party 0 runs on the caller's runtime).
     gateway_threads: Vec<std::thread::JoinHandle<()>>,
     summary: String,
+    view: crate::status::ChainView,
 }
 
 impl Running {
@@ -180,6 +181,11 @@ impl Running {
     /// The port the gateway's CoAP socket is bound to, if it has one.
     pub fn coap_port(&self) -> Option<u16> {
         self.coap.map(|a| a.port())
+    }
+
+    /// A handle for status and metrics that outlives nothing: see [`ChainView`](crate::ChainView).
+    pub fn view(&self) -> crate::status::ChainView {
+        self.view.clone()
     }
 
     /// One line describing the chain (transport, functions).
@@ -709,7 +715,20 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let view = crate::status::ChainView {
+        shared: shared.clone(),
+        name: spec.name.clone(),
+        spec_file: spec.file.display().to_string(),
+        listeners: listeners.clone(),
+        started: Instant::now(),
+        bounds: spec
+            .functions
+            .iter()
+            .map(|f| (f.scale.min, f.scale.max))
+            .collect(),
+    };
     Ok(Running {
+        view,
         addr,
         listeners,
         coap: coap_addr,

@@ -25,14 +25,18 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod api;
 mod chain;
 pub mod confine;
+pub mod daemon;
 pub mod logs;
 mod plan;
 pub mod spec;
+mod status;
 mod supervise;
 mod watchdog;
 
 pub use chain::{up, AgentError, Running, UpOptions};
 pub use confine::{CgroupMode, UidRange};
 pub use plan::plan_from_spec;
+pub use status::ChainView;

@@ -248,6 +248,9 @@ pub struct ChainSpec {
     pub coap: Option<SocketAddr>,
     /// The chain's state store, if any function has `state: true`.
     pub state: Option<StatePlan>,
+    /// Where the HTTP gateway listens (`zerohop up --listen` and `zerohop apply --listen`
+    /// override it; `None`: 127.0.0.1:8080 for `up`, a free port for `apply`).
+    pub listen: Option<SocketAddr>,
 }
 
 /// Reads and validates the spec at `path`.
@@ -299,6 +302,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         "mqtt",
         "coap",
         "state",
+        "listen",
     ];
     cx.only_known(&top, "", &known)?;
 
@@ -396,6 +400,10 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         },
     };
 
+    let listen = match get(&top, "listen") {
+        None => None,
+        Some(n) => Some(cx.address(n, "listen")?),
+    };
     let dir = path.parent().unwrap_or(Path::new(""));
     let mut functions = cx.functions(root, &top, dir)?;
     let routes = cx.routes(root, &top, &mut functions)?;
@@ -435,7 +443,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
     let parties: usize = usize::from(gateway_threads.unwrap_or(1))
         + functions
             .iter()
-            .map(|f| f.instances as usize)
+            .map(|f| f.scale.max.max(f.instances) as usize)
             .sum::<usize>();
     if parties > MAX_PARTIES {
         return Err(cx.err(
@@ -461,6 +469,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         mqtt,
         coap,
         state,
+        listen,
     })
 }
 

@@ -249,6 +249,8 @@ pub(crate) async fn supervise(
         shared.records(inst.party).for_each(|r| {
             r.set_state(PartyState::Dead);
             r.count_restart();
+            // Its handlers are gone with it; the gateway answers what they held.
+            r.clear_busy();
         });
         if let Some(c) = shared.parties.get(inst.party as usize) {
             c.restarts.fetch_add(1, Ordering::Relaxed);

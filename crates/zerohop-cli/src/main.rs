@@ -1,14 +1,18 @@
 //! `zerohop`: the command line of zerohop. Thin: parse arguments, set up logging, call the
-//! agent, map errors to exit codes (0 ok, 1 runtime failure, 2 invalid spec or usage).
+//! agent (or the daemon's admin API, [`client`]), map errors to exit codes (0 ok, 1 runtime
+//! failure, 2 invalid spec or usage).
 
 #![forbid(unsafe_code)]
+
+mod client;
+mod commands;
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
 use zerohop_agent::{spec, up, UidRange, UpOptions};
 use zerohop_transport::Backend;
@@ -30,9 +34,10 @@ enum Command {
     Up {
         /// The chain spec (YAML).
         spec: PathBuf,
-        /// Address the gateway listens on (port 0: any free port).
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        listen: SocketAddr,
+        /// Address the gateway listens on, overriding the spec's `listen` (default
+        /// 127.0.0.1:8080; port 0: any free port).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
         /// Transport between functions, overriding the spec: ring or socket.
         #[arg(long)]
         transport: Option<Backend>,
@@ -61,6 +66,111 @@ enum Command {
         /// The chain spec (YAML).
         spec: PathBuf,
     },
+    /// Runs the node daemon: hosts many chains, serves the admin API on a unix socket and
+    /// Prometheus metrics, until Ctrl-C or SIGTERM.
+    Agent {
+        /// The admin socket (default: /run/zerohop/admin.sock as root, else in
+        /// $XDG_RUNTIME_DIR or /tmp/zerohop-UID).
+        #[arg(long, env = "ZEROHOP_SOCKET")]
+        socket: Option<PathBuf>,
+        /// Where Prometheus metrics are served (`none` to serve none).
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        metrics: String,
+        /// As root: the uids chains may run under, START-END (one per chain, never shared
+        /// between agents).
+        #[arg(long, default_value = "100000-165535")]
+        uid_range: UidRange,
+    },
+    /// Brings a chain up on the daemon, or changes the running one to match the spec.
+    Apply {
+        /// The chain spec (YAML).
+        spec: PathBuf,
+        /// Address the chain's gateway listens on, overriding the spec's `listen` (default:
+        /// a free port on 127.0.0.1).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Lists the chains the daemon runs.
+    Ls {
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Shows one chain: listeners, metrics URL, counters, functions and instances.
+    Status {
+        /// Chain name.
+        chain: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Sets the number of instances of a function.
+    Scale {
+        /// Chain name.
+        chain: String,
+        /// Function name.
+        function: String,
+        /// Instances.
+        instances: u16,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Shows what a chain's instances printed (stdout and stderr).
+    Logs {
+        /// Chain name.
+        chain: String,
+        /// Only this function.
+        function: Option<String>,
+        /// Keep showing new lines until Ctrl-C.
+        #[arg(short, long)]
+        follow: bool,
+        /// How many past lines to show.
+        #[arg(short = 'n', long, default_value_t = 100)]
+        lines: usize,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Sends one request through a route of a chain and prints the answer.
+    Invoke {
+        /// Chain name.
+        chain: String,
+        /// The route: `POST /hello`, `/hello`, an MQTT topic, a CoAP path, or `#N`.
+        route: String,
+        /// The request body.
+        #[arg(long, short, default_value = "")]
+        data: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Live view of every chain: per function rate, latency, in flight, instances, slots.
+    Top {
+        /// Print one screen and exit.
+        #[arg(long)]
+        once: bool,
+        /// Seconds between screens.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Stops a chain on the daemon, with nothing left behind.
+    Down {
+        /// Chain name.
+        chain: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+}
+
+/// How to reach the daemon, and how to print.
+#[derive(Args, Clone)]
+struct DaemonArgs {
+    /// The daemon's admin socket.
+    #[arg(long, env = "ZEROHOP_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Print JSON instead of text, for programs.
+    #[arg(long)]
+    json: bool,
 }
 
 fn main() -> ExitCode {
@@ -71,6 +181,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
     match cli.command {
@@ -90,6 +201,73 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Agent {
+            socket,
+            metrics,
+            uid_range,
+        } => {
+            let metrics = match metrics.as_str() {
+                "none" | "" => None,
+                m => match m.parse::<SocketAddr>() {
+                    Ok(a) => Some(a),
+                    Err(_) => {
+                        eprintln!("zerohop: --metrics `{m}` is not IP:PORT or `none`");
+                        return ExitCode::from(2);
+                    }
+                },
+            };
+            let opts = zerohop_agent::daemon::DaemonOptions {
+                socket: socket.unwrap_or_else(zerohop_agent::daemon::default_socket),
+                metrics,
+                uid_range,
+                cgroups: zerohop_agent::CgroupMode::Auto,
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            runtime.block_on(commands::agent(opts))
+        }
+        Command::Apply {
+            spec,
+            listen,
+            daemon,
+        } => commands::run(&daemon, |c, o| commands::apply(c, o, spec, listen)),
+        Command::Ls { daemon } => commands::run(&daemon, commands::ls),
+        Command::Status { chain, daemon } => {
+            commands::run(&daemon, |c, o| commands::status(c, o, chain))
+        }
+        Command::Scale {
+            chain,
+            function,
+            instances,
+            daemon,
+        } => commands::run(&daemon, |c, o| {
+            commands::scale(c, o, chain, function, instances)
+        }),
+        Command::Logs {
+            chain,
+            function,
+            follow,
+            lines,
+            daemon,
+        } => commands::run(&daemon, |c, o| {
+            commands::logs(c, o, chain, function, follow, lines)
+        }),
+        Command::Invoke {
+            chain,
+            route,
+            data,
+            daemon,
+        } => commands::run(&daemon, |c, o| commands::invoke(c, o, chain, route, data)),
+        Command::Top {
+            once,
+            interval,
+            daemon,
+        } => commands::run(&daemon, |c, o| commands::top(c, o, once, interval)),
+        Command::Down { chain, daemon } => {
+            commands::run(&daemon, |c, o| commands::down(c, o, chain))
+        }
         Command::Up {
             spec: path,
             listen,
@@ -108,7 +286,7 @@ fn main() -> ExitCode {
                 .build()
                 .expect("tokio runtime");
             let opts = UpOptions {
-                listen,
+                listen: listen.unwrap_or(UpOptions::default().listen),
                 transport,
                 spin_us,
                 uid_range,
@@ -117,12 +295,12 @@ fn main() -> ExitCode {
                 coap_listen: coap,
                 ..UpOptions::default()
             };
-            runtime.block_on(run_up(path, opts))
+            runtime.block_on(run_up(path, opts, listen.is_some()))
         }
     }
 }
 
-async fn run_up(path: PathBuf, opts: UpOptions) -> ExitCode {
+async fn run_up(path: PathBuf, mut opts: UpOptions, listen_given: bool) -> ExitCode {
     let spec = match spec::load(&path) {
         Ok(s) => s,
         Err(e) => {
@@ -130,6 +308,9 @@ async fn run_up(path: PathBuf, opts: UpOptions) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let (false, Some(l)) = (listen_given, spec.listen) {
+        opts.listen = l;
+    }
     let name = spec.name.clone();
     // Install the handlers before anything starts, so an early Ctrl-C still cleans up.
     let (Ok(mut term), Ok(mut int)) = (

@@ -16,6 +16,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Semaphore};
+use tracing::Instrument;
 use zerohop_pool::{Descriptor, OwnedSlot, Owner, SlotHeader};
 use zerohop_transport::{PartyId, SendError};
 
@@ -193,13 +194,20 @@ impl Gateway {
     /// with a 2xx or 3xx status is `ok`, anything else `errors`.
     ///
     /// [`GatewayStats`]: crate::GatewayStats
-    pub(crate) async fn submit<'m, C: AsRef<[u8]>>(
+    pub async fn submit<'m, C: AsRef<[u8]>>(
         &self,
         route: u16,
         meta: impl IntoIterator<Item = (&'m str, &'m str)>,
         chunks: &[C],
     ) -> Result<Reply, GatewayError> {
-        let result = self.submit_inner(route, meta, chunks).await;
+        // The request's life in a span, its id recorded once assigned. DEBUG: under the
+        // agent's usual `info` filter the span is never created (a check of a few ns, no
+        // allocation), so the error events below name the request themselves.
+        let span = tracing::debug_span!("request", id = tracing::field::Empty, route);
+        let result = self
+            .submit_inner(route, meta, chunks, &span)
+            .instrument(span.clone())
+            .await;
         match &result {
             Ok(r) if r.status.is_success() || r.status.is_redirection() => {
                 self.stats.ok.fetch_add(1, Ordering::Relaxed);
@@ -214,6 +222,7 @@ impl Gateway {
         route: u16,
         meta: impl IntoIterator<Item = (&'m str, &'m str)>,
         chunks: &[C],
+        span: &tracing::Span,
     ) -> Result<Reply, GatewayError> {
         let head = self.plan.routes[route as usize].sequence[0];
         let total: u64 = chunks.iter().map(|c| c.as_ref().len() as u64).sum();
@@ -223,6 +232,7 @@ impl Gateway {
         let meta = self.meta(meta)?;
         let pool = &self.route_pools[route as usize];
         let Some(mut slot) = pool.alloc(Owner::party(self.party)) else {
+            tracing::debug!(route, "every slot of the pool is in use; answered 503");
             return Err(GatewayError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorSource::Gateway,
@@ -249,6 +259,7 @@ impl Gateway {
             self.party,
             self.next_request.fetch_add(1, Ordering::Relaxed),
         );
+        span.record("id", id);
         slot.set_header(&SlotHeader {
             request: id,
             route,
@@ -289,19 +300,30 @@ impl Gateway {
         match delivered {
             Ok(()) => slot.into_sent(),
             Err(SendError::Full(_)) => {
+                // Back-pressure, not a fault: the client is told to retry.
+                tracing::debug!(
+                    request = id,
+                    function = self.plan.function_name(head),
+                    "the head function's queue is full; answered 503"
+                );
                 return Err(GatewayError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     ErrorSource::Function(self.plan.function_name(head).to_owned()),
                     "its queue is full (the function is behind or stuck); retry",
                 )
-                .with_header(header::RETRY_AFTER, "1"))
+                .with_header(header::RETRY_AFTER, "1"));
             }
             Err(e) => {
+                tracing::warn!(
+                    request = id,
+                    function = self.plan.function_name(head),
+                    "could not send the request to its head function: {e}; answered 503"
+                );
                 return Err(GatewayError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     ErrorSource::Transport,
                     format!("could not reach `{}`: {e}", self.plan.function_name(head)),
-                ))
+                ));
             }
         }
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -321,20 +343,33 @@ impl Gateway {
                 header,
                 function,
             })) => self.reply(slot, len, &header, function),
+            // Logged with the request where it failed (an instance's death, the receive
+            // path).
             Ok(Ok(Outcome::Failed(e))) => Err(e),
-            Ok(Err(_)) => Err(GatewayError::new(
-                StatusCode::BAD_GATEWAY,
-                ErrorSource::Gateway,
-                "the request was dropped without an answer",
-            )),
-            Err(_) => Err(GatewayError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                ErrorSource::Gateway,
-                format!(
-                    "chain '{}' did not answer within {:?}",
-                    self.plan.chain, self.config.timeout
-                ),
-            )),
+            Ok(Err(_)) => {
+                tracing::warn!(request = id, "dropped without an answer; answered 502");
+                Err(GatewayError::new(
+                    StatusCode::BAD_GATEWAY,
+                    ErrorSource::Gateway,
+                    "the request was dropped without an answer",
+                ))
+            }
+            Err(_) => {
+                tracing::warn!(
+                    request = id,
+                    route,
+                    "no answer within {:?} (timeout); answered 504",
+                    self.config.timeout
+                );
+                Err(GatewayError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    ErrorSource::Gateway,
+                    format!(
+                        "chain '{}' did not answer within {:?}",
+                        self.plan.chain, self.config.timeout
+                    ),
+                ))
+            }
         }
     }
 
@@ -355,11 +390,16 @@ impl Gateway {
             s => match StatusCode::from_u16(s) {
                 Ok(st) if answerable(st) => st,
                 _ => {
+                    tracing::warn!(
+                        request = header.request,
+                        function = self.plan.function_name(function),
+                        "answered with status {s}, which has no body; answered 502"
+                    );
                     return Err(GatewayError::new(
                         StatusCode::BAD_GATEWAY,
                         ErrorSource::Function(self.plan.function_name(function).to_owned()),
                         format!("answered with status {s}, which is not a final status with a body (200..=599 but 204, 205, 304)"),
-                    ))
+                    ));
                 }
             },
         };
@@ -412,7 +452,7 @@ impl Gateway {
 /// What the chain answered a request with: the last function's status and output, or a
 /// function's error (status 4xx/5xx, its one-line message as the body).
 #[derive(Debug)]
-pub(crate) struct Reply {
+pub struct Reply {
     /// 200 unless the function set another final status.
     pub status: StatusCode,
     /// The output, copied out of the slot.

@@ -48,6 +48,7 @@ mod group;
 
 pub use egress::Receiving;
 pub use group::Gateways;
+pub use ingress::Reply;
 pub use mqtt::MqttIngress;
 
 use std::collections::HashMap;

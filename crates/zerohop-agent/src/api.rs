@@ -1,0 +1,306 @@
+//! The daemon's admin API: what goes over its unix socket, as JSON.
+//!
+//! HTTP/1.1 on a unix socket (mode 0600, peer credentials checked), so `curl --unix-socket`
+//! works too:
+//!
+//! | method and path | body in | answer |
+//! |---|---|---|
+//! | `GET /v1/chains` | | `[ChainSummary]` |
+//! | `POST /v1/chains` | [`ApplyRequest`] | [`ApplyResponse`] |
+//! | `GET /v1/chains/NAME` | | [`ChainStatus`] |
+//! | `DELETE /v1/chains/NAME` | | [`DownResponse`] |
+//! | `POST /v1/chains/NAME/scale` | [`ScaleRequest`] | [`ChainStatus`] |
+//! | `POST /v1/chains/NAME/invoke` | [`InvokeRequest`] | [`InvokeResponse`] |
+//! | `GET /v1/chains/NAME/logs?function=F&lines=N&follow=1` | | [`LogEntry`] per line (JSON lines, streamed with `follow`) |
+//! | `GET /v1/top` | | `[ChainStatus]` |
+//! | `GET /v1/daemon` | | [`DaemonStatus`] |
+//!
+//! Errors answer a 4xx or 5xx status with [`ErrorBody`].
+
+use serde::{Deserialize, Serialize};
+
+/// Version prefix of every path.
+pub const PREFIX: &str = "/v1";
+
+/// `zerohop apply FILE`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApplyRequest {
+    /// Absolute path of the spec (relative program paths are resolved against its folder,
+    /// errors name it).
+    pub path: String,
+    /// The spec's text, as the client read it.
+    pub text: String,
+    /// Address of the chain's HTTP listener (default: the spec's `listen`, else a free port
+    /// on 127.0.0.1).
+    #[serde(default)]
+    pub listen: Option<String>,
+}
+
+/// What `apply` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Applied {
+    /// A new chain came up.
+    Created,
+    /// A running chain was changed in place.
+    Updated,
+    /// The spec is what already runs.
+    Unchanged,
+}
+
+/// Answer to [`ApplyRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApplyResponse {
+    /// What happened.
+    pub applied: Applied,
+    /// What changed, one line each (empty for `created` and `unchanged`).
+    #[serde(default)]
+    pub changes: Vec<String>,
+    /// The chain now.
+    pub status: ChainStatus,
+}
+
+/// One line of `zerohop ls`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ChainSummary {
+    /// Chain name.
+    pub name: String,
+    /// Where it listens.
+    pub listeners: Vec<String>,
+    /// Functions.
+    pub functions: usize,
+    /// Active instances over all functions.
+    pub instances: usize,
+    /// Requests answered (2xx/3xx) and failed since it came up.
+    pub ok: u64,
+    /// Requests answered with an error.
+    pub errors: u64,
+    /// Seconds since it came up.
+    pub uptime_s: u64,
+}
+
+/// `zerohop status CHAIN`, and one chain of `top`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ChainStatus {
+    /// Chain name.
+    pub name: String,
+    /// The spec file it came from.
+    pub spec: String,
+    /// Every way in, as URLs.
+    pub listeners: Vec<String>,
+    /// The daemon's Prometheus endpoint, if it serves one.
+    #[serde(default)]
+    pub metrics_url: Option<String>,
+    /// Transport backend.
+    pub transport: String,
+    /// Who instances run as, and their cgroup.
+    pub confinement: String,
+    /// Seconds since it came up.
+    pub uptime_s: u64,
+    /// Gateway counters.
+    pub gateway: GatewayCounters,
+    /// Slots of the chain's pools.
+    pub slots: SlotCounters,
+    /// Functions, in spec order.
+    pub functions: Vec<FunctionStatus>,
+    /// Routes, in spec order.
+    pub routes: Vec<RouteStatus>,
+}
+
+/// The gateway's counters of a chain (all its threads).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GatewayCounters {
+    /// Requests sent into the chain.
+    pub accepted: u64,
+    /// Answered 2xx/3xx.
+    pub ok: u64,
+    /// Answered with an error status (any source).
+    pub errors: u64,
+    /// Requests waiting for the chain now.
+    pub inflight: u64,
+    /// Descriptors refused (wrong slot, generation, request, route or sender).
+    pub refused: u64,
+    /// Answers that came after their request was already answered.
+    pub late: u64,
+}
+
+/// Slot accounting.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SlotCounters {
+    /// Slots in use now.
+    pub in_use: u64,
+    /// Slots in all pools.
+    pub total: u64,
+}
+
+/// One function of a chain.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FunctionStatus {
+    /// Name.
+    pub name: String,
+    /// Instances attached and receiving.
+    pub ready: usize,
+    /// Instances the function should have now.
+    pub desired: usize,
+    /// Scaling bounds.
+    pub min: u16,
+    /// Scaling bounds.
+    pub max: u16,
+    /// Restarts over all its instances.
+    pub restarts: u64,
+    /// Slots its instances hold now.
+    pub slots: u64,
+    /// Requests in its handlers now.
+    pub busy: u64,
+    /// Requests its handlers finished (over its life, all instances).
+    pub handled: u64,
+    /// Of those, ended in an error (returned or a panic).
+    pub failed: u64,
+    /// Sum of handler times in microseconds.
+    pub latency_us_sum: u64,
+    /// Handler-time histogram, not cumulative: bucket `k` counts runs shorter than `2^k`
+    /// microseconds (the last bucket: longer ones).
+    pub latency_buckets: Vec<u64>,
+    /// Descriptors its instances dropped: wrong function, ownership, malformed.
+    pub rejected: [u64; 3],
+    /// Output lines its instances printed and the daemon stored.
+    pub log_lines: u64,
+    /// Output lines dropped (the function printed faster than its budget).
+    pub log_dropped: u64,
+    /// Its instances.
+    pub instances: Vec<InstanceStatus>,
+}
+
+impl FunctionStatus {
+    /// The `q` quantile (0..1) of handler time in microseconds from histogram `buckets`
+    /// (interpolated inside a bucket; `None` without samples).
+    pub fn quantile_us(buckets: &[u64], q: f64) -> Option<f64> {
+        let total: u64 = buckets.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let want = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
+        let mut seen = 0u64;
+        for (k, &n) in buckets.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            if (seen + n) as f64 >= want {
+                let lo = if k == 0 {
+                    0.0
+                } else {
+                    (1u64 << (k - 1)) as f64
+                };
+                let hi = if k + 1 == buckets.len() {
+                    lo * 2.0
+                } else {
+                    (1u64 << k) as f64
+                };
+                let frac = (want - seen as f64) / n as f64;
+                return Some(lo + (hi - lo) * frac);
+            }
+            seen += n;
+        }
+        None
+    }
+}
+
+/// One instance (party) of a function.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    /// Party number.
+    pub party: u16,
+    /// Process id, if it runs.
+    pub pid: Option<u32>,
+    /// `ready`, `starting`, `stopped`, `dead`.
+    pub state: String,
+    /// Times it was restarted.
+    pub restarts: u32,
+}
+
+/// One route of a chain.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RouteStatus {
+    /// How requests enter: `POST /hello`, `mqtt sensors/+`, `coap /x`.
+    pub triggers: Vec<String>,
+    /// Function names, in order.
+    pub sequence: Vec<String>,
+}
+
+/// `zerohop down CHAIN`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DownResponse {
+    /// Chain name.
+    pub name: String,
+    /// Requests it answered in its life.
+    pub answered: u64,
+}
+
+/// `zerohop scale CHAIN FN N`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScaleRequest {
+    /// Function name.
+    pub function: String,
+    /// Instances it should run.
+    pub instances: u16,
+}
+
+/// `zerohop invoke CHAIN ROUTE`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InvokeRequest {
+    /// `POST /hello`, `/hello`, an MQTT topic, a CoAP path, or `#N` (route index).
+    pub route: String,
+    /// The request body.
+    #[serde(default)]
+    pub data: String,
+}
+
+/// Answer to [`InvokeRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InvokeResponse {
+    /// Status the chain answered with.
+    pub status: u16,
+    /// The body (lossy UTF-8).
+    pub body: String,
+    /// Microseconds from submit to answer.
+    pub micros: u64,
+}
+
+/// One captured output line of an instance.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// RFC 3339 UTC, milliseconds.
+    pub time: String,
+    /// Chain name.
+    pub chain: String,
+    /// Function name.
+    pub function: String,
+    /// Party number of the instance.
+    pub instance: u16,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// The line.
+    pub text: String,
+}
+
+/// `GET /v1/daemon`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    /// Daemon pid.
+    pub pid: u32,
+    /// Version of zerohop.
+    pub version: String,
+    /// The admin socket.
+    pub socket: String,
+    /// The Prometheus endpoint, if any.
+    pub metrics_url: Option<String>,
+    /// Chains it runs.
+    pub chains: usize,
+}
+
+/// Body of an error answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// One line: what went wrong and what to do.
+    pub error: String,
+}

@@ -1,0 +1,380 @@
+//! Prometheus metrics of every chain the daemon runs, in the text exposition format, from a
+//! `prometheus-client` collector that reads the chains' counters at each scrape (chains come
+//! and go; nothing is registered per chain).
+//!
+//! Every family is labelled `chain` and, where it is per function, `function`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::Daemon;
+
+/// The collector: reads every chain at scrape time.
+#[derive(Debug)]
+struct Chains(std::sync::Weak<Daemon>);
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon").finish_non_exhaustive()
+    }
+}
+
+/// Writes a counter family: one sample per label set.
+fn counters(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    samples: &[(Vec<(&str, String)>, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for (labels, v) in samples {
+        let fam = m.encode_family(labels)?;
+        ConstCounter::new(*v).encode(fam)?;
+    }
+    Ok(())
+}
+
+/// Writes a gauge family.
+fn gauges(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    samples: &[(Vec<(&str, String)>, i64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for (labels, v) in samples {
+        let fam = m.encode_family(labels)?;
+        ConstGauge::new(*v).encode(fam)?;
+    }
+    Ok(())
+}
+
+impl Collector for Chains {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Some(daemon) = self.0.upgrade() else {
+            return Ok(());
+        };
+        let all: Vec<_> = daemon.views().iter().map(|v| v.status()).collect();
+        let chain = |c: &str| vec![("chain", c.to_owned())];
+        let per_chain = |f: fn(&crate::api::ChainStatus) -> u64| {
+            all.iter()
+                .map(|s| (chain(&s.name), f(s)))
+                .collect::<Vec<_>>()
+        };
+        counters(
+            &mut enc,
+            "zerohop_requests",
+            "Requests the gateway sent into the chain",
+            &per_chain(|s| s.gateway.accepted),
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_answers_ok",
+            "Requests answered with a 2xx or 3xx status",
+            &per_chain(|s| s.gateway.ok),
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_answers_error",
+            "Requests answered with an error status, from any source",
+            &per_chain(|s| s.gateway.errors),
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_descriptors_refused",
+            "Descriptors the gateway refused (wrong slot, generation, request, route or sender)",
+            &per_chain(|s| s.gateway.refused),
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_answers_late",
+            "Answers that came after their request was already answered",
+            &per_chain(|s| s.gateway.late),
+        )?;
+        let g = |f: fn(&crate::api::ChainStatus) -> u64| {
+            all.iter()
+                .map(|s| (chain(&s.name), f(s) as i64))
+                .collect::<Vec<_>>()
+        };
+        gauges(
+            &mut enc,
+            "zerohop_inflight",
+            "Requests waiting for the chain now",
+            &g(|s| s.gateway.inflight),
+        )?;
+        gauges(
+            &mut enc,
+            "zerohop_slots_in_use",
+            "Slots of the chain's pools in use now",
+            &g(|s| s.slots.in_use),
+        )?;
+        gauges(
+            &mut enc,
+            "zerohop_slots",
+            "Slots in the chain's pools",
+            &g(|s| s.slots.total),
+        )?;
+        let per_fn = |f: fn(&crate::api::FunctionStatus) -> u64| {
+            all.iter()
+                .flat_map(|s| {
+                    s.functions.iter().map(|fs| {
+                        (
+                            vec![("chain", s.name.clone()), ("function", fs.name.clone())],
+                            f(fs),
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        gauges(
+            &mut enc,
+            "zerohop_function_instances",
+            "Instances of the function attached and receiving",
+            &per_fn(|f| f.ready as u64)
+                .into_iter()
+                .map(|(l, v)| (l, v as i64))
+                .collect::<Vec<_>>(),
+        )?;
+        gauges(
+            &mut enc,
+            "zerohop_function_slots_in_use",
+            "Slots the function's instances hold now",
+            &per_fn(|f| f.slots)
+                .into_iter()
+                .map(|(l, v)| (l, v as i64))
+                .collect::<Vec<_>>(),
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_function_restarts",
+            "Times the function's instances were restarted",
+            &per_fn(|f| f.restarts),
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_function_requests",
+            "Requests the function's handlers finished",
+            &per_fn(|f| f.handled),
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_function_errors",
+            "Requests the function's handlers ended with an error or a panic",
+            &per_fn(|f| f.failed),
+        )?;
+        gauges(
+            &mut enc,
+            "zerohop_function_inflight",
+            "Requests in the function's handlers now",
+            &per_fn(|f| f.busy)
+                .into_iter()
+                .map(|(l, v)| (l, v as i64))
+                .collect::<Vec<_>>(),
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_function_log_lines",
+            "Output lines the function's instances printed and the daemon stored",
+            &per_fn(|f| f.log_lines),
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_function_log_lines_dropped",
+            "Output lines dropped because the function printed faster than its budget",
+            &per_fn(|f| f.log_dropped),
+        )?;
+        const REASONS: [&str; 3] = ["wrong_function", "ownership", "malformed"];
+        let mut rejected = Vec::new();
+        for s in &all {
+            for fs in &s.functions {
+                for (i, r) in REASONS.iter().enumerate() {
+                    rejected.push((
+                        vec![
+                            ("chain", s.name.clone()),
+                            ("function", fs.name.clone()),
+                            ("reason", (*r).to_owned()),
+                        ],
+                        fs.rejected[i],
+                    ));
+                }
+            }
+        }
+        counters(
+            &mut enc,
+            "zerohop_function_descriptors_rejected",
+            "Descriptors the function's instances dropped, by reason",
+            &rejected,
+        )?;
+        let mut m = enc.encode_descriptor(
+            "zerohop_function_duration_seconds",
+            "Time requests spent in the function's handler",
+            None,
+            prometheus_client::metrics::MetricType::Histogram,
+        )?;
+        for s in &all {
+            for fs in &s.functions {
+                let labels = vec![("chain", s.name.clone()), ("function", fs.name.clone())];
+                // Per bucket, not cumulative (the encoder adds them up); f64::MAX is its +Inf.
+                let buckets: Vec<(f64, u64)> = fs
+                    .latency_buckets
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &n)| {
+                        let bound = zerohop_pool::latency_bucket_bound_us(k)
+                            .map_or(f64::MAX, |us| us as f64 / 1e6);
+                        (bound, n)
+                    })
+                    .collect();
+                let count = buckets.iter().fold(0u64, |a, &(_, n)| a.saturating_add(n));
+                m.encode_family(&labels)?
+                    .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                        fs.latency_us_sum as f64 / 1e6,
+                        count,
+                        &buckets,
+                        None,
+                    )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which exposition format a scraper gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text (what `prometheus-client` writes), for scrapers that ask for it.
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4, for everyone else (curl, `promtool check metrics`).
+    Prometheus,
+}
+
+impl Format {
+    /// The format an `Accept` header asks for.
+    pub fn from_accept(accept: Option<&str>) -> Self {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// The metrics page now.
+pub fn render(daemon: &Arc<Daemon>, format: Format) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Chains(Arc::downgrade(daemon))));
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+        out.clear();
+    }
+    match format {
+        Format::OpenMetrics => out,
+        Format::Prometheus => to_prometheus_text(&out),
+    }
+}
+
+/// OpenMetrics text to the Prometheus text format: a counter family `x` is described as
+/// `x_total` there (its samples already are), and there is no `# EOF` line. Everything
+/// else (gauges, histograms, labels, escaping) is the same in both.
+pub fn to_prometheus_text(open: &str) -> String {
+    let counters: std::collections::HashSet<&str> = open
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open.len() + counters.len() * 16);
+    for line in open.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(rewritten.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// Serves `GET /metrics` on `listener` until `stop` turns true.
+pub async fn serve(daemon: Arc<Daemon>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    loop {
+        let stream = tokio::select! {
+            a = listener.accept() => match a {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!("metrics: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let daemon = daemon.clone();
+        tokio::spawn(async move {
+            let service =
+                hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let daemon = daemon.clone();
+                    async move {
+                        let r = if req.uri().path() == "/metrics" {
+                            let format = Format::from_accept(
+                                req.headers()
+                                    .get(http::header::ACCEPT)
+                                    .and_then(|a| a.to_str().ok()),
+                            );
+                            let mut r =
+                                Response::new(Full::new(Bytes::from(render(&daemon, format))));
+                            r.headers_mut().insert(
+                                http::header::CONTENT_TYPE,
+                                http::HeaderValue::from_static(format.content_type()),
+                            );
+                            r
+                        } else {
+                            let mut r = Response::new(Full::new(Bytes::from_static(
+                                b"metrics are at /metrics\n",
+                            )));
+                            *r.status_mut() = StatusCode::NOT_FOUND;
+                            r
+                        };
+                        Ok::<_, Infallible>(r)
+                    }
+                });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,529 @@
+//! The node daemon (`zerohop agent`): hosts many chains at once, each in its own security
+//! domain, and serves the admin API ([`admin`]) on a unix socket and Prometheus metrics
+//! ([`metrics`]) on a TCP port.
+//!
+//! Each chain runs on a thread of its own (`chain-NAME`) with its own single-threaded
+//! runtime: its gateway's first party, supervisors and watchdog live there, and the
+//! parent-death signal of its reaper, spawner and instances follows that thread, which lives
+//! exactly as long as the chain. Adding, changing or removing one chain therefore touches no
+//! other: nothing is shared between chains but the daemon's table of them.
+
+pub mod admin;
+pub mod metrics;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use crate::api::{Applied, ApplyRequest, ApplyResponse, ChainStatus, ChainSummary, DownResponse};
+use crate::spec::{self, ChainSpec};
+use crate::{up, AgentError, CgroupMode, ChainView, UidRange, UpOptions};
+
+/// How the daemon runs.
+#[derive(Clone, Debug)]
+pub struct DaemonOptions {
+    /// The admin socket.
+    pub socket: PathBuf,
+    /// Where Prometheus metrics are served (`None`: nowhere).
+    pub metrics: Option<SocketAddr>,
+    /// Uids chains may run under when the daemon is root (one per chain).
+    pub uid_range: UidRange,
+    /// Which cgroup hierarchy instances are put in.
+    pub cgroups: CgroupMode,
+}
+
+/// The admin socket when none is given: `/run/zerohop/admin.sock` as root, else
+/// `$XDG_RUNTIME_DIR/zerohop/admin.sock`, else `/tmp/zerohop-UID/admin.sock`.
+pub fn default_socket() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/run/zerohop/admin.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => Path::new(&d).join("zerohop/admin.sock"),
+        _ => PathBuf::from(format!(
+            "/tmp/zerohop-{}/admin.sock",
+            nix::unistd::geteuid()
+        )),
+    }
+}
+
+/// Why the daemon refused a request; maps to one HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The request was malformed (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The spec is invalid (422).
+    #[error(transparent)]
+    Spec(#[from] spec::SpecError),
+    /// No chain of that name (404).
+    #[error("no chain named '{0}' runs here; `zerohop ls` lists them")]
+    NoChain(String),
+    /// The request conflicts with what runs (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The chain could not be brought up or changed (500).
+    #[error("{0}")]
+    Agent(#[from] AgentError),
+    /// Something else failed (500).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl DaemonError {
+    /// The HTTP status of this error.
+    pub fn status(&self) -> u16 {
+        match self {
+            DaemonError::BadRequest(_) => 400,
+            DaemonError::NoChain(_) => 404,
+            DaemonError::Conflict(_) => 409,
+            DaemonError::Spec(_) => 422,
+            DaemonError::Agent(AgentError::Spec(_)) => 422,
+            DaemonError::Agent(_) | DaemonError::Internal(_) => 500,
+        }
+    }
+}
+
+/// One chain the daemon runs.
+struct Hosted {
+    view: ChainView,
+    spec: ChainSpec,
+    /// The spec's text when it was applied (an identical re-apply changes nothing).
+    text: String,
+    /// Tells the chain's thread to shut the chain down.
+    stop: Option<oneshot::Sender<()>>,
+    /// Resolves when the chain is down.
+    done: Option<oneshot::Receiver<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The daemon's state: its chains.
+pub struct Daemon {
+    opts: DaemonOptions,
+    chains: Mutex<BTreeMap<String, Hosted>>,
+    /// One apply or down at a time (they are rare; status reads never wait for them).
+    changing: tokio::sync::Mutex<()>,
+    metrics_url: Mutex<Option<String>>,
+    started: Instant,
+}
+
+impl Daemon {
+    /// A daemon with no chains yet.
+    pub fn new(opts: DaemonOptions) -> Arc<Self> {
+        Arc::new(Self {
+            opts,
+            chains: Mutex::new(BTreeMap::new()),
+            changing: tokio::sync::Mutex::new(()),
+            metrics_url: Mutex::new(None),
+            started: Instant::now(),
+        })
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &DaemonOptions {
+        &self.opts
+    }
+
+    /// Seconds since the daemon started.
+    pub fn uptime_s(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    pub(crate) fn set_metrics_url(&self, url: Option<String>) {
+        *self.metrics_url.lock().unwrap_or_else(|p| p.into_inner()) = url;
+    }
+
+    /// The Prometheus endpoint, once it listens.
+    pub fn metrics_url(&self) -> Option<String> {
+        self.metrics_url
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Hosted>> {
+        self.chains.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Handles on every running chain, by name.
+    pub fn views(&self) -> Vec<ChainView> {
+        self.table().values().map(|h| h.view.clone()).collect()
+    }
+
+    /// The chain named `name`.
+    pub fn view(&self, name: &str) -> Result<ChainView, DaemonError> {
+        self.table()
+            .get(name)
+            .map(|h| h.view.clone())
+            .ok_or_else(|| DaemonError::NoChain(name.to_owned()))
+    }
+
+    /// `zerohop ls`.
+    pub fn list(&self) -> Vec<ChainSummary> {
+        self.views()
+            .iter()
+            .map(|v| {
+                let s = v.status();
+                ChainSummary {
+                    name: s.name,
+                    listeners: s.listeners,
+                    functions: s.functions.len(),
+                    instances: s.functions.iter().map(|f| f.ready).sum(),
+                    ok: s.gateway.ok,
+                    errors: s.gateway.errors,
+                    uptime_s: s.uptime_s,
+                }
+            })
+            .collect()
+    }
+
+    /// `zerohop status NAME`.
+    pub fn status(&self, name: &str) -> Result<ChainStatus, DaemonError> {
+        let mut s = self.view(name)?.status();
+        s.metrics_url = self.metrics_url();
+        Ok(s)
+    }
+
+    /// `zerohop apply`: brings a new chain up, or changes a running one.
+    pub async fn apply(&self, req: ApplyRequest) -> Result<ApplyResponse, DaemonError> {
+        let path = PathBuf::from(&req.path);
+        if !path.is_absolute() {
+            return Err(DaemonError::BadRequest(format!(
+                "the spec path `{}` must be absolute (the daemon resolves relative program paths \
+                 against its folder)",
+                req.path
+            )));
+        }
+        let spec = spec::parse(&path, &req.text)?;
+        let listen =
+            match &req.listen {
+                Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
+                    DaemonError::BadRequest(format!("--listen `{l}` is not IP:PORT"))
+                })?),
+                None => None,
+            };
+        let _one = self.changing.lock().await;
+        let name = spec.name.clone();
+        if let Some(h) = self.table().get(&name) {
+            if h.text == req.text && h.spec.file == spec.file {
+                let mut status = h.view.status();
+                status.metrics_url = self.metrics_url();
+                return Ok(ApplyResponse {
+                    applied: Applied::Unchanged,
+                    changes: Vec::new(),
+                    status,
+                });
+            }
+            return Err(DaemonError::Conflict(format!(
+                "chain '{name}' already runs from {}; changing a running chain in place is not \
+                 supported yet: `zerohop down {name}` first",
+                h.spec.file.display()
+            )));
+        }
+        let opts = UpOptions {
+            listen: listen
+                .or(spec.listen)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
+            uid_range: self.opts.uid_range,
+            cgroups: self.opts.cgroups,
+            echo_logs: false,
+            ..UpOptions::default()
+        };
+        let hosted = host(spec, req.text, opts).await?;
+        let mut status = hosted.view.status();
+        status.metrics_url = self.metrics_url();
+        tracing::info!(chain = %name, "applied: {}", status.listeners.join(", "));
+        self.table().insert(name, hosted);
+        Ok(ApplyResponse {
+            applied: Applied::Created,
+            changes: Vec::new(),
+            status,
+        })
+    }
+
+    /// `zerohop down NAME`: stops the chain with nothing left behind.
+    pub async fn down(&self, name: &str) -> Result<DownResponse, DaemonError> {
+        let _one = self.changing.lock().await;
+        let hosted = self
+            .table()
+            .remove(name)
+            .ok_or_else(|| DaemonError::NoChain(name.to_owned()))?;
+        let answered = {
+            let s = hosted.view.status();
+            s.gateway.ok + s.gateway.errors
+        };
+        stop(hosted).await;
+        tracing::info!(chain = %name, "down");
+        Ok(DownResponse {
+            name: name.to_owned(),
+            answered,
+        })
+    }
+
+    /// Stops every chain (the daemon is shutting down).
+    pub async fn down_all(&self) {
+        let _one = self.changing.lock().await;
+        let all: Vec<Hosted> = std::mem::take(&mut *self.table()).into_values().collect();
+        for h in all {
+            let name = h.view.name().to_owned();
+            stop(h).await;
+            tracing::info!(chain = %name, "down");
+        }
+    }
+}
+
+/// Brings `spec` up on a thread of its own; returns once it serves.
+async fn host(spec: ChainSpec, text: String, opts: UpOptions) -> Result<Hosted, DaemonError> {
+    let (ready_tx, ready_rx) = oneshot::channel::<Result<ChainView, AgentError>>();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let kept = spec.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("chain-{}", spec.name))
+        .spawn(move || {
+            // As `zerohop up` does for its gateway thread.
+            let _ = crate::confine::batch_scheduling();
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(AgentError::Confine(format!(
+                        "cannot start the chain's runtime: {e}"
+                    ))));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let running = match up(spec, opts).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                if ready_tx.send(Ok(running.view())).is_err() {
+                    running.shutdown().await;
+                    return;
+                }
+                // A dropped sender (the daemon is going away) stops the chain too.
+                let _ = stop_rx.await;
+                running.shutdown().await;
+                let _ = done_tx.send(());
+            });
+        })
+        .map_err(|e| DaemonError::Internal(format!("cannot start the chain's thread: {e}")))?;
+    match ready_rx.await {
+        Ok(Ok(view)) => Ok(Hosted {
+            view,
+            spec: kept,
+            text,
+            stop: Some(stop_tx),
+            done: Some(done_rx),
+            thread: Some(thread),
+        }),
+        Ok(Err(e)) => {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            Err(e.into())
+        }
+        Err(_) => {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            Err(DaemonError::Internal(
+                "the chain's thread ended before the chain came up".into(),
+            ))
+        }
+    }
+}
+
+/// Shuts a hosted chain down and waits for its thread.
+async fn stop(mut h: Hosted) {
+    if let Some(s) = h.stop.take() {
+        let _ = s.send(());
+    }
+    if let Some(d) = h.done.take() {
+        let _ = d.await;
+    }
+    if let Some(t) = h.thread.take() {
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+    }
+}
+
+impl Daemon {
+    /// `GET /v1/daemon`.
+    pub fn describe(&self) -> crate::api::DaemonStatus {
+        crate::api::DaemonStatus {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            socket: self.opts.socket.display().to_string(),
+            metrics_url: self.metrics_url(),
+            chains: self.table().len(),
+        }
+    }
+
+    /// `zerohop scale NAME FUNCTION N`.
+    pub async fn scale(
+        &self,
+        name: &str,
+        function: &str,
+        instances: u16,
+    ) -> Result<ChainStatus, DaemonError> {
+        let view = self.view(name)?;
+        let _ = (function, instances, view);
+        Err(DaemonError::Conflict(
+            "scaling a running chain is not supported yet".into(),
+        ))
+    }
+
+    /// `zerohop logs NAME [FUNCTION]`: the last `lines` lines (of `function`, or all), then
+    /// with `follow` every new one until the client goes or the chain does; JSON lines on the
+    /// returned channel. A follower too slow for the chain's output is told how many lines
+    /// it missed, in a line of its own.
+    pub fn logs(
+        &self,
+        name: &str,
+        function: Option<&str>,
+        lines: usize,
+        follow: bool,
+    ) -> Result<tokio::sync::mpsc::Receiver<bytes::Bytes>, DaemonError> {
+        let view = self.view(name)?;
+        let book = view.logs();
+        if let Some(f) = function {
+            if !book.functions().any(|n| n == f) {
+                return Err(DaemonError::BadRequest(format!(
+                    "chain '{name}' has no function '{f}'; its functions: {}",
+                    book.functions().collect::<Vec<_>>().join(", ")
+                )));
+            }
+        }
+        // Subscribe before the snapshot, so no line falls between them (seq dedupes).
+        let mut live = follow.then(|| book.follow());
+        let past = book.snapshot(function, lines);
+        let last_seq = past.last().map(|l| l.seq);
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        let function = function.map(str::to_owned);
+        let encode = |l: &crate::logs::LogLine| {
+            let mut v = serde_json::to_vec(&crate::api::LogEntry {
+                time: crate::logs::rfc3339(l.time),
+                chain: l.chain.to_string(),
+                function: l.function.to_string(),
+                instance: l.instance,
+                stream: l.stream.as_str().to_owned(),
+                text: l.text.clone(),
+            })
+            .unwrap_or_default();
+            v.push(b'\n');
+            bytes::Bytes::from(v)
+        };
+        let chain = name.to_owned();
+        tokio::spawn(async move {
+            for l in &past {
+                if tx.send(encode(l)).await.is_err() {
+                    return;
+                }
+            }
+            let Some(live) = live.as_mut() else { return };
+            loop {
+                let line = tokio::select! {
+                    r = live.recv() => r,
+                    _ = tx.closed() => return,
+                };
+                match line {
+                    Ok(l) => {
+                        if last_seq.is_some_and(|s| l.seq <= s)
+                            || function.as_deref().is_some_and(|f| *l.function != *f)
+                        {
+                            continue;
+                        }
+                        if tx.send(encode(&l)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        let note = crate::logs::LogLine {
+                            seq: 0,
+                            time: std::time::SystemTime::now(),
+                            chain: chain.as_str().into(),
+                            function: "zerohop".into(),
+                            instance: 0,
+                            stream: crate::logs::Stream::Stderr,
+                            text: format!("[{n} lines skipped: this follower fell behind]"),
+                            cut: false,
+                        };
+                        if tx.send(encode(&note)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(rx)
+    }
+}
+
+/// Runs the daemon until `shutdown` resolves: binds the admin socket (and the metrics port),
+/// prints one `ready` line on stdout, serves, then stops every chain and removes the socket.
+pub async fn run(
+    opts: DaemonOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let listener = admin::bind(&opts.socket).map_err(|e| {
+        DaemonError::Internal(format!(
+            "cannot listen on the admin socket {}: {e}",
+            opts.socket.display()
+        ))
+    })?;
+    let daemon = Daemon::new(opts.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    if let Some(addr) = opts.metrics {
+        let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            DaemonError::Internal(format!(
+                "cannot listen for metrics on {addr}: {e}; pick another with --metrics"
+            ))
+        })?;
+        let url = format!(
+            "http://{}/metrics",
+            l.local_addr()
+                .map_err(|e| DaemonError::Internal(e.to_string()))?
+        );
+        daemon.set_metrics_url(Some(url));
+        tasks.push(tokio::spawn(metrics::serve(
+            daemon.clone(),
+            l,
+            stop_rx.clone(),
+        )));
+    }
+    tasks.push(tokio::spawn(admin::serve(
+        daemon.clone(),
+        listener,
+        stop_rx,
+    )));
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout();
+        let _ = writeln!(
+            out,
+            "zerohop: daemon ready on {}{}",
+            opts.socket.display(),
+            daemon
+                .metrics_url()
+                .map_or(String::new(), |u| format!(", metrics at {u}"))
+        );
+        let _ = out.flush();
+    }
+    shutdown.await;
+    tracing::info!("stopping every chain");
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    daemon.down_all().await;
+    let _ = std::fs::remove_file(&opts.socket);
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! What a running chain looks like from outside: the agent's own records (instances, pids,
+//! restarts) plus counters read from the gateway and the pools, turned into the admin API's
+//! [`ChainStatus`].
+//!
+//! Nothing here trusts shared memory for more than a number to show: party states and slot
+//! owners are read as they are, never acted upon.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use zerohop_pool::{Owner, PartyState, LATENCY_BUCKETS};
+use zerohop_transport::GATEWAY_FN;
+
+use crate::api::{
+    ChainStatus, FunctionStatus, GatewayCounters, InstanceStatus, RouteStatus, SlotCounters,
+};
+use crate::supervise::Shared;
+
+/// A cheap, cloneable handle on a running chain for status and metrics (it does not keep the
+/// chain running: [`Running`](crate::Running) does).
+#[derive(Clone)]
+pub struct ChainView {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: String,
+    pub(crate) spec_file: String,
+    pub(crate) listeners: Vec<String>,
+    pub(crate) started: Instant,
+    /// Per function, in spec order: (min, max).
+    pub(crate) bounds: Vec<(u16, u16)>,
+}
+
+impl ChainView {
+    /// Chain name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every way in, as URLs.
+    pub fn listeners(&self) -> &[String] {
+        &self.listeners
+    }
+
+    /// The gateways (to submit requests, read counters).
+    pub fn gateways(&self) -> &zerohop_gateway::Gateways {
+        &self.shared.gateways
+    }
+
+    /// What its instances print.
+    pub fn logs(&self) -> &crate::logs::LogBook {
+        &self.shared.logs
+    }
+
+    /// Seconds since the chain came up.
+    pub fn uptime_s(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    /// The chain now.
+    pub fn status(&self) -> ChainStatus {
+        let s = &self.shared;
+        let gws = &s.gateways;
+        let plan = gws.plan();
+        let pools = gws.pools();
+        let total =
+            |c: fn(&zerohop_gateway::GatewayStats) -> &std::sync::atomic::AtomicU64| gws.total(c);
+        let mut functions: Vec<FunctionStatus> = plan
+            .functions
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let (min, max) = self.bounds.get(i).copied().unwrap_or((1, 1));
+                FunctionStatus {
+                    name: f.name.clone(),
+                    min,
+                    max,
+                    latency_buckets: vec![0; LATENCY_BUCKETS],
+                    ..Default::default()
+                }
+            })
+            .collect();
+        for (party, &f) in plan.party_function.iter().enumerate() {
+            if party < usize::from(plan.gateways()) || f == GATEWAY_FN {
+                continue;
+            }
+            let Some(fs) = functions.get_mut(f as usize) else {
+                continue;
+            };
+            let party = party as u16;
+            let control = s.parties.get(usize::from(party));
+            let pgid = control.map_or(0, |c| c.pgid.load(Ordering::Acquire));
+            let restarts = control.map_or(0, |c| c.restarts.load(Ordering::Relaxed));
+            let state = if pgid == 0 {
+                "stopped"
+            } else if s.ready(party) {
+                "ready"
+            } else if s
+                .party_pools
+                .get(usize::from(party))
+                .into_iter()
+                .flat_map(|p| p.records(party))
+                .any(|r| r.state() == PartyState::Dead)
+            {
+                "dead"
+            } else {
+                "starting"
+            };
+            if state == "ready" {
+                fs.ready += 1;
+            }
+            if pgid != 0 {
+                fs.desired += 1;
+            }
+            fs.restarts += u64::from(restarts);
+            // The party's counters live in its first pool's record.
+            if let Some(r) = s
+                .party_pools
+                .get(usize::from(party))
+                .and_then(|p| p.records(party).next())
+            {
+                let st = r.stats();
+                // A dead instance's handlers are not running, whatever its record says.
+                if pgid != 0 {
+                    fs.busy += u64::from(st.busy);
+                }
+                fs.handled = fs.handled.saturating_add(st.handled);
+                fs.failed = fs.failed.saturating_add(st.failed);
+                fs.latency_us_sum = fs.latency_us_sum.saturating_add(st.latency_us_sum);
+                for (acc, v) in fs.latency_buckets.iter_mut().zip(st.buckets) {
+                    *acc = acc.saturating_add(v);
+                }
+                for (acc, v) in fs.rejected.iter_mut().zip(st.rejected) {
+                    *acc = acc.saturating_add(v);
+                }
+            }
+            fs.slots += pools
+                .iter()
+                .map(|p| p.owners().owned_by(Owner::party(party)).len() as u64)
+                .sum::<u64>();
+            fs.instances.push(InstanceStatus {
+                party,
+                pid: (pgid != 0).then_some(pgid),
+                state: state.into(),
+                restarts,
+            });
+        }
+        let routes = plan
+            .routes
+            .iter()
+            .map(|r| {
+                let mut triggers = Vec::new();
+                if !r.path.is_empty() {
+                    triggers.push(format!("{} {}", r.method, r.path));
+                }
+                if !r.mqtt.is_empty() {
+                    triggers.push(format!("mqtt {}", r.mqtt));
+                }
+                if !r.coap.is_empty() {
+                    triggers.push(format!("coap {}", r.coap));
+                }
+                RouteStatus {
+                    triggers,
+                    sequence: r
+                        .sequence
+                        .iter()
+                        .map(|&f| plan.function_name(f).to_owned())
+                        .collect(),
+                }
+            })
+            .collect();
+        for fs in &mut functions {
+            if let Some(l) = s.logs.stats(&fs.name) {
+                fs.log_lines = l.kept + l.evicted;
+                fs.log_dropped = l.dropped;
+            }
+        }
+        ChainStatus {
+            name: self.name.clone(),
+            spec: self.spec_file.clone(),
+            listeners: self.listeners.clone(),
+            metrics_url: None,
+            transport: plan.transport.clone(),
+            confinement: s.domain.describe(),
+            uptime_s: self.uptime_s(),
+            gateway: GatewayCounters {
+                accepted: total(|s| &s.accepted),
+                ok: total(|s| &s.ok),
+                errors: total(|s| &s.errors),
+                inflight: gws.inflight() as u64,
+                refused: total(|s| &s.refused),
+                late: total(|s| &s.late),
+            },
+            slots: SlotCounters {
+                in_use: pools.iter().map(|p| u64::from(p.owners().in_use())).sum(),
+                total: pools.iter().map(|p| u64::from(p.slot_count())).sum(),
+            },
+            functions,
+            routes,
+        }
+    }
+}
