@@ -13,7 +13,7 @@ use zerohop_transport::{
 
 use crate::call::{Calls, Pending};
 use crate::request::{HandlerError, Next, Request};
-use crate::{env, sys, Handler};
+use crate::{env, logging, sys, Handler};
 
 /// Why an instance could not start.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,9 @@ pub(crate) struct Router {
     ids: RequestIds,
     /// The chain's state store, when this function has `state`.
     pub(crate) state: Option<State>,
+    /// The instance's root span (chain, function, party), entered on every thread that
+    /// handles requests.
+    pub(crate) span: tracing::Span,
 }
 
 /// An attached instance, ready to serve.
@@ -72,8 +75,11 @@ fn num<T: std::str::FromStr>(name: &'static str) -> Result<T, StartError> {
         .map_err(|_| StartError::HandOver(format!("{name} is not a number")))
 }
 
-/// Attaches to the chain described by the `ZEROHOP_*` environment and inherited fds.
+/// Attaches to the chain described by the `ZEROHOP_*` environment and inherited fds. Installs
+/// the SDK's `tracing` subscriber first, unless the program has one (see the crate's
+/// "Logging").
 pub fn start() -> Result<Instance, StartError> {
+    logging::init();
     let plan = Plan::from_json(&var(env::PLAN)?).map_err(StartError::HandOver)?;
     let me: PartyId = num(env::PARTY)?;
     let nfds: usize = num(env::FDS)?;
@@ -129,6 +135,7 @@ pub fn start() -> Result<Instance, StartError> {
     let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
     let endpoint = Endpoint::new(pools.clone(), policy, me, transport.receiver(me)?);
     let router = Router {
+        span: logging::instance_span(&plan.chain, plan.function_name(function), me),
         picker: Picker::new(&plan, me),
         ids: plan.request_ids(),
         sender: transport.sender(me)?,
@@ -150,7 +157,7 @@ pub fn run<H: Handler>(handler: H) -> ! {
     match start() {
         Ok(instance) => instance.serve(handler),
         Err(e) => {
-            eprintln!("zerohop function: {e}");
+            tracing::error!("cannot start: {e}");
             std::process::exit(2)
         }
     }
@@ -161,6 +168,7 @@ impl Instance {
     /// threads. Returns only if the transport is stopped or closed.
     pub fn serve<H: Handler>(mut self, handler: H) -> ! {
         let router = self.router.clone();
+        let _root = router.span.clone().entered();
         let concurrency = router
             .plan
             .functions
@@ -198,6 +206,7 @@ impl Instance {
                 std::thread::Builder::new()
                     .name(format!("handler-{i}"))
                     .spawn(move || {
+                        let _root = router.span.clone().entered();
                         let cx = Calls {
                             router: &router,
                             pending: &pending,
@@ -235,6 +244,8 @@ impl Router {
             ..
         } = d;
         header.request = desc.request;
+        // Whatever the handler logs names the request (a no-op when INFO is filtered out).
+        let _request = logging::request_span(desc.request, header.route).entered();
         let plan = &*self.plan;
         // A call: whatever the handler does, the slot goes back to the caller.
         let call =
@@ -248,6 +259,10 @@ impl Router {
             if !calls_me {
                 // Nobody allowed to call this function would get the answer: a forged call.
                 // Dropping the slot frees it.
+                tracing::warn!(
+                    caller,
+                    "dropped a call from party {caller}, whose function may not call this one"
+                );
                 return;
             }
         }
@@ -292,13 +307,15 @@ impl Router {
             Some(e) => Err(HandlerError::from(e)),
             None => catch_unwind(AssertUnwindSafe(|| handler.handle(&mut req))).unwrap_or_else(
                 |panic| {
-                    Err(HandlerError::internal(format!(
-                        "handler panicked: {}",
-                        panic_message(&*panic)
-                    )))
+                    let message = format!("handler panicked: {}", panic_message(&*panic));
+                    tracing::error!("{message}");
+                    Err(HandlerError::internal(message))
                 },
             ),
         };
+        if let Err(e) = &outcome {
+            tracing::debug!(status = e.status, "handler failed: {}", e.message);
+        }
         if let Some(r) = record {
             r.handler_finished(started.elapsed().as_micros() as u64, outcome.is_ok());
         }
@@ -356,6 +373,7 @@ impl Router {
                 slot.set_header(&header);
                 if let Err(e) = self.send(slot, desc.request, len as u32, hop) {
                     let (slot, msg) = e;
+                    tracing::warn!("{msg}; answering 503");
                     self.fail(slot, header, 503, &msg);
                 }
             }
@@ -389,8 +407,12 @@ impl Router {
         );
         // If the caller cannot be reached the slot is freed on drop; its call fails by the
         // deadline or by its own death.
-        if self.sender.send(caller, desc).is_ok() {
-            slot.into_sent();
+        match self.sender.send(caller, desc) {
+            Ok(()) => slot.into_sent(),
+            Err(e) => tracing::warn!(
+                caller,
+                "could not answer call {number} of party {caller}: {e}"
+            ),
         }
     }
 
@@ -437,7 +459,9 @@ impl Router {
         slot.set_header(&header);
         // If even the gateway cannot be reached the slot is freed on drop and the request
         // runs into the chain's timeout.
-        let _ = self.send(slot, header.request, n as u32, Hop::Gateway);
+        if let Err((_, msg)) = self.send(slot, header.request, n as u32, Hop::Gateway) {
+            tracing::warn!("{msg}; the request runs into the chain's timeout");
+        }
     }
 }
 
@@ -469,4 +493,157 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use tracing_subscriber::EnvFilter;
+    use zerohop_pool::{Owner, PoolConfig};
+    use zerohop_transport::{FunctionPlan, RoutePlan, SendError};
+
+    use super::*;
+    use crate::logging::tests::Captured;
+
+    /// Keeps what the runtime sends instead of sending it.
+    #[derive(Clone, Default)]
+    struct Kept(Arc<Mutex<Vec<(PartyId, Descriptor)>>>);
+
+    impl Sender for Kept {
+        fn send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError> {
+            self.0.lock().unwrap().push((to, desc));
+            Ok(())
+        }
+
+        fn try_send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError> {
+            self.send(to, desc)
+        }
+    }
+
+    /// `POST /hello` through upper (party 1) then exclaim (party 2); the gateway is party 0.
+    fn hello() -> Plan {
+        let function = |name: &str| FunctionPlan {
+            name: name.into(),
+            concurrency: 1,
+            ..Default::default()
+        };
+        Plan {
+            chain: "hello".into(),
+            transport: "ring".into(),
+            spin_us: 0,
+            queue_capacity: 8,
+            functions: vec![function("upper"), function("exclaim")],
+            routes: vec![RoutePlan {
+                method: "POST".into(),
+                path: "/hello".into(),
+                sequence: vec![0, 1],
+                ..Default::default()
+            }],
+            headers: Vec::new(),
+            party_function: vec![GATEWAY_FN, 0, 1],
+            timeout_ms: 1000,
+            state: None,
+        }
+    }
+
+    /// Runs one request with body `body` through `handler` as upper's instance, with the SDK's
+    /// subscriber writing into memory at `filter`; returns what it wrote and what was sent.
+    fn handle(
+        filter: &str,
+        body: &[u8],
+        handler: impl Handler,
+    ) -> (String, Vec<(PartyId, Descriptor)>) {
+        let out = Captured::default();
+        let kept = Kept::default();
+        let subscriber = logging::subscriber(out.clone(), EnvFilter::new(filter));
+        tracing::subscriber::with_default(subscriber, || {
+            let plan = hello();
+            let pool = Arc::new(
+                Pool::create(&PoolConfig {
+                    name: "runtime-logging-test".into(),
+                    slots: 4,
+                    first_slot: 0,
+                    slot_size: 4096,
+                    max_parties: 3,
+                    hugepages: false,
+                })
+                .unwrap(),
+            );
+            let router = Router {
+                span: logging::instance_span(&plan.chain, "upper", 1),
+                picker: Picker::new(&plan, 1),
+                ids: plan.request_ids(),
+                sender: Box::new(kept.clone()),
+                plan: Arc::new(plan),
+                pools: Pools::single(pool.clone()),
+                function: 0,
+                me: 1,
+                state: None,
+            };
+            let mut slot = pool.alloc(Owner::party(1)).unwrap();
+            let header = SlotHeader {
+                request: 65537,
+                ..SlotHeader::default()
+            };
+            slot.set_header(&header);
+            slot.data_mut()[..body.len()].copy_from_slice(body);
+            let desc = slot.descriptor(65537, body.len() as u32, 0);
+            let _root = router.span.clone().entered();
+            router.process(
+                &handler,
+                Delivery {
+                    from: 0,
+                    desc,
+                    slot,
+                    header,
+                },
+                None,
+            );
+        });
+        let sent = kept.0.lock().unwrap().clone();
+        (out.text(), sent)
+    }
+
+    #[test]
+    fn what_a_handler_logs_names_the_request_and_the_function() {
+        let (log, sent) = handle("info", b"hello world", |req: &mut Request<'_>| {
+            tracing::info!(bytes = req.body().len(), "upper-casing");
+            req.body_mut().make_ascii_uppercase();
+            Ok(Next::Continue)
+        });
+        assert_eq!(
+            log,
+            " INFO zerohop{chain=hello function=upper instance=1}:request{id=65537 route=0}: \
+             upper-casing bytes=11\n"
+        );
+        assert_eq!(sent.len(), 1, "on to exclaim");
+        assert_eq!(
+            (sent[0].0, sent[0].1.next, sent[0].1.request),
+            (2, 1, 65537)
+        );
+    }
+
+    #[test]
+    fn a_panicking_handler_is_logged_with_its_request() {
+        let (log, sent) = handle(
+            "warn",
+            b"x",
+            |_: &mut Request<'_>| -> Result<Next, HandlerError> { panic!("boom") },
+        );
+        assert_eq!(
+            log, "ERROR zerohop{chain=hello function=upper instance=1}: handler panicked: boom\n",
+            "at warn there is no request span"
+        );
+        assert_eq!(sent[0].0, 0, "the error goes to the gateway");
+        let (log, _) = handle(
+            "debug",
+            b"x",
+            |_: &mut Request<'_>| -> Result<Next, HandlerError> {
+                Err(HandlerError::not_found("no such thing"))
+            },
+        );
+        assert!(
+            log.contains("request{id=65537 route=0}: handler failed: no such thing status=404"),
+            "{log}"
+        );
+    }
 }

@@ -20,18 +20,36 @@
 //! started by the agent (`zerohop up CHAIN.yaml`), which hands it the chain through
 //! inherited file descriptors and `ZEROHOP_*` environment variables.
 //!
+//! # Logging
+//!
+//! A function logs with [`tracing`], re-exported here (no dependency to add):
+//! `zerohop_runtime::tracing::info!(bytes = n, "upper-casing")`. [`run`] (and [`start`])
+//! install a subscriber that writes one line per event to standard error, where the agent
+//! stamps and files it, filtered by `RUST_LOG` (`info` when unset), without time or colours,
+//! inside the instance's span (chain, function, instance) and, while a handler runs, the
+//! request's (its id and route):
+//!
+//! ```text
+//!  INFO zerohop{chain=hello function=upper instance=1}:request{id=65537 route=0}: upper-casing bytes=11
+//! ```
+//!
+//! A program that installs its own subscriber before calling [`run`] keeps it.
+//!
 //! `unsafe` only in `sys` (prctl, getppid).
 
 #![deny(missing_docs)]
 
 mod call;
 mod instance;
+mod logging;
 mod request;
 mod sys;
 
 pub use call::{Answer, CallError};
 pub use instance::{run, start, Instance, StartError};
 pub use request::{HandlerError, Next, Request};
+/// The logging facade functions use; the runtime installs its subscriber (see "Logging").
+pub use tracing;
 pub use zerohop_pool::{State, StateError};
 
 /// A request handler: transforms the request in place and says where it goes next.
