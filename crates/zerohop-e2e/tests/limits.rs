@@ -428,3 +428,55 @@ fn a_killed_agents_groups_go_too() {
     );
     drop(chain);
 }
+
+/// A memory limit stops the function, not the host: past `memory: 32MiB` the kernel kills
+/// the instance (its request is answered 502), the agent restarts it, and it answers again.
+/// With swap on, the kernel may swap instead (swap is not limited): then only the charge is
+/// checked.
+#[test]
+fn a_memory_limit_kills_the_instance_not_the_host() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rt = runtime();
+    let yaml = chain_yaml("lim-mem", &[("hog", ", resources: { memory: 32MiB }")]);
+    let running = match try_up(&rt, &yaml, CgroupMode::Auto) {
+        Ok(r) => r,
+        Err(e) => {
+            assert!(!is_root(), "as root the limits can be applied: {e}");
+            eprintln!("not root and no delegated cgroup: {e}");
+            return;
+        }
+    };
+    let party = running.parties_of("hog")[0];
+    let url = format!("{}/hog", running.url());
+    let swap = std::fs::read_to_string("/proc/swaps")
+        .unwrap_or_default()
+        .lines()
+        .count()
+        > 1;
+    let a = post(&client(), &url, "alloc 128");
+    if swap {
+        eprintln!(
+            "swap is on: the instance may swap rather than die ({})",
+            a.status
+        );
+    } else {
+        assert_eq!(a.status, 502, "128 MiB under a 32 MiB limit: {}", a.body);
+        assert!(
+            wait_until(Duration::from_secs(10), || running.restarts(party) >= 1),
+            "the killed instance is restarted"
+        );
+    }
+    let mut last = None;
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            let a = post(&client(), &url, "alloc 4");
+            let ok = a.status == 200;
+            last = Some(a);
+            ok
+        }),
+        "it answers again: {last:?}"
+    );
+    let u = running.instance_usage(party).expect("a cgroup");
+    assert!(u.memory_bytes.unwrap_or(0) <= 32 << 20, "{u:?}");
+    rt.block_on(running.shutdown());
+}

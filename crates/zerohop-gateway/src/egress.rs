@@ -183,6 +183,7 @@ impl Gateway {
             .collect();
         tracing::error!(
             chain = %self.plan.chain,
+            requests = ?waiting,
             "the gateway's receive path failed; {} request(s) in flight answered 502; receiving again",
             waiting.len()
         );
@@ -219,6 +220,12 @@ impl Gateway {
             // never was: dropping it frees the slot.
             drop(table);
             self.stats.late.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                function = self.plan.function_name(function),
+                party = from,
+                request = desc.request,
+                "dropped an answer nobody waits for (late, or no such request)"
+            );
             return;
         };
         let genuine = w.slot == desc.slot
@@ -264,6 +271,10 @@ impl Gateway {
             }
             None => {
                 self.stats.late.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    request,
+                    "already answered (timeout or crash); outcome dropped"
+                );
             }
         }
     }
@@ -309,6 +320,12 @@ impl Gateway {
             }
         }
         for &id in &hit {
+            tracing::warn!(
+                request = id,
+                function = %function,
+                party,
+                "instance {party} {what} while handling this request; answered 502"
+            );
             let err = GatewayError::new(
                 StatusCode::BAD_GATEWAY,
                 ErrorSource::Function(function.clone()),
