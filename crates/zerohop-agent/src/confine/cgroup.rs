@@ -362,7 +362,15 @@ impl ChainCgroup {
             next: AtomicU32::new(0),
         };
         for c in Controller::ALL {
-            chain.placement[c.index()] = chain.place(c, layout, name, mode);
+            let placed = chain.place(c, layout, name, mode);
+            if let Err(why) = &placed {
+                // Only an error for functions with that limit (then with this reason).
+                tracing::debug!(
+                    controller = c.name(),
+                    "no cgroup for this controller: {why}"
+                );
+            }
+            chain.placement[c.index()] = placed;
         }
         Ok(chain)
     }
