@@ -216,6 +216,15 @@ pub struct InstanceStatus {
     pub state: String,
     /// Times it was restarted.
     pub restarts: u32,
+    /// CPU time its processes used since it started, nanoseconds (from its cgroup).
+    #[serde(default)]
+    pub cpu_ns: Option<u64>,
+    /// Memory charged to it now, bytes (from its cgroup).
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// CFS periods its CPU limit throttled it in.
+    #[serde(default)]
+    pub throttled: Option<u64>,
 }
 
 /// One route of a chain.

@@ -137,11 +137,18 @@ impl ChainView {
                 .iter()
                 .map(|p| p.owners().owned_by(Owner::party(party)).len() as u64)
                 .sum::<u64>();
+            let usage = control
+                .and_then(|c| c.usage.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                .map(|probe| probe.read())
+                .unwrap_or_default();
             fs.instances.push(InstanceStatus {
                 party,
                 pid: (pgid != 0).then_some(pgid),
                 state: state.into(),
                 restarts,
+                cpu_ns: usage.cpu_ns,
+                memory_bytes: usage.memory_bytes,
+                throttled: usage.nr_throttled,
             });
         }
         let routes = plan

@@ -246,6 +246,11 @@ fn metrics_pass_promtool_and_count_what_was_sent() {
     assert_eq!(sample("zerohop_answers_ok_total{"), Some(13.0));
     assert_eq!(sample("zerohop_answers_error_total{"), Some(0.0));
     assert_eq!(sample("zerohop_slots_in_use{"), Some(0.0));
+    // Instances have cgroups as root (CI): their CPU time is there, and non-zero.
+    if nix::unistd::geteuid().is_root() {
+        let cpu = sample("zerohop_instance_cpu_seconds_total{");
+        assert!(cpu.is_some_and(|c| c > 0.0), "instance CPU time: {page}");
+    }
     assert_eq!(d.stop(), Some(0));
 }
 

@@ -206,6 +206,54 @@ impl Collector for Chains {
             "Output lines dropped because the function printed faster than its budget",
             &per_fn(|f| f.log_dropped),
         )?;
+        // Per instance (cgroup figures restart with the instance: labelled by party, so a
+        // restart is a counter reset, which Prometheus handles).
+        let mut cpu = Vec::new();
+        let mut mem = Vec::new();
+        let mut throttled = Vec::new();
+        for s in &all {
+            for fs in &s.functions {
+                for i in &fs.instances {
+                    let labels = || {
+                        vec![
+                            ("chain", s.name.clone()),
+                            ("function", fs.name.clone()),
+                            ("instance", i.party.to_string()),
+                        ]
+                    };
+                    if let Some(ns) = i.cpu_ns {
+                        cpu.push((labels(), ns));
+                    }
+                    if let Some(b) = i.memory_bytes {
+                        mem.push((labels(), b.min(i64::MAX as u64) as i64));
+                    }
+                    if let Some(t) = i.throttled {
+                        throttled.push((labels(), t));
+                    }
+                }
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "zerohop_instance_cpu_seconds",
+            "CPU time the instance's processes used since it started (its cgroup)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (labels, ns) in &cpu {
+            ConstCounter::new(*ns as f64 / 1e9).encode(m.encode_family(labels)?)?;
+        }
+        gauges(
+            &mut enc,
+            "zerohop_instance_memory_bytes",
+            "Memory charged to the instance now (its cgroup)",
+            &mem,
+        )?;
+        counters(
+            &mut enc,
+            "zerohop_instance_cpu_throttled_periods",
+            "CFS periods in which the instance's CPU limit throttled it",
+            &throttled,
+        )?;
         const REASONS: [&str; 3] = ["wrong_function", "ownership", "malformed"];
         let mut rejected = Vec::new();
         for s in &all {
