@@ -109,8 +109,13 @@ fn printed_lines_land_in_the_book_by_function_instance_and_stream_in_order() {
     let bytes: usize = (0..50).map(|i| 2 * format!("out q{i}\n").len()).sum();
     assert_eq!(stats.bytes, bytes as u64);
     assert_eq!(logs.stats("nobody"), None);
-    // Shown as RFC 3339 in UTC with milliseconds.
-    let shown = all[0].to_string();
+    // Shown as RFC 3339 in UTC with milliseconds. (The two streams are read by two
+    // readers: which of "out q0" and "err q0" was stored first is not fixed.)
+    let shown = all
+        .iter()
+        .find(|l| l.stream == Stream::Stdout)
+        .expect("a stdout line")
+        .to_string();
     assert!(
         shown.ends_with(&format!(" quiet/{quiet} stdout out q0")),
         "{shown}"
