@@ -186,15 +186,13 @@ impl FunctionStatus {
                 continue;
             }
             if (seen + n) as f64 >= want {
-                let lo = if k == 0 {
-                    0.0
-                } else {
-                    (1u64 << (k - 1)) as f64
-                };
-                let hi = if k + 1 == buckets.len() {
-                    lo * 2.0
-                } else {
-                    (1u64 << k) as f64
+                // Bucket k holds [bound(k-1), bound(k)); the last one, unbounded, is read as
+                // one more doubling.
+                let bound = zerohop_pool::latency_bucket_bound_us;
+                let lo = k.checked_sub(1).and_then(bound).unwrap_or(0) as f64;
+                let hi = match bound(k) {
+                    Some(b) if k + 1 < buckets.len() => b as f64,
+                    _ => lo * 2.0,
                 };
                 let frac = (want - seen as f64) / n as f64;
                 return Some(lo + (hi - lo) * frac);
@@ -312,4 +310,24 @@ pub struct DaemonStatus {
 pub struct ErrorBody {
     /// One line: what went wrong and what to do.
     pub error: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FunctionStatus;
+
+    #[test]
+    fn quantiles_interpolate_inside_power_of_two_buckets() {
+        assert_eq!(FunctionStatus::quantile_us(&[0; 24], 0.5), None);
+        // Ten runs in [4, 8) us: the median is half way in.
+        let mut b = [0u64; 24];
+        b[3] = 10;
+        assert_eq!(FunctionStatus::quantile_us(&b, 0.5), Some(6.0));
+        assert_eq!(FunctionStatus::quantile_us(&b, 1.0), Some(8.0));
+        // One more, slow run in the last (unbounded) bucket sets p99.
+        b[23] = 1;
+        let p99 = FunctionStatus::quantile_us(&b, 0.99).unwrap();
+        assert!(p99 > (1u64 << 22) as f64, "{p99}");
+        assert!(FunctionStatus::quantile_us(&b, 0.5).unwrap() < 8.0);
+    }
 }

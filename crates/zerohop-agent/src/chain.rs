@@ -183,7 +183,8 @@ impl Running {
         self.coap.map(|a| a.port())
     }
 
-    /// A handle for status and metrics that outlives nothing: see [`ChainView`](crate::ChainView).
+    /// A cheap handle for status and metrics (it does not keep the chain running); see
+    /// [`ChainView`](crate::ChainView).
     pub fn view(&self) -> crate::status::ChainView {
         self.view.clone()
     }

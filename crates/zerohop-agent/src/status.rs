@@ -79,6 +79,25 @@ impl ChainView {
                 }
             })
             .collect();
+        // One pass over every owner word: slots in use, and held per party.
+        let mut held = vec![0u64; plan.party_function.len()];
+        let mut in_use = 0u64;
+        for p in pools.iter() {
+            let owners = p.owners();
+            for w in (0..owners.len()).filter_map(|l| owners.get(l)) {
+                if w.owner == Owner::FREE {
+                    continue;
+                }
+                in_use += 1;
+                if let Some(h) = w
+                    .owner
+                    .as_party()
+                    .and_then(|q| held.get_mut(usize::from(q)))
+                {
+                    *h += 1;
+                }
+            }
+        }
         for (party, &f) in plan.party_function.iter().enumerate() {
             if party < usize::from(plan.gateways()) || f == GATEWAY_FN {
                 continue;
@@ -94,13 +113,7 @@ impl ChainView {
                 "stopped"
             } else if s.ready(party) {
                 "ready"
-            } else if s
-                .party_pools
-                .get(usize::from(party))
-                .into_iter()
-                .flat_map(|p| p.records(party))
-                .any(|r| r.state() == PartyState::Dead)
-            {
+            } else if s.records(party).any(|r| r.state() == PartyState::Dead) {
                 "dead"
             } else {
                 "starting"
@@ -113,11 +126,7 @@ impl ChainView {
             }
             fs.restarts += u64::from(restarts);
             // The party's counters live in its first pool's record.
-            if let Some(r) = s
-                .party_pools
-                .get(usize::from(party))
-                .and_then(|p| p.records(party).next())
-            {
+            if let Some(r) = s.records(party).next() {
                 let st = r.stats();
                 // A dead instance's handlers are not running, whatever its record says.
                 if pgid != 0 {
@@ -133,10 +142,7 @@ impl ChainView {
                     *acc = acc.saturating_add(v);
                 }
             }
-            fs.slots += pools
-                .iter()
-                .map(|p| p.owners().owned_by(Owner::party(party)).len() as u64)
-                .sum::<u64>();
+            fs.slots += held[usize::from(party)];
             let usage = control
                 .and_then(|c| c.usage.lock().unwrap_or_else(|p| p.into_inner()).clone())
                 .map(|probe| probe.read())
@@ -198,7 +204,7 @@ impl ChainView {
                 late: total(|s| &s.late),
             },
             slots: SlotCounters {
-                in_use: pools.iter().map(|p| u64::from(p.owners().in_use())).sum(),
+                in_use,
                 total: pools.iter().map(|p| u64::from(p.slot_count())).sum(),
             },
             functions,

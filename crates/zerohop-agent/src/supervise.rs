@@ -47,8 +47,8 @@ impl Shared {
             .map_or(&[], Pools::as_slice)
     }
 
-    /// `party`'s record in each of its pools.
-    fn records(&self, party: PartyId) -> impl Iterator<Item = &PartyRecord> {
+    /// `party`'s record in each of its pools (its counters are in the first).
+    pub fn records(&self, party: PartyId) -> impl Iterator<Item = &PartyRecord> {
         self.party_pools
             .get(party as usize)
             .into_iter()

@@ -283,11 +283,11 @@ fn no_reader_or_descriptor_outlives_the_chain() {
     // A killed instance's readers end at end of file; its successor gets new ones.
     let victim_party = chain.parties_of("quiet")[0];
     let victim = chain.instance_pid(victim_party).expect("quiet runs");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    let killed = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(killed.is_ok(), "kill -9 {victim}: {killed:?}");
     assert!(
         wait_until(Duration::from_secs(15), || chain.restarts(victim_party)
             == 1

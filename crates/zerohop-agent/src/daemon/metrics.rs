@@ -16,11 +16,13 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::Daemon;
+use crate::api::{ChainStatus, FunctionStatus};
 
 /// The collector: reads every chain at scrape time.
 #[derive(Debug)]
@@ -32,45 +34,144 @@ impl std::fmt::Debug for Daemon {
     }
 }
 
-/// Writes a counter family: one sample per label set.
-fn counters(
+/// Label pairs of one sample.
+type Labels = Vec<(&'static str, String)>;
+
+/// Writes one family of counters or gauges: one sample per label set.
+fn family(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    samples: &[(Vec<(&str, String)>, u64)],
+    kind: MetricType,
+    samples: impl IntoIterator<Item = (Labels, u64)>,
 ) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(
-        name,
-        help,
-        None,
-        prometheus_client::metrics::MetricType::Counter,
-    )?;
+    let mut m = enc.encode_descriptor(name, help, None, kind)?;
     for (labels, v) in samples {
-        let fam = m.encode_family(labels)?;
-        ConstCounter::new(*v).encode(fam)?;
+        let fam = m.encode_family(&labels)?;
+        if matches!(kind, MetricType::Counter) {
+            ConstCounter::new(v).encode(fam)?;
+        } else {
+            ConstGauge::new(v.min(i64::MAX as u64) as i64).encode(fam)?;
+        }
     }
     Ok(())
 }
 
-/// Writes a gauge family.
-fn gauges(
-    enc: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    samples: &[(Vec<(&str, String)>, i64)],
-) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(
-        name,
-        help,
-        None,
-        prometheus_client::metrics::MetricType::Gauge,
-    )?;
-    for (labels, v) in samples {
-        let fam = m.encode_family(labels)?;
-        ConstGauge::new(*v).encode(fam)?;
-    }
-    Ok(())
-}
+/// Per-chain families: name, help, type, value.
+type ChainFamily = (
+    &'static str,
+    &'static str,
+    MetricType,
+    fn(&ChainStatus) -> u64,
+);
+const CHAIN_FAMILIES: [ChainFamily; 8] = [
+    (
+        "zerohop_requests",
+        "Requests the gateway sent into the chain",
+        MetricType::Counter,
+        |s| s.gateway.accepted,
+    ),
+    (
+        "zerohop_answers_ok",
+        "Requests answered with a 2xx or 3xx status",
+        MetricType::Counter,
+        |s| s.gateway.ok,
+    ),
+    (
+        "zerohop_answers_error",
+        "Requests answered with an error status, from any source",
+        MetricType::Counter,
+        |s| s.gateway.errors,
+    ),
+    (
+        "zerohop_descriptors_refused",
+        "Descriptors the gateway refused (wrong slot, generation, request, route or sender)",
+        MetricType::Counter,
+        |s| s.gateway.refused,
+    ),
+    (
+        "zerohop_answers_late",
+        "Answers that came after their request was already answered",
+        MetricType::Counter,
+        |s| s.gateway.late,
+    ),
+    (
+        "zerohop_inflight",
+        "Requests waiting for the chain now",
+        MetricType::Gauge,
+        |s| s.gateway.inflight,
+    ),
+    (
+        "zerohop_slots_in_use",
+        "Slots of the chain's pools in use now",
+        MetricType::Gauge,
+        |s| s.slots.in_use,
+    ),
+    (
+        "zerohop_slots",
+        "Slots in the chain's pools",
+        MetricType::Gauge,
+        |s| s.slots.total,
+    ),
+];
+
+/// Per-function families: name, help, type, value.
+type FunctionFamily = (
+    &'static str,
+    &'static str,
+    MetricType,
+    fn(&FunctionStatus) -> u64,
+);
+const FUNCTION_FAMILIES: [FunctionFamily; 8] = [
+    (
+        "zerohop_function_instances",
+        "Instances of the function attached and receiving",
+        MetricType::Gauge,
+        |f| f.ready as u64,
+    ),
+    (
+        "zerohop_function_slots_in_use",
+        "Slots the function's instances hold now",
+        MetricType::Gauge,
+        |f| f.slots,
+    ),
+    (
+        "zerohop_function_restarts",
+        "Times the function's instances were restarted",
+        MetricType::Counter,
+        |f| f.restarts,
+    ),
+    (
+        "zerohop_function_requests",
+        "Requests the function's handlers finished",
+        MetricType::Counter,
+        |f| f.handled,
+    ),
+    (
+        "zerohop_function_errors",
+        "Requests the function's handlers ended with an error or a panic",
+        MetricType::Counter,
+        |f| f.failed,
+    ),
+    (
+        "zerohop_function_inflight",
+        "Requests in the function's handlers now",
+        MetricType::Gauge,
+        |f| f.busy,
+    ),
+    (
+        "zerohop_function_log_lines",
+        "Output lines the function's instances printed and the daemon stored",
+        MetricType::Counter,
+        |f| f.log_lines,
+    ),
+    (
+        "zerohop_function_log_lines_dropped",
+        "Output lines dropped because the function printed faster than its budget",
+        MetricType::Counter,
+        |f| f.log_dropped,
+    ),
+];
 
 impl Collector for Chains {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
@@ -78,158 +179,43 @@ impl Collector for Chains {
             return Ok(());
         };
         let all: Vec<_> = daemon.views().iter().map(|v| v.status()).collect();
-        let chain = |c: &str| vec![("chain", c.to_owned())];
-        let per_chain = |f: fn(&crate::api::ChainStatus) -> u64| {
+        for (name, help, kind, value) in CHAIN_FAMILIES {
+            let samples = all
+                .iter()
+                .map(|s| (vec![("chain", s.name.clone())], value(s)));
+            family(&mut enc, name, help, kind, samples)?;
+        }
+        let functions = || {
             all.iter()
-                .map(|s| (chain(&s.name), f(s)))
-                .collect::<Vec<_>>()
+                .flat_map(|s| s.functions.iter().map(move |f| (s.name.as_str(), f)))
         };
-        counters(
-            &mut enc,
-            "zerohop_requests",
-            "Requests the gateway sent into the chain",
-            &per_chain(|s| s.gateway.accepted),
-        )?;
-        counters(
-            &mut enc,
-            "zerohop_answers_ok",
-            "Requests answered with a 2xx or 3xx status",
-            &per_chain(|s| s.gateway.ok),
-        )?;
-        counters(
-            &mut enc,
-            "zerohop_answers_error",
-            "Requests answered with an error status, from any source",
-            &per_chain(|s| s.gateway.errors),
-        )?;
-        counters(
-            &mut enc,
-            "zerohop_descriptors_refused",
-            "Descriptors the gateway refused (wrong slot, generation, request, route or sender)",
-            &per_chain(|s| s.gateway.refused),
-        )?;
-        counters(
-            &mut enc,
-            "zerohop_answers_late",
-            "Answers that came after their request was already answered",
-            &per_chain(|s| s.gateway.late),
-        )?;
-        let g = |f: fn(&crate::api::ChainStatus) -> u64| {
-            all.iter()
-                .map(|s| (chain(&s.name), f(s) as i64))
-                .collect::<Vec<_>>()
+        let fn_labels = |chain: &str, f: &FunctionStatus| -> Labels {
+            vec![("chain", chain.to_owned()), ("function", f.name.clone())]
         };
-        gauges(
-            &mut enc,
-            "zerohop_inflight",
-            "Requests waiting for the chain now",
-            &g(|s| s.gateway.inflight),
-        )?;
-        gauges(
-            &mut enc,
-            "zerohop_slots_in_use",
-            "Slots of the chain's pools in use now",
-            &g(|s| s.slots.in_use),
-        )?;
-        gauges(
-            &mut enc,
-            "zerohop_slots",
-            "Slots in the chain's pools",
-            &g(|s| s.slots.total),
-        )?;
-        let per_fn = |f: fn(&crate::api::FunctionStatus) -> u64| {
-            all.iter()
-                .flat_map(|s| {
-                    s.functions.iter().map(|fs| {
-                        (
-                            vec![("chain", s.name.clone()), ("function", fs.name.clone())],
-                            f(fs),
-                        )
-                    })
-                })
-                .collect::<Vec<_>>()
-        };
-        gauges(
-            &mut enc,
-            "zerohop_function_instances",
-            "Instances of the function attached and receiving",
-            &per_fn(|f| f.ready as u64)
-                .into_iter()
-                .map(|(l, v)| (l, v as i64))
-                .collect::<Vec<_>>(),
-        )?;
-        gauges(
-            &mut enc,
-            "zerohop_function_slots_in_use",
-            "Slots the function's instances hold now",
-            &per_fn(|f| f.slots)
-                .into_iter()
-                .map(|(l, v)| (l, v as i64))
-                .collect::<Vec<_>>(),
-        )?;
-        counters(
-            &mut enc,
-            "zerohop_function_restarts",
-            "Times the function's instances were restarted",
-            &per_fn(|f| f.restarts),
-        )?;
-        counters(
-            &mut enc,
-            "zerohop_function_requests",
-            "Requests the function's handlers finished",
-            &per_fn(|f| f.handled),
-        )?;
-        counters(
-            &mut enc,
-            "zerohop_function_errors",
-            "Requests the function's handlers ended with an error or a panic",
-            &per_fn(|f| f.failed),
-        )?;
-        gauges(
-            &mut enc,
-            "zerohop_function_inflight",
-            "Requests in the function's handlers now",
-            &per_fn(|f| f.busy)
-                .into_iter()
-                .map(|(l, v)| (l, v as i64))
-                .collect::<Vec<_>>(),
-        )?;
-        counters(
-            &mut enc,
-            "zerohop_function_log_lines",
-            "Output lines the function's instances printed and the daemon stored",
-            &per_fn(|f| f.log_lines),
-        )?;
-        counters(
-            &mut enc,
-            "zerohop_function_log_lines_dropped",
-            "Output lines dropped because the function printed faster than its budget",
-            &per_fn(|f| f.log_dropped),
-        )?;
+        for (name, help, kind, value) in FUNCTION_FAMILIES {
+            let samples = functions().map(|(c, f)| (fn_labels(c, f), value(f)));
+            family(&mut enc, name, help, kind, samples)?;
+        }
         // Per instance (cgroup figures restart with the instance: labelled by party, so a
         // restart is a counter reset, which Prometheus handles).
         let mut cpu = Vec::new();
         let mut mem = Vec::new();
         let mut throttled = Vec::new();
-        for s in &all {
-            for fs in &s.functions {
-                for i in &fs.instances {
-                    let labels = || {
-                        vec![
-                            ("chain", s.name.clone()),
-                            ("function", fs.name.clone()),
-                            ("instance", i.party.to_string()),
-                        ]
-                    };
-                    if let Some(ns) = i.cpu_ns {
-                        cpu.push((labels(), ns));
-                    }
-                    if let Some(b) = i.memory_bytes {
-                        mem.push((labels(), b.min(i64::MAX as u64) as i64));
-                    }
-                    if let Some(t) = i.throttled {
-                        throttled.push((labels(), t));
-                    }
+        for (c, fs) in functions() {
+            for i in &fs.instances {
+                let labels = || {
+                    let mut l = fn_labels(c, fs);
+                    l.push(("instance", i.party.to_string()));
+                    l
+                };
+                if let Some(ns) = i.cpu_ns {
+                    cpu.push((labels(), ns));
+                }
+                if let Some(b) = i.memory_bytes {
+                    mem.push((labels(), b));
+                }
+                if let Some(t) = i.throttled {
+                    throttled.push((labels(), t));
                 }
             }
         }
@@ -237,74 +223,67 @@ impl Collector for Chains {
             "zerohop_instance_cpu_seconds",
             "CPU time the instance's processes used since it started (its cgroup)",
             None,
-            prometheus_client::metrics::MetricType::Counter,
+            MetricType::Counter,
         )?;
         for (labels, ns) in &cpu {
             ConstCounter::new(*ns as f64 / 1e9).encode(m.encode_family(labels)?)?;
         }
-        gauges(
+        family(
             &mut enc,
             "zerohop_instance_memory_bytes",
             "Memory charged to the instance now (its cgroup)",
-            &mem,
+            MetricType::Gauge,
+            mem,
         )?;
-        counters(
+        family(
             &mut enc,
             "zerohop_instance_cpu_throttled_periods",
             "CFS periods in which the instance's CPU limit throttled it",
-            &throttled,
+            MetricType::Counter,
+            throttled,
         )?;
         const REASONS: [&str; 3] = ["wrong_function", "ownership", "malformed"];
-        let mut rejected = Vec::new();
-        for s in &all {
-            for fs in &s.functions {
-                for (i, r) in REASONS.iter().enumerate() {
-                    rejected.push((
-                        vec![
-                            ("chain", s.name.clone()),
-                            ("function", fs.name.clone()),
-                            ("reason", (*r).to_owned()),
-                        ],
-                        fs.rejected[i],
-                    ));
-                }
-            }
-        }
-        counters(
+        let rejected = functions().flat_map(|(c, f)| {
+            REASONS.iter().zip(f.rejected).map(move |(r, n)| {
+                let mut l = fn_labels(c, f);
+                l.push(("reason", (*r).to_owned()));
+                (l, n)
+            })
+        });
+        family(
             &mut enc,
             "zerohop_function_descriptors_rejected",
             "Descriptors the function's instances dropped, by reason",
-            &rejected,
+            MetricType::Counter,
+            rejected,
         )?;
         let mut m = enc.encode_descriptor(
             "zerohop_function_duration_seconds",
             "Time requests spent in the function's handler",
             None,
-            prometheus_client::metrics::MetricType::Histogram,
+            MetricType::Histogram,
         )?;
-        for s in &all {
-            for fs in &s.functions {
-                let labels = vec![("chain", s.name.clone()), ("function", fs.name.clone())];
-                // Per bucket, not cumulative (the encoder adds them up); f64::MAX is its +Inf.
-                let buckets: Vec<(f64, u64)> = fs
-                    .latency_buckets
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &n)| {
-                        let bound = zerohop_pool::latency_bucket_bound_us(k)
-                            .map_or(f64::MAX, |us| us as f64 / 1e6);
-                        (bound, n)
-                    })
-                    .collect();
-                let count = buckets.iter().fold(0u64, |a, &(_, n)| a.saturating_add(n));
-                m.encode_family(&labels)?
-                    .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                        fs.latency_us_sum as f64 / 1e6,
-                        count,
-                        &buckets,
-                        None,
-                    )?;
-            }
+        for (c, fs) in functions() {
+            let labels = fn_labels(c, fs);
+            // Per bucket, not cumulative (the encoder adds them up); f64::MAX is its +Inf.
+            let buckets: Vec<(f64, u64)> = fs
+                .latency_buckets
+                .iter()
+                .enumerate()
+                .map(|(k, &n)| {
+                    let bound = zerohop_pool::latency_bucket_bound_us(k)
+                        .map_or(f64::MAX, |us| us as f64 / 1e6);
+                    (bound, n)
+                })
+                .collect();
+            let count = buckets.iter().fold(0u64, |a, &(_, n)| a.saturating_add(n));
+            m.encode_family(&labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    fs.latency_us_sum as f64 / 1e6,
+                    count,
+                    &buckets,
+                    None,
+                )?;
         }
         Ok(())
     }
