@@ -366,6 +366,7 @@ impl LogBook {
         }
         if let Some(echoed) = &self.echoed {
             let deadline = tokio::time::Instant::now() + CLOSE_GRACE;
+            // SYNC POINT: Acquire pairs with the Release store of `echoed` in the echo thread.
             while echoed.load(Ordering::Acquire) < self.inner.seq.load(Ordering::Relaxed)
                 && tokio::time::Instant::now() < deadline
             {

@@ -107,6 +107,8 @@ impl ChainView {
             };
             let party = party as u16;
             let control = s.parties.get(usize::from(party));
+            // SYNC POINT: Acquire pairs with the Release stores of `pgid` in supervise.rs
+            // (`spawn` and `kill_rest`).
             let pgid = control.map_or(0, |c| c.pgid.load(Ordering::Acquire));
             let restarts = control.map_or(0, |c| c.restarts.load(Ordering::Relaxed));
             let state = if pgid == 0 {
