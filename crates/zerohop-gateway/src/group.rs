@@ -15,6 +15,7 @@ use crate::{Gateway, GatewayConfig, GatewayStats};
 pub struct Gateways {
     list: Vec<Arc<Gateway>>,
     became_busy: Arc<tokio::sync::Notify>,
+    wants_instance: Arc<tokio::sync::Notify>,
 }
 
 impl Gateways {
@@ -43,6 +44,7 @@ impl Gateways {
             ..config
         };
         let became_busy = Arc::new(tokio::sync::Notify::new());
+        let wants_instance = Arc::new(tokio::sync::Notify::new());
         let list = senders
             .into_iter()
             .enumerate()
@@ -54,10 +56,15 @@ impl Gateways {
                     plan.clone(),
                     config.clone(),
                     became_busy.clone(),
+                    wants_instance.clone(),
                 )
             })
             .collect();
-        Self { list, became_busy }
+        Self {
+            list,
+            became_busy,
+            wants_instance,
+        }
     }
 
     /// The gateways, by party index.
@@ -97,6 +104,13 @@ impl Gateways {
             return;
         }
         notified.await;
+    }
+
+    /// Resolves once a gateway sent a request to a function with no ready instance (it
+    /// waits in the queue of the party chosen to be activated); a notice given while nobody
+    /// waited is kept for the next call.
+    pub async fn wants_instance(&self) {
+        self.wants_instance.notified().await;
     }
 
     /// Sum of one counter over every gateway, e.g. `gws.total(|s| &s.accepted)`.

@@ -293,8 +293,15 @@ impl Gateway {
         };
         let desc = slot.descriptor(id, len as u32, head);
         // Never wait for room on this thread: it serves every connection of the chain.
-        let delivered = match self.picker.pick(head, pool) {
-            Some(to) => self.sender.try_send(to, desc),
+        let delivered = match self.picker.pick_state(head, pool) {
+            Some((to, state)) => {
+                let sent = self.sender.try_send(to, desc);
+                if state != zerohop_pool::PartyState::Ready && sent.is_ok() {
+                    // It waits in that party's queue until the agent activates it.
+                    self.wants_instance.notify_one();
+                }
+                sent
+            }
             None => Err(SendError::NoSuchParty(Descriptor::GATEWAY as PartyId)),
         };
         match delivered {

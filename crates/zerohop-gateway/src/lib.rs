@@ -132,6 +132,9 @@ pub struct Gateway {
     /// Notified when a request enters an empty in-flight table (see [`Gateways::busy`]);
     /// shared by the gateways of one chain.
     became_busy: Arc<tokio::sync::Notify>,
+    /// Notified when a request went to a function with no ready instance (see
+    /// [`Gateways::wants_instance`]).
+    wants_instance: Arc<tokio::sync::Notify>,
     /// Per route, the functions that may answer it (ascending).
     answerers: Vec<Vec<u8>>,
     stats: GatewayStats,
@@ -151,7 +154,15 @@ impl Gateway {
         plan: Arc<Plan>,
         config: GatewayConfig,
     ) -> Arc<Self> {
-        Self::party(0, pools.into(), sender, plan, config, Default::default())
+        Self::party(
+            0,
+            pools.into(),
+            sender,
+            plan,
+            config,
+            Default::default(),
+            Default::default(),
+        )
     }
 
     /// Gateway party `party` of `plan`.
@@ -162,6 +173,7 @@ impl Gateway {
         plan: Arc<Plan>,
         config: GatewayConfig,
         became_busy: Arc<tokio::sync::Notify>,
+        wants_instance: Arc<tokio::sync::Notify>,
     ) -> Arc<Self> {
         let list = pools.as_slice();
         let domains = plan.domains().len();
@@ -190,6 +202,7 @@ impl Gateway {
             config,
             inflight: Mutex::new(HashMap::new()),
             became_busy,
+            wants_instance,
             next_request: AtomicU32::new(0),
             stats: GatewayStats::default(),
         })

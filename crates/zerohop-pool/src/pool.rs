@@ -11,7 +11,7 @@ use crate::{sys, Descriptor, PoolError};
 /// First 8 bytes of every pool region.
 pub const HEADER_MAGIC: [u8; 8] = *b"ZHPOOL\0\0";
 /// Version of the shared-memory protocol (`docs/protocol.md`).
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Bytes of [`SlotHeader`] at the start of every slot.
 pub const SLOT_HEADER_LEN: usize = 32;
 
@@ -50,6 +50,31 @@ pub enum PartyState {
     Ready = 2,
     /// Died; its slots are being or have been reclaimed.
     Dead = 3,
+    /// Process started to wait parked, not attached yet (the agent's choice).
+    Parking = 4,
+    /// Attached and waiting, taking nothing from its queue, until the agent sets it
+    /// `Ready` (activation: one store and a futex wake on the state word).
+    Parked = 5,
+    /// No process, by the agent's choice (scaled in or to zero): what is sent to it stays
+    /// queued until the agent starts it again.
+    Stopped = 6,
+    /// Running, finishing what it has; senders pick it only when nothing else is left.
+    Draining = 7,
+}
+
+impl PartyState {
+    fn from_word(w: u32) -> Self {
+        match w {
+            1 => PartyState::Starting,
+            2 => PartyState::Ready,
+            3 => PartyState::Dead,
+            4 => PartyState::Parking,
+            5 => PartyState::Parked,
+            6 => PartyState::Stopped,
+            7 => PartyState::Draining,
+            _ => PartyState::Empty,
+        }
+    }
 }
 
 /// Bytes of one [`PartyRecord`].
@@ -126,12 +151,64 @@ impl PartyRecord {
     /// Current state.
     pub fn state(&self) -> PartyState {
         // SYNC POINT: Acquire pairs with the Release in `set_state` by the agent or party.
-        match self.state.load(Ordering::Acquire) {
-            1 => PartyState::Starting,
-            2 => PartyState::Ready,
-            3 => PartyState::Dead,
-            _ => PartyState::Empty,
+        PartyState::from_word(self.state.load(Ordering::Acquire))
+    }
+    /// Sets the state to `to` if it is `from`; the state it found otherwise.
+    pub fn compare_set_state(&self, from: PartyState, to: PartyState) -> Result<(), PartyState> {
+        // SYNC POINT: AcqRel/Acquire as in `set_state`/`state`: one transition of the
+        // agent-party handshake (Parking -> Parked by the party, Parked -> Ready by the agent).
+        self.state
+            .compare_exchange(from as u32, to as u32, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+            .map_err(PartyState::from_word)
+    }
+    /// The party, at attach: `Starting` becomes `Ready`; `Parking` becomes `Parked`, and then
+    /// it waits (asleep in the kernel) until the state is no longer `Parked`. Returns the
+    /// state it goes on with: `Ready` to serve, anything else to stop (the agent stops a
+    /// parked instance it no longer wants with a signal; a state it did not expect is
+    /// returned as is).
+    #[cfg(not(loom))]
+    pub fn attach_or_park(&self) -> PartyState {
+        match self.compare_set_state(PartyState::Starting, PartyState::Ready) {
+            Ok(()) => return PartyState::Ready,
+            Err(PartyState::Parking) => {}
+            Err(other) => return other,
         }
+        if let Err(other) = self.compare_set_state(PartyState::Parking, PartyState::Parked) {
+            // Activated between the two looks (Parking -> Starting by the agent).
+            return match other {
+                PartyState::Starting => self.attach_or_park(),
+                s => s,
+            };
+        }
+        loop {
+            let s = self.state();
+            if s != PartyState::Parked {
+                return s;
+            }
+            // Woken by `activate`, or a second later to look again (a lost wake-up costs
+            // at most that; the agent's wake comes after its store).
+            sys::futex_wait(
+                &self.state,
+                PartyState::Parked as u32,
+                std::time::Duration::from_secs(1),
+            );
+        }
+    }
+    /// The agent: activates a parked party (`Parked` -> `Ready`, then wakes it) or one that
+    /// will park (`Parking` -> `Starting`, so it serves as soon as it attaches). Returns
+    /// whether it did either.
+    #[cfg(not(loom))]
+    pub fn activate(&self) -> bool {
+        if self
+            .compare_set_state(PartyState::Parked, PartyState::Ready)
+            .is_ok()
+        {
+            sys::futex_wake_all(&self.state);
+            return true;
+        }
+        self.compare_set_state(PartyState::Parking, PartyState::Starting)
+            .is_ok()
     }
     /// Sets the state.
     pub fn set_state(&self, s: PartyState) {

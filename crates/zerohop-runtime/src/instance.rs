@@ -174,10 +174,23 @@ impl Instance {
             .functions
             .get(router.function as usize)
             .map_or(1, |f| f.concurrency.max(1));
-        router.pools.records(self.me).for_each(|r| {
-            r.set_pid(std::process::id());
-            r.set_state(PartyState::Ready);
-        });
+        // Ready now, or parked until the agent activates this instance (its first pool's
+        // record is the one the agent and the instance hand the state over in).
+        let pid = std::process::id();
+        router.pools.records(self.me).for_each(|r| r.set_pid(pid));
+        let state = router
+            .pools
+            .records(self.me)
+            .next()
+            .map_or(PartyState::Ready, |r| r.attach_or_park());
+        if state != PartyState::Ready {
+            tracing::debug!(?state, "not activated; exiting");
+            std::process::exit(0);
+        }
+        router
+            .pools
+            .records(self.me)
+            .for_each(|r| r.set_state(PartyState::Ready));
         let calls = !router.plan.functions[router.function as usize]
             .calls
             .is_empty();

@@ -233,6 +233,14 @@ pub trait Transport: Send + Sync {
         let _ = parties;
         Ok(())
     }
+    /// Agent side: descriptors waiting now in the queues into `party` (sent, not yet
+    /// taken), over all its senders; what the scaler reads as queue depth, and how it finds
+    /// a party with no process that something was sent to. A snapshot, read as input (a
+    /// party can scribble on its own queue indices). 0 for a party that does not exist.
+    fn queued(&self, party: PartyId) -> usize {
+        let _ = party;
+        0
+    }
     /// The sender of party `me`.
     fn sender(&self, me: PartyId) -> Result<Box<dyn Sender>, TransportError>;
     /// The receiver of party `me`.

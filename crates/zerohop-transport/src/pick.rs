@@ -34,20 +34,41 @@ impl Picker {
         }
     }
 
-    /// An instance of function `f`: the next ready one in round-robin order, else the next
-    /// one anyway (its queue keeps the descriptor until the instance is back); `None` when
-    /// the function has no instance.
+    /// An instance of function `f`: the next ready one in round-robin order, else the one
+    /// the function's next instance comes up as (its queue keeps the descriptor until it is
+    /// ready); `None` when the function has no instance.
     pub fn pick(&self, f: u8, pool: &Pool) -> Option<PartyId> {
+        self.pick_state(f, pool).map(|(p, _)| p)
+    }
+
+    /// Like [`pick`](Picker::pick), with the state the chosen party was seen in: anything
+    /// but `Ready` means the descriptor waits for an activation.
+    ///
+    /// Without a ready instance every sender makes the same choice, so that what is sent
+    /// while a function has none converges on one party: the lowest one starting, else the
+    /// lowest parked one, else the lowest with no process, and only last one draining.
+    pub fn pick_state(&self, f: u8, pool: &Pool) -> Option<(PartyId, PartyState)> {
         let parties = self.parties.get(f as usize).filter(|p| !p.is_empty())?;
         let n = parties.len();
         let start = self.cursors[f as usize].fetch_add(1, Ordering::Relaxed) as usize;
-        (0..n)
+        let state = |p: PartyId| pool.party(p).map_or(PartyState::Empty, |r| r.state());
+        if let Some(p) = (0..n)
             .map(|i| parties[(start + i) % n])
-            .find(|&p| {
-                pool.party(p)
-                    .is_some_and(|r| r.state() == PartyState::Ready)
-            })
-            .or(Some(parties[start % n]))
+            .find(|&p| state(p) == PartyState::Ready)
+        {
+            return Some((p, PartyState::Ready));
+        }
+        let rank = |s: PartyState| match s {
+            PartyState::Ready => 0,
+            PartyState::Starting => 1,
+            PartyState::Parked | PartyState::Parking => 2,
+            PartyState::Stopped | PartyState::Empty | PartyState::Dead => 3,
+            PartyState::Draining => 4,
+        };
+        parties
+            .iter()
+            .map(|&p| (p, state(p)))
+            .min_by_key(|&(p, s)| (rank(s), p))
     }
 }
 
@@ -93,9 +114,21 @@ mod tests {
         })
         .unwrap();
         let p = Picker::new(&plan, 0);
-        // None ready: round-robin anyway.
+        // None ready: every pick converges on one party, the one closest to serving.
         let got: Vec<_> = (0..3).map(|_| p.pick(0, &pool).unwrap()).collect();
-        assert_eq!(got, [1, 2, 3]);
+        assert_eq!(got, [1, 1, 1], "none started: the lowest");
+        let set = |party: u16, s: PartyState| pool.party(party).unwrap().set_state(s);
+        set(1, PartyState::Draining);
+        set(2, PartyState::Stopped);
+        set(3, PartyState::Parked);
+        assert_eq!(p.pick_state(0, &pool), Some((3, PartyState::Parked)));
+        set(2, PartyState::Starting);
+        assert_eq!(p.pick_state(0, &pool), Some((2, PartyState::Starting)));
+        set(2, PartyState::Stopped);
+        set(3, PartyState::Stopped);
+        assert_eq!(p.pick(0, &pool), Some(2), "draining only when nothing else");
+        set(1, PartyState::Empty);
+        set(3, PartyState::Empty);
         // Only party 2 ready: always party 2.
         pool.party(2).unwrap().set_state(PartyState::Ready);
         assert!((0..5).all(|_| p.pick(0, &pool) == Some(2)));

@@ -299,6 +299,19 @@ pub(crate) fn hung_up(fd: BorrowedFd<'_>) -> bool {
     r > 0 && p.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0
 }
 
+/// Bytes queued to be read on socket `fd` (`SIOCINQ`; for a unix `SOCK_SEQPACKET` socket
+/// the sum over every queued message); 0 if it cannot be asked.
+pub(crate) fn queued_bytes(fd: BorrowedFd<'_>) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD (= SIOCINQ) writes one c_int into `n`, which outlives the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if r < 0 {
+        0
+    } else {
+        n.max(0) as usize
+    }
+}
+
 /// Blocks until one of `fds` is readable (or a signal arrives).
 pub(crate) fn poll_readable(fds: &[BorrowedFd<'_>]) {
     let mut pfds: Vec<libc::pollfd> = fds

@@ -692,6 +692,51 @@ fn full_queue_reports_full_instead_of_blocking() {
     }
 }
 
+/// The agent reads how many descriptors wait for a party, over all its senders, also for
+/// a party it does not act as (a stopped instance's queue is how activation finds work).
+#[test]
+fn queued_counts_what_waits_for_a_party() {
+    for backend in Backend::ALL {
+        let mut t = create(backend, &fan_in_policy(), Options::default());
+        // Like the agent: only the gateway's regions stay mapped.
+        t.act_only_as(&[0]).expect("act only as the gateway");
+        let raw = |n: u32| Descriptor {
+            slot: n,
+            request: n,
+            ..Descriptor::default()
+        };
+        assert_eq!(t.queued(1), 0, "[{backend}] nothing sent yet");
+        let gw = t.sender(0).expect("gateway sender");
+        for n in 0..3 {
+            gw.send(1, raw(n)).expect("send from the gateway");
+        }
+        // Party 2 (function 1) runs elsewhere, attached from its own hand-over.
+        let policy = fan_in_policy();
+        let fds = t.fds_for(2).expect("fds of party 2");
+        let other = zerohop_transport::attach(backend, &policy, 2, fds, Options::default())
+            .unwrap_or_else(|e| panic!("[{backend}] attach party 2: {e}"));
+        let f1 = other.sender(2).expect("party 2's sender");
+        for n in 3..5 {
+            f1.send(1, raw(n)).expect("send from party 2");
+        }
+        assert_eq!(
+            t.queued(1),
+            5,
+            "[{backend}] 3 from the gateway, 2 from party 2"
+        );
+        assert_eq!(t.queued(2), 0, "[{backend}] nothing for party 2");
+        assert_eq!(t.queued(99), 0, "[{backend}] no such party");
+        let fds = t.fds_for(1).expect("fds of party 1");
+        let receiver = zerohop_transport::attach(backend, &policy, 1, fds, Options::default())
+            .unwrap_or_else(|e| panic!("[{backend}] attach party 1: {e}"));
+        let mut rx = receiver.receiver(1).expect("receiver");
+        for taken in 1..=5 {
+            assert!(rx.recv().is_some(), "[{backend}] descriptor {taken}");
+            assert_eq!(t.queued(1), 5 - taken, "[{backend}] after {taken} taken");
+        }
+    }
+}
+
 /// A zero send timeout means "do not wait", never "wait forever".
 #[test]
 fn zero_send_timeout_never_blocks() {

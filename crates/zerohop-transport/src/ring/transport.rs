@@ -4,7 +4,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use zerohop_pool::region::{self, Region};
-use zerohop_pool::sync::{AtomicU32, AtomicU64};
+use zerohop_pool::sync::{AtomicU32, AtomicU64, Ordering};
 
 use super::{RingReceiver, RingSender, Spsc};
 use crate::{Backend, Options, PartyId, Policy, Receiver, Sender, Transport, TransportError};
@@ -215,6 +215,9 @@ fn attach_region(fd: OwnedFd, e: Expected) -> Result<Mapped, TransportError> {
 struct Unmapped {
     outboxes: Vec<Option<OwnedFd>>,
     inboxes: Vec<Option<OwnedFd>>,
+    /// Read-only views of bare regions, made the first time [`Transport::queued`] reads
+    /// them: (outboxes, inboxes) by party.
+    views: std::sync::Mutex<(Vec<Option<Mapped>>, Vec<Option<Mapped>>)>,
 }
 
 /// The agent's descriptor of party `p`'s region: it holds every region, mapped or bare.
@@ -282,6 +285,10 @@ impl RingTransport {
             unmapped: Some(Unmapped {
                 outboxes: (0..parties).map(|_| None).collect(),
                 inboxes: (0..parties).map(|_| None).collect(),
+                views: std::sync::Mutex::new((
+                    (0..parties).map(|_| None).collect(),
+                    (0..parties).map(|_| None).collect(),
+                )),
             }),
         })
     }
@@ -412,6 +419,70 @@ impl Transport for RingTransport {
             v.push(region::reopen_readonly(outbox(f))?);
         }
         Ok(v)
+    }
+
+    fn queued(&self, party: PartyId) -> usize {
+        let (Ok(()), Some(unmapped)) = (self.check(party), &self.unmapped) else {
+            return 0;
+        };
+        let s = &self.shared;
+        let mut views = unmapped.views.lock().unwrap_or_else(|p| p.into_inner());
+        let (out_views, in_views) = &mut *views;
+        // A word of party `p`'s region: from the agent's own mapping, else from a read-only
+        // view made once (0 if it cannot be made).
+        let word = |mapped: &[Option<Mapped>],
+                    views: &mut [Option<Mapped>],
+                    bare: &[Option<OwnedFd>],
+                    p: PartyId,
+                    expected: Expected,
+                    offset: usize| {
+            if let Some(m) = &mapped[p as usize] {
+                // SYNC POINT: Acquire pairs with the Release stores of tails and heads in
+                // `Spsc`; a snapshot, any value is input.
+                return Some(m.word32(offset).load(Ordering::Acquire));
+            }
+            if views[p as usize].is_none() {
+                let fd = bare[p as usize].as_ref()?;
+                let ro = region::reopen_readonly(fd.as_fd()).ok()?;
+                views[p as usize] = Some(attach_region(ro, expected).ok()?);
+            }
+            // SYNC POINT: as above.
+            Some(
+                views[p as usize]
+                    .as_ref()?
+                    .word32(offset)
+                    .load(Ordering::Acquire),
+            )
+        };
+        let mut total = 0usize;
+        for (in_, sender) in s.policy.senders(party).into_iter().enumerate() {
+            let Some(out) = s.policy.target_index(sender, party) else {
+                continue;
+            };
+            let tail = word(
+                &s.outboxes,
+                out_views,
+                &unmapped.outboxes,
+                sender,
+                Expected::outbox(&s.policy, sender, s.capacity, false),
+                HEADER + out * queue_stride(s.capacity),
+            );
+            let head = word(
+                &s.inboxes,
+                in_views,
+                &unmapped.inboxes,
+                party,
+                Expected::inbox(&s.policy, party, false),
+                HEADER + LINE + in_ * LINE,
+            );
+            if let (Some(tail), Some(head)) = (tail, head) {
+                let lag = tail.wrapping_sub(head);
+                if lag <= s.capacity {
+                    total += lag as usize;
+                }
+            }
+        }
+        total
     }
 
     fn act_only_as(&mut self, parties: &[PartyId]) -> Result<(), TransportError> {

@@ -146,6 +146,19 @@ impl Transport for SocketTransport {
         Ok(v)
     }
 
+    fn queued(&self, party: PartyId) -> usize {
+        if self.check(party).is_err() {
+            return 0;
+        }
+        // Every message is one 16-byte descriptor; a socket's byte count says how many.
+        self.policy
+            .senders(party)
+            .into_iter()
+            .filter_map(|s| self.edges.get(&(s, party))?.rx.as_ref())
+            .map(|rx| sys::queued_bytes(rx.as_fd()) / 16)
+            .sum()
+    }
+
     fn sender(&self, me: PartyId) -> Result<Box<dyn Sender>, TransportError> {
         self.check(me)?;
         let mut tx = vec![None; self.policy.parties() as usize];
