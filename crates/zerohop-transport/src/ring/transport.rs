@@ -209,6 +209,9 @@ fn attach_region(fd: OwnedFd, e: Expected) -> Result<Mapped, TransportError> {
     Ok(Mapped { region })
 }
 
+/// Read-only views of regions, by party.
+type Views = Vec<Option<Mapped>>;
+
 /// The agent's descriptors of the regions it created but does not map (see
 /// [`Transport::act_only_as`]), per party.
 #[derive(Default)]
@@ -217,7 +220,7 @@ struct Unmapped {
     inboxes: Vec<Option<OwnedFd>>,
     /// Read-only views of bare regions, made the first time [`Transport::queued`] reads
     /// them: (outboxes, inboxes) by party.
-    views: std::sync::Mutex<(Vec<Option<Mapped>>, Vec<Option<Mapped>>)>,
+    views: std::sync::Mutex<(Views, Views)>,
 }
 
 /// The agent's descriptor of party `p`'s region: it holds every region, mapped or bare.
