@@ -140,12 +140,24 @@ pub struct FunctionStatus {
     pub name: String,
     /// Instances attached and receiving.
     pub ready: usize,
-    /// Instances the function should have now.
+    /// Instances the scaler wants serving now.
     pub desired: usize,
+    /// Instances started and waiting parked (activated without `fork` or `exec`).
+    #[serde(default)]
+    pub parked: usize,
     /// Scaling bounds.
     pub min: u16,
     /// Scaling bounds.
     pub max: u16,
+    /// Requests in flight per instance the scaler aims for.
+    #[serde(default)]
+    pub target: u16,
+    /// Parked instances activated so far.
+    #[serde(default)]
+    pub activations: u64,
+    /// Instances started cold because the scaler wanted one more and none was parked.
+    #[serde(default)]
+    pub cold_starts: u64,
     /// Restarts over all its instances.
     pub restarts: u64,
     /// Slots its instances hold now.

@@ -16,7 +16,7 @@ use crate::confine::{CgroupMode, Domain, Program, UidRange};
 use crate::logs::LogBook;
 use crate::plan::plan_from_spec;
 use crate::spec::{ChainSpec, MqttSpec, SpecError, MAX_GATEWAY_THREADS, MAX_PARTIES};
-use crate::supervise::{self, Instance, InstanceSpec, PartyControl, Shared};
+use crate::supervise::{self, FunctionRun, Instance, InstanceSpec, PartyControl, Shared, Want};
 use crate::watchdog;
 
 /// How to bring a chain up.
@@ -153,6 +153,7 @@ pub struct Running {
     server: JoinHandle<()>,
     supervisors: Vec<JoinHandle<()>>,
     watchdog: JoinHandle<()>,
+    scaler: JoinHandle<()>,
     receiving: Option<zerohop_gateway::Receiving>,
     /// Gateway parties 1.. (party 0 runs on the caller's runtime).
     gateway_threads: Vec<std::thread::JoinHandle<()>>,
@@ -272,6 +273,7 @@ impl Running {
         }
         self.shared.logs.close().await;
         let _ = (&mut self.watchdog).await;
+        let _ = (&mut self.scaler).await;
         if let Some(r) = self.receiving.take() {
             r.stop().await;
         }
@@ -508,7 +510,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         .or(spec.gateway_threads)
         .unwrap_or_else(auto_gateway_threads)
         .clamp(1, MAX_GATEWAY_THREADS);
-    let instances: usize = spec.functions.iter().map(|f| f.instances as usize).sum();
+    let instances: usize = spec.functions.iter().map(crate::plan::reserved).sum();
     if usize::from(gateway_threads) + instances > MAX_PARTIES {
         return Err(AgentError::Spec(SpecError {
             file: spec.file.display().to_string(),
@@ -654,8 +656,26 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         gateways,
         plan_json,
         domain,
-        programs,
-        parties: (0..parties).map(|_| PartyControl::default()).collect(),
+        functions: spec
+            .functions
+            .iter()
+            .zip(programs)
+            .map(|(f, program)| {
+                std::sync::RwLock::new(Arc::new(FunctionRun {
+                    generation: 0,
+                    program,
+                    command: f.command.clone(),
+                    env: f.env.clone(),
+                    resources: f.resources,
+                }))
+            })
+            .collect(),
+        scale: std::sync::Mutex::new(spec.functions.iter().map(|f| f.scale).collect()),
+        rescale: tokio::sync::Notify::new(),
+        timeout: spec.timeout,
+        parties: (0..parties)
+            .map(|_| PartyControl::new(Want::Stop))
+            .collect(),
         state,
         stateful: spec.functions.iter().map(|f| f.state).collect(),
         logs: {
@@ -671,10 +691,12 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
 
     // Start every instance, then wait until all have attached. On failure every instance
     // already started is stopped and reaped before the error is returned: nothing is left.
-    let mut instances: Vec<(InstanceSpec, Instance)> = Vec::new();
+    let mut instances: Vec<(InstanceSpec, Option<Instance>)> = Vec::new();
     if let Err(e) = start_instances(&spec, &shared, &opts, &mut instances).await {
         for (inst, instance) in &mut instances {
-            supervise::terminate(&shared, inst.party, instance).await;
+            if let Some(i) = instance {
+                supervise::terminate(&shared, inst.party, i).await;
+            }
         }
         // What they printed (why they failed) is read and echoed before the error returns.
         shared.logs.close().await;
@@ -698,6 +720,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             ))
         })
         .collect();
+    let scaler = tokio::spawn(crate::scale::run(shared.clone(), stop_rx.clone()));
     let watchdog = tokio::spawn(watchdog::watch(shared.clone(), spec.timeout, stop_rx));
     let first = shared.gateways.iter().next().expect("one").clone();
     let mut others = Vec::new();
@@ -722,11 +745,6 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         spec_file: spec.file.display().to_string(),
         listeners: listeners.clone(),
         started: Instant::now(),
-        bounds: spec
-            .functions
-            .iter()
-            .map(|f| (f.scale.min, f.scale.max))
-            .collect(),
     };
     Ok(Running {
         view,
@@ -740,43 +758,68 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         server,
         supervisors,
         watchdog,
+        scaler,
         receiving,
         gateway_threads: threads,
         summary,
     })
 }
 
-/// Spawns every instance of `spec` into `instances` and waits until all are ready.
+/// Starts every party of `spec` as the chain comes up: per function its `initial`
+/// instances serving, then up to `parked` more waiting parked, the rest without a process;
+/// waits until every started one has attached (serving or parked).
 async fn start_instances(
     spec: &ChainSpec,
     shared: &Arc<Shared>,
     opts: &UpOptions,
-    instances: &mut Vec<(InstanceSpec, Instance)>,
+    instances: &mut Vec<(InstanceSpec, Option<Instance>)>,
 ) -> Result<(), AgentError> {
-    let mut party = shared.gateways.plan().gateways();
+    let plan = shared.gateways.plan().clone();
     for (index, f) in spec.functions.iter().enumerate() {
-        for _ in 0..f.instances {
+        let parties = plan.parties_of(index as u8);
+        let serving = usize::from(f.scale.initial);
+        let parked = usize::from(f.scale.parked).min(parties.len().saturating_sub(serving));
+        for (k, party) in parties.into_iter().enumerate() {
+            let want = if k < serving {
+                Want::Run
+            } else if k < serving + parked {
+                Want::Park
+            } else {
+                Want::Stop
+            };
+            if let Some(c) = shared.parties.get(party as usize) {
+                c.want.send_replace(want);
+            }
             let inst = InstanceSpec {
                 party,
                 index,
                 function: f.name.clone(),
-                command: f.command.clone(),
-                env: f.env.clone(),
-                resources: f.resources,
             };
-            let child = supervise::spawn(shared, &inst).map_err(|source| AgentError::Spawn {
-                function: f.name.clone(),
-                program: f.command[0].clone(),
-                source,
+            if want == Want::Stop {
+                shared.set_state(party, PartyState::Stopped);
+                instances.push((inst, None));
+                continue;
+            }
+            let child = supervise::spawn(shared, &inst, want == Want::Park).map_err(|source| {
+                AgentError::Spawn {
+                    function: f.name.clone(),
+                    program: f.command[0].clone(),
+                    source,
+                }
             })?;
-            instances.push((inst, child));
-            party += 1;
+            instances.push((inst, Some(child)));
         }
     }
+    let attached = |party: u16| match shared.want_of(party) {
+        Want::Run => shared.ready(party),
+        Want::Park => shared.state(party) == PartyState::Parked,
+        Want::Stop => true,
+    };
     let deadline = Instant::now() + opts.ready_timeout;
     loop {
         let mut all_ready = true;
         for (inst, instance) in instances.iter_mut() {
+            let Some(instance) = instance else { continue };
             if let Ok(Some(status)) = instance.child.try_wait() {
                 return Err(AgentError::NotReady {
                     function: inst.function.clone(),
@@ -784,7 +827,7 @@ async fn start_instances(
                     what: format!("exited ({status})"),
                 });
             }
-            all_ready &= shared.ready(inst.party);
+            all_ready &= attached(inst.party);
         }
         if all_ready {
             return Ok(());
@@ -792,7 +835,7 @@ async fn start_instances(
         if Instant::now() > deadline {
             let (inst, _) = instances
                 .iter()
-                .find(|(i, _)| !shared.ready(i.party))
+                .find(|(i, _)| !attached(i.party))
                 .expect("some instance is not ready");
             return Err(AgentError::NotReady {
                 function: inst.function.clone(),

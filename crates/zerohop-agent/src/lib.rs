@@ -31,6 +31,7 @@ pub mod confine;
 pub mod daemon;
 pub mod logs;
 mod plan;
+mod scale;
 pub mod spec;
 mod status;
 mod supervise;

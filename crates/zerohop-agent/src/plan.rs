@@ -4,8 +4,13 @@ use zerohop_transport::{FunctionPlan, Plan, RoutePlan, GATEWAY_FN};
 
 use crate::spec::ChainSpec;
 
+/// Parties a function has in the plan: one per instance it may scale to.
+pub fn reserved(f: &crate::spec::FunctionSpec) -> usize {
+    usize::from(f.scale.max.max(f.instances))
+}
+
 /// Builds the plan: functions in spec order, parties `0..gateways` the gateway's threads,
-/// then each function's instances in order; headers the gateway copies are the union of
+/// then each function's parties in order ([`reserved`]); headers the gateway copies are the union of
 /// what functions ask for.
 pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways: u16) -> Plan {
     let index = |name: &str| {
@@ -48,7 +53,8 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
     headers.dedup();
     let mut party_function = vec![GATEWAY_FN; usize::from(gateways.max(1))];
     for (i, f) in spec.functions.iter().enumerate() {
-        party_function.extend(std::iter::repeat_n(i as u8, f.instances as usize));
+        // Every instance the function may scale to has its party (and queues) from the start.
+        party_function.extend(std::iter::repeat_n(i as u8, reserved(f)));
     }
     Plan {
         chain: spec.name.clone(),

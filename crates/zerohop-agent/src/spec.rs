@@ -814,10 +814,12 @@ impl Cx {
             if command[0].contains('/') && Path::new(&command[0]).is_relative() {
                 command[0] = dir.join(&command[0]).display().to_string();
             }
+            // 0 only with `scale` (a function that comes up scaled to zero).
+            let fewest = i64::from(get(&f, "scale").is_none());
             let instances = match get(&f, "instances") {
                 None => 1,
                 Some(n) => {
-                    self.integer(n, &format!("{p}instances"), 1, MAX_INSTANCES as i64)? as u16
+                    self.integer(n, &format!("{p}instances"), fewest, MAX_INSTANCES as i64)? as u16
                 }
             };
             let concurrency = match get(&f, "concurrency") {

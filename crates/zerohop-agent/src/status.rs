@@ -15,7 +15,7 @@ use zerohop_transport::GATEWAY_FN;
 use crate::api::{
     ChainStatus, FunctionStatus, GatewayCounters, InstanceStatus, RouteStatus, SlotCounters,
 };
-use crate::supervise::Shared;
+use crate::supervise::{Shared, Want};
 
 /// A cheap, cloneable handle on a running chain for status and metrics (it does not keep the
 /// chain running: [`Running`](crate::Running) does).
@@ -26,11 +26,42 @@ pub struct ChainView {
     pub(crate) spec_file: String,
     pub(crate) listeners: Vec<String>,
     pub(crate) started: Instant,
-    /// Per function, in spec order: (min, max).
-    pub(crate) bounds: Vec<(u16, u16)>,
 }
 
 impl ChainView {
+    /// Pins function `function` to at least `n` serving instances (its `min`; under load it
+    /// still grows to `max`), starting or activating them now. `n` may be 0 (scale to zero
+    /// once idle for `zero_after`). Errors name what is wrong.
+    pub fn scale(&self, function: &str, n: u16) -> Result<crate::spec::ScaleSpec, String> {
+        let plan = self.shared.gateways.plan();
+        let Some(f) = plan.function_index(function) else {
+            return Err(format!(
+                "chain '{}' has no function '{function}'; its functions: {}",
+                self.name,
+                plan.functions
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        };
+        let reserved = plan.parties_of(f).len() as u16;
+        let mut all = self.shared.scale.lock().unwrap_or_else(|p| p.into_inner());
+        let b = &mut all[f as usize];
+        if n > b.max {
+            return Err(format!(
+                "function '{function}' may have at most {} instances (its scale.max; the chain \
+                 reserves {reserved} parties for it); raise scale.max in the spec and apply it",
+                b.max
+            ));
+        }
+        b.min = n;
+        let now = *b;
+        drop(all);
+        self.shared.rescale.notify_one();
+        Ok(now)
+    }
+
     /// Chain name.
     pub fn name(&self) -> &str {
         &self.name
@@ -64,16 +95,18 @@ impl ChainView {
         let pools = gws.pools();
         let total =
             |c: fn(&zerohop_gateway::GatewayStats) -> &std::sync::atomic::AtomicU64| gws.total(c);
+        let bounds = s.scale.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut functions: Vec<FunctionStatus> = plan
             .functions
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                let (min, max) = self.bounds.get(i).copied().unwrap_or((1, 1));
+                let b = bounds.get(i);
                 FunctionStatus {
                     name: f.name.clone(),
-                    min,
-                    max,
+                    min: b.map_or(1, |b| b.min),
+                    max: b.map_or(1, |b| b.max),
+                    target: b.map_or(1, |b| b.target),
                     latency_buckets: vec![0; LATENCY_BUCKETS],
                     ..Default::default()
                 }
@@ -111,22 +144,36 @@ impl ChainView {
             // (`spawn` and `kill_rest`).
             let pgid = control.map_or(0, |c| c.pgid.load(Ordering::Acquire));
             let restarts = control.map_or(0, |c| c.restarts.load(Ordering::Relaxed));
+            let want = control.map_or(Want::Stop, |c| c.wanted());
             let state = if pgid == 0 {
-                "stopped"
+                if s.state(party) == PartyState::Dead {
+                    "dead"
+                } else {
+                    "stopped"
+                }
             } else if s.ready(party) {
                 "ready"
-            } else if s.records(party).any(|r| r.state() == PartyState::Dead) {
-                "dead"
             } else {
-                "starting"
+                match s.state(party) {
+                    PartyState::Dead => "dead",
+                    PartyState::Parked => "parked",
+                    PartyState::Draining => "draining",
+                    _ => "starting",
+                }
             };
-            if state == "ready" {
-                fs.ready += 1;
+            match state {
+                "ready" => fs.ready += 1,
+                "parked" => fs.parked += 1,
+                _ => {}
             }
-            if pgid != 0 {
+            if want == Want::Run {
                 fs.desired += 1;
             }
             fs.restarts += u64::from(restarts);
+            if let Some(c) = control {
+                fs.activations += c.activations.load(Ordering::Relaxed);
+                fs.cold_starts += c.cold_starts.load(Ordering::Relaxed);
+            }
             // The party's counters live in its first pool's record.
             if let Some(r) = s.records(party).next() {
                 let st = r.stats();
@@ -149,6 +196,11 @@ impl ChainView {
                 .and_then(|c| c.usage.lock().unwrap_or_else(|p| p.into_inner()).clone())
                 .map(|probe| probe.read())
                 .unwrap_or_default();
+            // A party with no process and no wish for one is room to scale into, not an
+            // instance.
+            if pgid == 0 && want == Want::Stop {
+                continue;
+            }
             fs.instances.push(InstanceStatus {
                 party,
                 pid: (pgid != 0).then_some(pgid),

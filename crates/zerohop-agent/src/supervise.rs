@@ -4,19 +4,20 @@
 
 use std::os::fd::OwnedFd;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 use zerohop_gateway::Gateways;
-use zerohop_pool::{PartyRecord, PartyState, Pool, Pools};
+use zerohop_pool::{Owner, PartyRecord, PartyState, Pool, Pools};
 use zerohop_transport::{handover, PartyId, Transport};
 
 use crate::confine::cgroup::InstanceCgroup;
 use crate::confine::{self, Child, Domain, Program};
+use crate::spec::{ResourceSpec, ScaleSpec};
 
 /// What all supervisors of a chain share.
 pub(crate) struct Shared {
@@ -27,8 +28,12 @@ pub(crate) struct Shared {
     pub gateways: Gateways,
     pub plan_json: String,
     pub domain: Domain,
-    /// Per function, in spec order.
-    pub programs: Vec<Program>,
+    /// Per function, in spec order: what its instances run (replaced by a live update).
+    pub functions: Vec<RwLock<Arc<FunctionRun>>>,
+    /// Per function: its scaling bounds now (`zerohop scale` and live updates change them).
+    pub scale: Mutex<Vec<ScaleSpec>>,
+    /// Told when `scale` changed.
+    pub rescale: tokio::sync::Notify,
     /// Per party (index = party; the gateway's parties unused): the agent's own record of each
     /// instance, never read back from shared memory.
     pub parties: Vec<PartyControl>,
@@ -37,6 +42,20 @@ pub(crate) struct Shared {
     pub stateful: Vec<bool>,
     /// Every instance's standard output and error.
     pub logs: crate::logs::LogBook,
+    /// The chain's timeout: how long a drain may wait for an instance's last request.
+    pub timeout: Duration,
+}
+
+/// What one function's instances run: its program and how it is started. A live update
+/// puts a new one in place (a higher `generation`); each instance remembers the one it was
+/// started from.
+pub(crate) struct FunctionRun {
+    pub generation: u64,
+    pub program: Program,
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Limits of its cgroups (an instance that cannot have them is not started).
+    pub resources: ResourceSpec,
 }
 
 impl Shared {
@@ -55,15 +74,80 @@ impl Shared {
             .flat_map(move |p| p.records(party))
     }
 
+    /// `party`'s state, from its first pool's record (where the handshake happens).
+    pub fn state(&self, party: PartyId) -> PartyState {
+        self.records(party)
+            .next()
+            .map_or(PartyState::Empty, PartyRecord::state)
+    }
+
+    /// Sets `party`'s state in every one of its pools.
+    pub fn set_state(&self, party: PartyId, s: PartyState) {
+        self.records(party).for_each(|r| r.set_state(s));
+    }
+
     /// Whether `party` has attached: ready in each of its pools.
     pub fn ready(&self, party: PartyId) -> bool {
         !self.pools_of(party).is_empty()
             && self.records(party).all(|r| r.state() == PartyState::Ready)
     }
+
+    /// The function's current run.
+    pub fn function(&self, index: usize) -> Arc<FunctionRun> {
+        self.functions[index]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Activates a parked instance of `party` (or one about to park): it serves from now
+    /// on. Returns whether there was one to activate.
+    pub fn activate(&self, party: PartyId) -> bool {
+        let mut records = self.records(party);
+        let Some(first) = records.next() else {
+            return false;
+        };
+        if !first.activate() {
+            return false;
+        }
+        let now = first.state();
+        records.for_each(|r| r.set_state(now));
+        if let Some(c) = self.parties.get(party as usize) {
+            c.activations.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// What the scaler wants of `party` (`Stop` for a party that does not exist).
+    pub fn want_of(&self, party: PartyId) -> Want {
+        self.parties
+            .get(party as usize)
+            .map_or(Want::Stop, PartyControl::wanted)
+    }
+
+    /// Requests `party` is involved in: in its handlers, queued for it, slots it holds.
+    fn involved(&self, party: PartyId) -> usize {
+        let busy = self
+            .records(party)
+            .next()
+            .map_or(0, |r| r.stats().busy as usize);
+        busy + self.transport.queued(party)
+            + self.gateways.pools().held_by(Owner::party(party)).len()
+    }
+}
+
+/// What the scaler wants of a party.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// An instance serving.
+    Run,
+    /// An instance started and waiting, activated without `fork` or `exec`.
+    Park,
+    /// No process (what is sent to it stays queued).
+    Stop,
 }
 
 /// What the agent knows about one party's current instance.
-#[derive(Default)]
 pub(crate) struct PartyControl {
     /// Process group (= pid) of the running instance, 0 when none.
     pub pgid: AtomicU32,
@@ -73,25 +157,48 @@ pub(crate) struct PartyControl {
     pub restarts: AtomicU32,
     /// Reads the running instance's CPU and memory from its cgroups (`None` without one).
     pub usage: Mutex<Option<crate::confine::cgroup::UsageProbe>>,
+    /// What the scaler wants; the party's supervisor follows it.
+    pub want: watch::Sender<Want>,
+    /// Times a parked instance of this party was activated.
+    pub activations: AtomicU64,
+    /// Times this party was started cold (no parked instance) because the scaler wanted it.
+    pub cold_starts: AtomicU64,
 }
 
-/// One instance to keep running.
+impl PartyControl {
+    pub fn new(want: Want) -> Self {
+        Self {
+            pgid: AtomicU32::new(0),
+            hung: Mutex::new(None),
+            restarts: AtomicU32::new(0),
+            usage: Mutex::new(None),
+            want: watch::channel(want).0,
+            activations: AtomicU64::new(0),
+            cold_starts: AtomicU64::new(0),
+        }
+    }
+
+    /// What the scaler wants now.
+    pub fn wanted(&self) -> Want {
+        *self.want.borrow()
+    }
+}
+
+/// One party to keep in the state the scaler wants.
 pub(crate) struct InstanceSpec {
     pub party: PartyId,
     /// Index of the function in the spec.
     pub index: usize,
     pub function: String,
-    pub command: Vec<String>,
-    pub env: Vec<(String, String)>,
-    /// Limits of its cgroups (an instance that cannot have them is not started).
-    pub resources: crate::spec::ResourceSpec,
 }
 
-/// A started instance: its leader process and its cgroup.
+/// A started instance: its leader process, its cgroup, and the run it was started from.
 pub(crate) struct Instance {
     pub child: Child,
     pgid: u32,
     cgroup: Option<InstanceCgroup>,
+    generation: u64,
+    started: Instant,
 }
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -101,7 +208,10 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 /// How long an instance gets to exit after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
-pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Instance> {
+/// Starts an instance of `inst`'s party from its function's current run; `park`: it waits
+/// parked once attached.
+pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io::Result<Instance> {
+    let run = shared.function(inst.index);
     // The pools of the instance's domains first (in domain order), then its transport ends.
     let mut fds: Vec<OwnedFd> = shared
         .pools_of(inst.party)
@@ -124,20 +234,25 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
         (handover::FDS, fds.len().to_string()),
         (handover::AGENT_PID, std::process::id().to_string()),
     ];
-    let env = confine::environment(&inst.env, &handover_env);
+    let env = confine::environment(&run.env, &handover_env);
     let cgroup = shared
         .domain
-        .instance_cgroup(&inst.function, inst.party, &inst.resources)?;
+        .instance_cgroup(&inst.function, inst.party, &run.resources)?;
     // Its standard output and error: pipes whose read ends only the agent keeps.
     let (out_r, out_w) = crate::logs::pipe()?;
     let (err_r, err_w) = crate::logs::pipe()?;
-    shared
-        .records(inst.party)
-        .for_each(|r| r.set_state(PartyState::Starting));
+    shared.set_state(
+        inst.party,
+        if park {
+            PartyState::Parking
+        } else {
+            PartyState::Starting
+        },
+    );
     let child = confine::start(
         &shared.domain,
-        &shared.programs[inst.index],
-        &inst.command[1..],
+        &run.program,
+        &run.command[1..],
         env,
         fds,
         Some([out_w, err_w]),
@@ -159,6 +274,8 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Ins
         child,
         pgid: pid,
         cgroup,
+        generation: run.generation,
+        started: Instant::now(),
     })
 }
 
@@ -218,69 +335,244 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     }
 }
 
-/// Keeps `inst` running until `stop` turns true, starting from an already spawned
-/// `instance`.
-pub(crate) async fn supervise(
-    shared: Arc<Shared>,
-    inst: InstanceSpec,
-    mut instance: Instance,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut backoff = BACKOFF_MIN;
+/// How often a drain looks whether the instance is done.
+const DRAIN_POLL: Duration = Duration::from_millis(5);
+
+/// Why an instance is retired when its function has a new version.
+const REPLACED: &str = "replaced by a new version";
+
+/// How a drain ended.
+enum Drained {
+    /// Nothing in its handlers, queued for it or held by it (twice in a row).
+    Idle,
+    /// The scaler wants it to serve again: it is `Ready` again.
+    Wanted,
+    /// Its process ended while draining.
+    Exited(std::io::Result<ExitStatus>),
+    /// It still had work when the chain's timeout (plus a second) ran out.
+    TimedOut,
+    /// The chain stops.
+    Stopping,
+}
+
+/// Lets an instance finish what it has: senders avoid it while it is `Draining`.
+async fn drain(
+    shared: &Shared,
+    inst: &InstanceSpec,
+    instance: &mut Instance,
+    want: &mut watch::Receiver<Want>,
+    stop: &mut watch::Receiver<bool>,
+    called_off_by_run: bool,
+) -> Drained {
+    shared.set_state(inst.party, PartyState::Draining);
+    let deadline = Instant::now() + shared.timeout + Duration::from_secs(1);
+    let mut idle = 0;
     loop {
-        let started = Instant::now();
-        let status = tokio::select! {
-            s = instance.child.wait() => s,
-            _ = stopped(&mut stop) => {
-                terminate(&shared, inst.party, &mut instance).await;
-                return;
+        if called_off_by_run && *want.borrow_and_update() == Want::Run {
+            shared.set_state(inst.party, PartyState::Ready);
+            return Drained::Wanted;
+        }
+        if shared.involved(inst.party) == 0 {
+            idle += 1;
+            // Twice, a poll apart: a sender that chose it just before it turned `Draining`
+            // has sent by then.
+            if idle >= 2 {
+                return Drained::Idle;
             }
-        };
-        // Nothing of the instance may run on while its slots are reclaimed.
-        kill_rest(&shared, inst.party, &mut instance).await;
-        if *stop.borrow() {
-            return;
+        } else {
+            idle = 0;
         }
-        let hung = shared
-            .parties
-            .get(inst.party as usize)
-            .and_then(|c| c.hung.lock().unwrap_or_else(|p| p.into_inner()).take());
-        let what = hung.unwrap_or_else(|| describe(status));
-        shared.records(inst.party).for_each(|r| {
-            r.set_state(PartyState::Dead);
-            r.count_restart();
-            // Its handlers are gone with it; the gateway answers what they held.
-            r.clear_busy();
-        });
-        if let Some(c) = shared.parties.get(inst.party as usize) {
-            c.restarts.fetch_add(1, Ordering::Relaxed);
+        if Instant::now() > deadline {
+            return Drained::TimedOut;
         }
-        let failed = shared.gateways.party_died(inst.party, &what);
-        if started.elapsed() > HEALTHY_AFTER {
-            backoff = BACKOFF_MIN;
+        tokio::select! {
+            s = instance.child.wait() => return Drained::Exited(s),
+            _ = tokio::time::sleep(DRAIN_POLL) => {}
+            _ = stopped(stop) => return Drained::Stopping,
         }
+    }
+}
+
+/// Ends an instance the scaler or an update no longer wants: drains it if it serves (a
+/// parked one has nothing), stops it, and answers whatever it still held (nothing, when the
+/// drain finished). Returns `Err` with the exit status when it died by itself meanwhile,
+/// `Ok(false)` when the drain was called off (it serves again).
+async fn retire(
+    shared: &Shared,
+    inst: &InstanceSpec,
+    instance: &mut Instance,
+    want: &mut watch::Receiver<Want>,
+    stop: &mut watch::Receiver<bool>,
+    why: &str,
+) -> Result<bool, std::io::Result<ExitStatus>> {
+    let state = shared.state(inst.party);
+    if !matches!(state, PartyState::Parked | PartyState::Parking) {
+        let called_off_by_run = why != REPLACED;
+        match drain(shared, inst, instance, want, stop, called_off_by_run).await {
+            Drained::Wanted => return Ok(false),
+            Drained::Exited(s) => return Err(s),
+            Drained::Idle | Drained::Stopping => {}
+            Drained::TimedOut => tracing::warn!(
+                function = %inst.function,
+                instance = inst.party,
+                "instance still busy after the chain timeout; stopping it anyway ({why})"
+            ),
+        }
+    }
+    terminate(shared, inst.party, instance).await;
+    let failed = shared.gateways.party_died(inst.party, why);
+    if failed > 0 {
         tracing::warn!(
             function = %inst.function,
             instance = inst.party,
-            "instance {what}; {failed} in-flight request(s) answered 502; restarting in {backoff:?}"
+            "{failed} request(s) it still held answered 502 ({why})"
         );
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
-                _ = stopped(&mut stop) => return,
+    }
+    shared.records(inst.party).for_each(PartyRecord::clear_busy);
+    Ok(true)
+}
+
+/// Keeps `inst`'s party as the scaler wants it (running, parked or stopped) until `stop`
+/// turns true, starting from `instance` when one was spawned already. A running or parked
+/// instance that dies is restarted with backoff; one whose function got a new run is
+/// drained and replaced, one at a time per party.
+pub(crate) async fn supervise(
+    shared: Arc<Shared>,
+    inst: InstanceSpec,
+    mut instance: Option<Instance>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let Some(control) = shared.parties.get(inst.party as usize) else {
+        return;
+    };
+    let mut want = control.want.subscribe();
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        if *stop.borrow() {
+            if let Some(i) = &mut instance {
+                terminate(&shared, inst.party, i).await;
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
-            match spawn(&shared, &inst) {
-                Ok(i) => {
-                    instance = i;
-                    break;
+            return;
+        }
+        let wanted = *want.borrow_and_update();
+        let Some(running) = &mut instance else {
+            if wanted == Want::Stop {
+                shared.set_state(inst.party, PartyState::Stopped);
+                tokio::select! {
+                    r = want.changed() => if r.is_err() { return },
+                    _ = stopped(&mut stop) => return,
                 }
-                Err(e) => tracing::error!(
-                    function = %inst.function,
-                    instance = inst.party,
-                    "restart failed: {e}; retrying in {backoff:?}"
-                ),
+                continue;
             }
+            match spawn(&shared, &inst, wanted == Want::Park) {
+                Ok(i) => {
+                    if wanted == Want::Run {
+                        control.cold_starts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    instance = Some(i);
+                }
+                Err(e) => {
+                    tracing::error!(
+                        function = %inst.function,
+                        instance = inst.party,
+                        "start failed: {e}; retrying in {backoff:?}"
+                    );
+                    shared.set_state(inst.party, PartyState::Dead);
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = stopped(&mut stop) => return,
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+            continue;
+        };
+        let current = shared.function(inst.index).generation;
+        let state = shared.state(inst.party);
+        let retire_why = if wanted == Want::Stop {
+            Some("scaled in")
+        } else if running.generation != current {
+            Some(REPLACED)
+        } else if wanted == Want::Park && !matches!(state, PartyState::Parked | PartyState::Parking)
+        {
+            // A serving instance cannot go back to waiting: it stops, a new one parks.
+            Some("parked")
+        } else {
+            None
+        };
+        if let Some(why) = retire_why {
+            match retire(&shared, &inst, running, &mut want, &mut stop, why).await {
+                Ok(true) => {
+                    tracing::debug!(function = %inst.function, instance = inst.party, "{why}");
+                    instance = None;
+                }
+                Ok(false) => {}
+                Err(status) => {
+                    let i = instance.take().expect("running");
+                    backoff = crashed(&shared, &inst, i, status, backoff).await;
+                }
+            }
+            continue;
+        }
+        if wanted == Want::Run && matches!(state, PartyState::Parked | PartyState::Parking) {
+            shared.activate(inst.party);
+        }
+        tokio::select! {
+            status = running.child.wait() => {
+                let i = instance.take().expect("running");
+                backoff = crashed(&shared, &inst, i, status, backoff).await;
+                if *stop.borrow() {
+                    return;
+                }
+                // Restarted after the backoff (unless the scaler changes its mind first).
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stopped(&mut stop) => return,
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+            r = want.changed() => if r.is_err() { return },
+            _ = stopped(&mut stop) => {}
         }
     }
+}
+
+/// After an instance ended by itself (crash, exit, killed by the watchdog): everything of
+/// it is killed, its requests are answered, its record counts a restart. Returns the
+/// backoff before the next start.
+async fn crashed(
+    shared: &Shared,
+    inst: &InstanceSpec,
+    mut instance: Instance,
+    status: std::io::Result<ExitStatus>,
+    backoff: Duration,
+) -> Duration {
+    // Nothing of the instance may run on while its slots are reclaimed.
+    kill_rest(shared, inst.party, &mut instance).await;
+    let hung = shared
+        .parties
+        .get(inst.party as usize)
+        .and_then(|c| c.hung.lock().unwrap_or_else(|p| p.into_inner()).take());
+    let what = hung.unwrap_or_else(|| describe(status));
+    shared.records(inst.party).for_each(|r| {
+        r.set_state(PartyState::Dead);
+        r.count_restart();
+        // Its handlers are gone with it; the gateway answers what they held.
+        r.clear_busy();
+    });
+    if let Some(c) = shared.parties.get(inst.party as usize) {
+        c.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+    let failed = shared.gateways.party_died(inst.party, &what);
+    let backoff = if instance.started.elapsed() > HEALTHY_AFTER {
+        BACKOFF_MIN
+    } else {
+        backoff
+    };
+    tracing::warn!(
+        function = %inst.function,
+        instance = inst.party,
+        "instance {what}; {failed} in-flight request(s) answered 502; restarting in {backoff:?}"
+    );
+    backoff
 }

@@ -270,7 +270,20 @@ pub async fn scale(c: Client, o: Out, chain: String, function: String, n: u16) -
     if o.json {
         return print_json(&s);
     }
-    println!("chain '{chain}': function '{function}' scaled to {n}");
+    let max = s
+        .functions
+        .iter()
+        .find(|f| f.name == function)
+        .map_or(n, |f| f.max);
+    if n == 0 {
+        println!(
+            "chain '{chain}': function '{function}' now scales to zero when idle (min 0, max {max})"
+        );
+    } else {
+        println!(
+            "chain '{chain}': function '{function}' keeps at least {n} instance(s) serving (min {n}, max {max}; more under load)"
+        );
+    }
     Ok(())
 }
 

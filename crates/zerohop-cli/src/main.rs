@@ -104,13 +104,14 @@ enum Command {
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Sets the number of instances of a function.
+    /// Sets how many instances of a function serve at least (its scale.min; under load the
+    /// autoscaler still grows it up to scale.max).
     Scale {
         /// Chain name.
         chain: String,
         /// Function name.
         function: String,
-        /// Instances.
+        /// Instances that serve at least (0: scale to zero when idle).
         instances: u16,
         #[command(flatten)]
         daemon: DaemonArgs,

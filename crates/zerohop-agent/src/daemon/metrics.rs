@@ -122,12 +122,36 @@ type FunctionFamily = (
     MetricType,
     fn(&FunctionStatus) -> u64,
 );
-const FUNCTION_FAMILIES: [FunctionFamily; 8] = [
+const FUNCTION_FAMILIES: [FunctionFamily; 12] = [
     (
         "zerohop_function_instances",
         "Instances of the function attached and receiving",
         MetricType::Gauge,
         |f| f.ready as u64,
+    ),
+    (
+        "zerohop_function_instances_wanted",
+        "Instances the scaler wants serving now",
+        MetricType::Gauge,
+        |f| f.desired as u64,
+    ),
+    (
+        "zerohop_function_instances_parked",
+        "Instances started and waiting for activation",
+        MetricType::Gauge,
+        |f| f.parked as u64,
+    ),
+    (
+        "zerohop_function_activations",
+        "Parked instances activated (no fork or exec)",
+        MetricType::Counter,
+        |f| f.activations,
+    ),
+    (
+        "zerohop_function_cold_starts",
+        "Instances started cold because the scaler wanted one more and none was parked",
+        MetricType::Counter,
+        |f| f.cold_starts,
     ),
     (
         "zerohop_function_slots_in_use",

@@ -373,10 +373,18 @@ impl Daemon {
         instances: u16,
     ) -> Result<ChainStatus, DaemonError> {
         let view = self.view(name)?;
-        let _ = (function, instances, view);
-        Err(DaemonError::Conflict(
-            "scaling a running chain is not supported yet".into(),
-        ))
+        let b = view
+            .scale(function, instances)
+            .map_err(DaemonError::BadRequest)?;
+        tracing::info!(
+            chain = name,
+            function,
+            "scaled: min {} (max {}, target {} in flight per instance)",
+            b.min,
+            b.max,
+            b.target
+        );
+        self.status(name)
     }
 
     /// `zerohop logs NAME [FUNCTION]`: the last `lines` lines (of `function`, or all), then

@@ -1,0 +1,269 @@
+//! The scaler: per function, how many instances serve, how many wait parked, and which
+//! parties have no process.
+//!
+//! Demand is read from shared memory as input: the requests in each serving instance's
+//! handlers (`busy` in its party record) plus the descriptors queued for every party of the
+//! function ([`Transport::queued`](zerohop_transport::Transport::queued)). The function
+//! wants `ceil(demand / target)` instances, within `min` and `max`:
+//!
+//! - **Out at once.** More wanted than serving: parked instances are activated first (one
+//!   compare-and-swap and a futex wake, no `fork` or `exec`), then parties with no process
+//!   are started cold. A party with something queued and no serving instance is always
+//!   activated: that is how a request sent to a function scaled to zero, by the gateway or
+//!   by another function, gets an instance.
+//! - **In after `cooldown`.** Fewer wanted than serving for a whole `cooldown`: down to the
+//!   most wanted during that time. An instance is drained before it stops (senders avoid
+//!   it; what they sent meanwhile is served or waits for the next activation).
+//! - **To zero after `zero_after`.** A `min: 0` function with no demand for `zero_after`
+//!   stops its last serving instance.
+//! - **Parked.** Besides the serving ones, `parked` instances (at most `max` minus the
+//!   serving ones) are kept started and waiting, so the next activation is near-instant.
+//!
+//! While requests are in flight the scaler looks every [`TICK`]; a gateway that sends to a
+//! function with no ready instance wakes it at once. Idle, it has no timer but the next
+//! `cooldown` or `zero_after` deadline, so an idle chain costs no CPU.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use zerohop_pool::PartyState;
+use zerohop_transport::PartyId;
+
+use crate::spec::ScaleSpec;
+use crate::supervise::{Shared, Want};
+
+/// How often the scaler looks while requests are in flight.
+pub const TICK: Duration = Duration::from_millis(10);
+
+/// What the scaler remembers of one function.
+#[derive(Clone, Debug)]
+struct Memory {
+    /// Since when fewer instances were wanted than serve, and the most wanted since.
+    low: Option<(Instant, u16)>,
+    /// Last time the function had any demand (`None`: not since the chain started).
+    last_demand: Option<Instant>,
+}
+
+/// One party as the scaler sees it.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    party: PartyId,
+    want: Want,
+    state: PartyState,
+    queued: usize,
+}
+
+/// Runs until `stop` turns true.
+pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let started = Instant::now();
+    let mut memory: Vec<Memory> = shared
+        .scale
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|s| Memory {
+            low: None,
+            // A function that comes up serving keeps an instance for `zero_after` at least.
+            last_demand: (s.initial > 0).then_some(started),
+        })
+        .collect();
+    loop {
+        let now = Instant::now();
+        let deadline = tick(&shared, &mut memory, now);
+        let busy = shared.gateways.inflight() > 0;
+        let wait = if busy {
+            Some(TICK)
+        } else {
+            deadline.map(|d| d.saturating_duration_since(now).max(TICK))
+        };
+        tokio::select! {
+            _ = async {
+                match wait {
+                    Some(w) => tokio::time::sleep(w).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+            _ = shared.gateways.busy(), if !busy => {}
+            _ = shared.gateways.wants_instance() => {}
+            _ = shared.rescale.notified() => {}
+            r = stop.changed() => if r.is_err() || *stop.borrow() { return },
+        }
+    }
+}
+
+/// One look at every function; returns when the scaler must look again even if nothing
+/// happens (a cooldown or zero_after running out).
+fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant> {
+    let plan = shared.gateways.plan();
+    let bounds: Vec<ScaleSpec> = shared
+        .scale
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let mut next: Option<Instant> = None;
+    let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+    for (f, (b, mem)) in bounds.iter().zip(memory.iter_mut()).enumerate() {
+        let parties = plan.parties_of(f as u8);
+        let mut seen = Vec::with_capacity(parties.len());
+        let mut demand = 0usize;
+        for p in parties {
+            let Some(c) = shared.parties.get(p as usize) else {
+                continue;
+            };
+            let want = c.wanted();
+            let state = shared.state(p);
+            let queued = shared.transport.queued(p);
+            let serving = c.pgid.load(Ordering::Acquire) != 0
+                && matches!(state, PartyState::Ready | PartyState::Draining);
+            if serving {
+                // Input from shared memory: a lying instance can only inflate its own
+                // function's count, never beyond `max`.
+                demand += shared
+                    .records(p)
+                    .next()
+                    .map_or(0, |r| r.stats().busy as usize);
+            }
+            demand += queued;
+            seen.push(Seen {
+                party: p,
+                want,
+                state,
+                queued,
+            });
+        }
+        if demand > 0 {
+            mem.last_demand = Some(now);
+        }
+        let target = usize::from(b.target.max(1));
+        let needed = demand.div_ceil(target).min(usize::from(u16::MAX)) as u16;
+        let floor = if b.min > 0 {
+            b.min
+        } else {
+            match mem.last_demand {
+                Some(t) if now.duration_since(t) < b.zero_after => {
+                    at(t + b.zero_after);
+                    1
+                }
+                _ => 0,
+            }
+        };
+        let max = b.max.min(seen.len() as u16);
+        let wanted = needed.max(floor).min(max);
+        let serving = seen.iter().filter(|s| s.want == Want::Run).count() as u16;
+        // Parties with something queued and nobody to take it: activated whatever the count.
+        let stranded: Vec<PartyId> = seen
+            .iter()
+            .filter(|s| s.queued > 0 && s.want != Want::Run)
+            .map(|s| s.party)
+            .collect();
+        let mut count = serving;
+        if wanted > serving || !stranded.is_empty() {
+            mem.low = None;
+            let mut add = wanted.saturating_sub(serving).max(stranded.len() as u16);
+            for p in order_to_activate(&seen, &stranded) {
+                if add == 0 {
+                    break;
+                }
+                activate(shared, p);
+                add -= 1;
+                count += 1;
+            }
+        } else if wanted < serving {
+            let (since, most) = mem.low.get_or_insert((now, wanted));
+            *most = (*most).max(wanted);
+            let (since, most) = (*since, *most);
+            // To zero once `zero_after` said so; otherwise after a whole cooldown.
+            if wanted == 0 || now.duration_since(since) >= b.cooldown {
+                let mut extra = serving - most.max(wanted);
+                // The highest parties go first, those with nothing queued.
+                for s in seen.iter().rev() {
+                    if extra == 0 {
+                        break;
+                    }
+                    if s.want == Want::Run && s.queued == 0 {
+                        set_want(shared, s.party, Want::Stop);
+                        extra -= 1;
+                        count -= 1;
+                    }
+                }
+                mem.low = None;
+            } else {
+                at(since + b.cooldown);
+            }
+        } else {
+            mem.low = None;
+        }
+        // Parked instances: as many as asked, within what `max` leaves.
+        let parked_wanted = b.parked.min(max.saturating_sub(count));
+        let parked: Vec<PartyId> = seen
+            .iter()
+            .filter(|s| shared.want_of(s.party) == Want::Park)
+            .map(|s| s.party)
+            .collect();
+        let parked_count = parked.len() as u16;
+        if parked_count < parked_wanted {
+            let free = seen
+                .iter()
+                .filter(|s| shared.want_of(s.party) == Want::Stop && s.queued == 0)
+                .map(|s| s.party)
+                .take(usize::from(parked_wanted - parked_count))
+                .collect::<Vec<_>>();
+            for p in free {
+                set_want(shared, p, Want::Park);
+            }
+        } else if parked_count > parked_wanted {
+            for &p in parked
+                .iter()
+                .rev()
+                .take(usize::from(parked_count - parked_wanted))
+            {
+                set_want(shared, p, Want::Stop);
+            }
+        }
+    }
+    next
+}
+
+/// Which parties to activate first: those with something stranded in their queue, then
+/// parked ones (attached, then still starting to park), then those without a process,
+/// lowest first. Parties already serving are not listed.
+fn order_to_activate(seen: &[Seen], stranded: &[PartyId]) -> Vec<PartyId> {
+    let rank = |s: &Seen| {
+        if stranded.contains(&s.party) {
+            0
+        } else {
+            match s.state {
+                PartyState::Parked => 1,
+                PartyState::Parking => 2,
+                _ => 3,
+            }
+        }
+    };
+    let mut list: Vec<&Seen> = seen.iter().filter(|s| s.want != Want::Run).collect();
+    list.sort_by_key(|s| (rank(s), s.party));
+    list.into_iter().map(|s| s.party).collect()
+}
+
+/// Wants `party` serving; a parked instance is activated right here (no hop through its
+/// supervisor), one without a process is started cold by its supervisor.
+fn activate(shared: &Shared, party: PartyId) {
+    if matches!(
+        shared.state(party),
+        PartyState::Parked | PartyState::Parking
+    ) {
+        shared.activate(party);
+    }
+    set_want(shared, party, Want::Run);
+}
+
+fn set_want(shared: &Shared, party: PartyId, want: Want) {
+    if let Some(c) = shared.parties.get(party as usize) {
+        c.want.send_if_modified(|w| {
+            let changed = *w != want;
+            *w = want;
+            changed
+        });
+    }
+}
