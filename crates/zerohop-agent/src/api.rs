@@ -222,7 +222,7 @@ pub struct InstanceStatus {
     pub party: u16,
     /// Process id, if it runs.
     pub pid: Option<u32>,
-    /// `ready`, `starting`, `stopped`, `dead`.
+    /// `ready`, `parked`, `starting`, `draining`, `stopped`, `dead`.
     pub state: String,
     /// Times it was restarted.
     pub restarts: u32,
@@ -235,6 +235,13 @@ pub struct InstanceStatus {
     /// CFS periods its CPU limit throttled it in.
     #[serde(default)]
     pub throttled: Option<u64>,
+    /// When the scaler last decided to activate it (`CLOCK_MONOTONIC` nanoseconds, the
+    /// machine's clock for every process), if it ever did.
+    #[serde(default)]
+    pub activated_ns: Option<u64>,
+    /// How that activation went: `parked` (no fork or exec) or `cold`.
+    #[serde(default)]
+    pub activation: Option<String>,
 }
 
 /// One route of a chain.

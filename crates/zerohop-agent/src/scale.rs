@@ -249,10 +249,16 @@ fn order_to_activate(seen: &[Seen], stranded: &[PartyId]) -> Vec<PartyId> {
 /// Wants `party` serving; a parked instance is activated right here (no hop through its
 /// supervisor), one without a process is started cold by its supervisor.
 fn activate(shared: &Shared, party: PartyId) {
-    if matches!(
+    let parked = matches!(
         shared.state(party),
         PartyState::Parked | PartyState::Parking
-    ) {
+    );
+    if let Some(c) = shared.parties.get(party as usize) {
+        c.decided_cold.store(!parked, Ordering::Relaxed);
+        c.decided_ns
+            .store(zerohop_pool::monotonic_ns(), Ordering::Relaxed);
+    }
+    if parked {
         shared.activate(party);
     }
     set_want(shared, party, Want::Run);

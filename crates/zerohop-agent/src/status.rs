@@ -209,6 +209,18 @@ impl ChainView {
                 cpu_ns: usage.cpu_ns,
                 memory_bytes: usage.memory_bytes,
                 throttled: usage.nr_throttled,
+                activated_ns: control
+                    .map(|c| c.decided_ns.load(Ordering::Relaxed))
+                    .filter(|&t| t != 0),
+                activation: control
+                    .filter(|c| c.decided_ns.load(Ordering::Relaxed) != 0)
+                    .map(|c| {
+                        if c.decided_cold.load(Ordering::Relaxed) {
+                            "cold".into()
+                        } else {
+                            "parked".into()
+                        }
+                    }),
             });
         }
         let routes = plan

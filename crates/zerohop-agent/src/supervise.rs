@@ -163,6 +163,10 @@ pub(crate) struct PartyControl {
     pub activations: AtomicU64,
     /// Times this party was started cold (no parked instance) because the scaler wanted it.
     pub cold_starts: AtomicU64,
+    /// When the scaler last decided to activate this party (`CLOCK_MONOTONIC` ns, 0 never)
+    /// and whether it had to start it cold: for measuring activation.
+    pub decided_ns: AtomicU64,
+    pub decided_cold: std::sync::atomic::AtomicBool,
 }
 
 impl PartyControl {
@@ -175,6 +179,8 @@ impl PartyControl {
             want: watch::channel(want).0,
             activations: AtomicU64::new(0),
             cold_starts: AtomicU64::new(0),
+            decided_ns: AtomicU64::new(0),
+            decided_cold: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

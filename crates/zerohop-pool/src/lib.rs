@@ -47,9 +47,9 @@ pub use descriptor::Descriptor;
 pub use owner::{Owner, OwnerTable, OwnerWord, OwnershipError};
 #[cfg(not(loom))]
 pub use pool::{
-    latency_bucket, latency_bucket_bound_us, monotonic_ms, OwnedSlot, PartyRecord, PartyState,
-    PartyStats, Pool, PoolConfig, Rejected, SlotHeader, TakeError, HEADER_MAGIC, LATENCY_BUCKETS,
-    PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
+    latency_bucket, latency_bucket_bound_us, monotonic_ms, monotonic_ns, OwnedSlot, PartyRecord,
+    PartyState, PartyStats, Pool, PoolConfig, Rejected, SlotHeader, TakeError, HEADER_MAGIC,
+    LATENCY_BUCKETS, PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
 };
 #[cfg(not(loom))]
 pub use pools::Pools;

@@ -315,6 +315,12 @@ pub fn monotonic_ms() -> u64 {
     crate::sys::monotonic_ms()
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the machine (the
+/// agent's activation decisions and an instance's first request can be compared).
+pub fn monotonic_ns() -> u64 {
+    crate::sys::monotonic_ns()
+}
+
 impl SlotHeader {
     /// Flag bit: the request was forwarded out of its route's sequence.
     pub const FLAG_DYNAMIC: u8 = 1;

@@ -145,13 +145,18 @@ pub(crate) fn free_hugepages() -> Option<u64> {
 
 /// `CLOCK_MONOTONIC` in milliseconds.
 pub(crate) fn monotonic_ms() -> u64 {
+    monotonic_ns() / 1_000_000
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds.
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec into the local it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// `futex(word, FUTEX_WAIT, expected, timeout)` on a word in shared memory (not private:
