@@ -16,7 +16,9 @@ use crate::confine::{CgroupMode, Domain, Program, UidRange};
 use crate::logs::LogBook;
 use crate::plan::plan_from_spec;
 use crate::spec::{ChainSpec, MqttSpec, SpecError, MAX_GATEWAY_THREADS, MAX_PARTIES};
-use crate::supervise::{self, FunctionRun, Instance, InstanceSpec, PartyControl, Shared, Want};
+use crate::supervise::{
+    self, Fingerprint, FunctionRun, Instance, InstanceSpec, PartyControl, Shared, Want,
+};
 use crate::watchdog;
 
 /// How to bring a chain up.
@@ -211,8 +213,18 @@ impl Running {
         self.shared.gateways.pools()
     }
 
-    /// The parties running function `function` (empty for an unknown name).
+    /// The parties of function `function` the scaler wants serving now (empty for an unknown
+    /// name); the plan reserves more (see [`Running::reserved_parties`]).
     pub fn parties_of(&self, function: &str) -> Vec<u16> {
+        self.reserved_parties(function)
+            .into_iter()
+            .filter(|&p| self.shared.want_of(p) == Want::Run)
+            .collect()
+    }
+
+    /// Every party the plan reserves for function `function`: one per instance it may scale
+    /// to, and one for rolling updates.
+    pub fn reserved_parties(&self, function: &str) -> Vec<u16> {
         let plan = self.shared.gateways.plan();
         plan.function_index(function)
             .map_or_else(Vec::new, |f| plan.parties_of(f))
@@ -446,7 +458,7 @@ async fn spawn_gateway(
 
 /// Finds a function's program before anything is started: a path with a `/` as given, a
 /// bare name in the agent's `PATH`.
-fn check_program(
+pub(crate) fn check_program(
     spec: &ChainSpec,
     f: &crate::spec::FunctionSpec,
 ) -> Result<std::path::PathBuf, SpecError> {
@@ -660,15 +672,22 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             .functions
             .iter()
             .zip(programs)
-            .map(|(f, program)| {
+            .zip(&paths)
+            .map(|((f, program), path)| {
                 std::sync::RwLock::new(Arc::new(FunctionRun {
                     generation: 0,
                     program,
                     command: f.command.clone(),
                     env: f.env.clone(),
                     resources: f.resources,
+                    fingerprint: Fingerprint::of(path),
                 }))
             })
+            .collect(),
+        rolling: spec
+            .functions
+            .iter()
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
             .collect(),
         scale: std::sync::Mutex::new(spec.functions.iter().map(|f| f.scale).collect()),
         rescale: tokio::sync::Notify::new(),

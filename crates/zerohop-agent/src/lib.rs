@@ -35,6 +35,7 @@ mod scale;
 pub mod spec;
 mod status;
 mod supervise;
+mod update;
 mod watchdog;
 
 pub use chain::{up, AgentError, Running, UpOptions};

@@ -4,9 +4,10 @@ use zerohop_transport::{FunctionPlan, Plan, RoutePlan, GATEWAY_FN};
 
 use crate::spec::ChainSpec;
 
-/// Parties a function has in the plan: one per instance it may scale to.
+/// Parties a function has in the plan: one per instance it may scale to, and one more, so
+/// that a live update can start a new instance before it drains an old one.
 pub fn reserved(f: &crate::spec::FunctionSpec) -> usize {
-    usize::from(f.scale.max.max(f.instances))
+    usize::from(f.scale.max.max(f.instances)) + 1
 }
 
 /// Builds the plan: functions in spec order, parties `0..gateways` the gateway's threads,

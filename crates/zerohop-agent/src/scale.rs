@@ -105,6 +105,11 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
     let mut next: Option<Instant> = None;
     let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
     for (f, (b, mem)) in bounds.iter().zip(memory.iter_mut()).enumerate() {
+        if shared.rolling[f].load(Ordering::Relaxed) {
+            // A live update swaps its instances one for one; the scaler waits for it.
+            mem.low = None;
+            continue;
+        }
         let parties = plan.parties_of(f as u8);
         let mut seen = Vec::with_capacity(parties.len());
         let mut demand = 0usize;
@@ -248,7 +253,7 @@ fn order_to_activate(seen: &[Seen], stranded: &[PartyId]) -> Vec<PartyId> {
 
 /// Wants `party` serving; a parked instance is activated right here (no hop through its
 /// supervisor), one without a process is started cold by its supervisor.
-fn activate(shared: &Shared, party: PartyId) {
+pub(crate) fn activate(shared: &Shared, party: PartyId) {
     let parked = matches!(
         shared.state(party),
         PartyState::Parked | PartyState::Parking
@@ -265,11 +270,5 @@ fn activate(shared: &Shared, party: PartyId) {
 }
 
 fn set_want(shared: &Shared, party: PartyId, want: Want) {
-    if let Some(c) = shared.parties.get(party as usize) {
-        c.want.send_if_modified(|w| {
-            let changed = *w != want;
-            *w = want;
-            changed
-        });
-    }
+    shared.set_want(party, want);
 }

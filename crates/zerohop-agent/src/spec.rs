@@ -443,14 +443,14 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
     let parties: usize = usize::from(gateway_threads.unwrap_or(1))
         + functions
             .iter()
-            .map(|f| f.scale.max.max(f.instances) as usize)
+            .map(crate::plan::reserved)
             .sum::<usize>();
     if parties > MAX_PARTIES {
         return Err(cx.err(
             line(cx.required(root, &top, "functions", "")?),
             "functions",
             format!(
-                "{parties} parties (the gateway threads plus every instance); at most {MAX_PARTIES}"
+                "{parties} parties (the gateway threads plus, per function, its scale.max and one more for rolling updates); at most {MAX_PARTIES}"
             ),
         ));
     }

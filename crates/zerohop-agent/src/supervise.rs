@@ -44,6 +44,9 @@ pub(crate) struct Shared {
     pub logs: crate::logs::LogBook,
     /// The chain's timeout: how long a drain may wait for an instance's last request.
     pub timeout: Duration,
+    /// Per function: a live update is rolling its instances (the scaler does not scale it
+    /// in meanwhile).
+    pub rolling: Vec<std::sync::atomic::AtomicBool>,
 }
 
 /// What one function's instances run: its program and how it is started. A live update
@@ -56,6 +59,32 @@ pub(crate) struct FunctionRun {
     pub env: Vec<(String, String)>,
     /// Limits of its cgroups (an instance that cannot have them is not started).
     pub resources: ResourceSpec,
+    /// The program file as it was when opened: a rebuilt binary at the same path is a new
+    /// version.
+    pub fingerprint: Option<Fingerprint>,
+}
+
+/// What identifies one build of a program file: device, inode, size, modification time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Fingerprint {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+impl Fingerprint {
+    /// The file at `path` now (`None` if it cannot be read).
+    pub fn of(path: &std::path::Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Self {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        })
+    }
 }
 
 impl Shared {
@@ -98,6 +127,31 @@ impl Shared {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Puts a new run of function `index` in place.
+    pub fn set_function(&self, index: usize, run: Arc<FunctionRun>) {
+        *self.functions[index]
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = run;
+    }
+
+    /// Wants `party` serving, parked or stopped (its supervisor follows).
+    pub fn set_want(&self, party: PartyId, want: Want) {
+        if let Some(c) = self.parties.get(party as usize) {
+            c.want.send_if_modified(|w| {
+                let changed = *w != want;
+                *w = want;
+                changed
+            });
+        }
+    }
+
+    /// Makes `party`'s supervisor look again (its function has a new run).
+    pub fn poke(&self, party: PartyId) {
+        if let Some(c) = self.parties.get(party as usize) {
+            c.want.send_modify(|_| {});
+        }
     }
 
     /// Activates a parked instance of `party` (or one about to park): it serves from now
@@ -163,6 +217,8 @@ pub(crate) struct PartyControl {
     pub activations: AtomicU64,
     /// Times this party was started cold (no parked instance) because the scaler wanted it.
     pub cold_starts: AtomicU64,
+    /// The version (`FunctionRun::generation`) its instance runs, if it has one.
+    pub generation: AtomicU64,
     /// When the scaler last decided to activate this party (`CLOCK_MONOTONIC` ns, 0 never)
     /// and whether it had to start it cold: for measuring activation.
     pub decided_ns: AtomicU64,
@@ -179,6 +235,7 @@ impl PartyControl {
             want: watch::channel(want).0,
             activations: AtomicU64::new(0),
             cold_starts: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             decided_ns: AtomicU64::new(0),
             decided_cold: std::sync::atomic::AtomicBool::new(false),
         }
@@ -273,6 +330,7 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
     shared.domain.started(pid);
     if let Some(c) = shared.parties.get(inst.party as usize) {
         c.pgid.store(pid, Ordering::Release);
+        c.generation.store(run.generation, Ordering::Relaxed);
         *c.usage.lock().unwrap_or_else(|p| p.into_inner()) =
             cgroup.as_ref().map(InstanceCgroup::usage_probe);
     }
@@ -495,9 +553,12 @@ pub(crate) async fn supervise(
         };
         let current = shared.function(inst.index).generation;
         let state = shared.state(inst.party);
+        // A serving instance of an older version is replaced by the update that made the
+        // new one (a new instance first, then this one is stopped); a parked one at once.
+        let parked = matches!(state, PartyState::Parked | PartyState::Parking);
         let retire_why = if wanted == Want::Stop {
             Some("scaled in")
-        } else if running.generation != current {
+        } else if running.generation != current && parked {
             Some(REPLACED)
         } else if wanted == Want::Park && !matches!(state, PartyState::Parked | PartyState::Parking)
         {

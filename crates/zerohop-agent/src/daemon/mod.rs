@@ -208,21 +208,50 @@ impl Daemon {
             };
         let _one = self.changing.lock().await;
         let name = spec.name.clone();
-        if let Some(h) = self.table().get(&name) {
-            if h.text == req.text && h.spec.file == spec.file {
-                let mut status = h.view.status();
-                status.metrics_url = self.metrics_url();
-                return Ok(ApplyResponse {
-                    applied: Applied::Unchanged,
-                    changes: Vec::new(),
-                    status,
-                });
+        let running = self
+            .table()
+            .get(&name)
+            .map(|h| (h.view.clone(), h.spec.clone(), h.text.clone()));
+        if let Some((view, old, old_text)) = running {
+            if old.file != spec.file {
+                return Err(DaemonError::Conflict(format!(
+                    "chain '{name}' already runs from {}; apply that file, or `zerohop down                      {name}` first",
+                    old.file.display()
+                )));
             }
-            return Err(DaemonError::Conflict(format!(
-                "chain '{name}' already runs from {}; changing a running chain in place is not \
-                 supported yet: `zerohop down {name}` first",
-                h.spec.file.display()
-            )));
+            let paths = spec
+                .functions
+                .iter()
+                .map(|f| crate::chain::check_program(&spec, f))
+                .collect::<Result<Vec<_>, _>>()?;
+            let plan = view.plan_update(&old, &spec, &paths).map_err(|why| {
+                DaemonError::Conflict(format!(
+                    "chain '{name}' cannot change in place: {why}; to apply this spec, `zerohop                      down {name}` and apply it again"
+                ))
+            })?;
+            let changes = plan.changes.clone();
+            let applied = if plan.is_empty() && old_text == req.text {
+                Applied::Unchanged
+            } else {
+                for c in &changes {
+                    tracing::info!(chain = %name, "updating: {c}");
+                }
+                view.update(&spec, plan)
+                    .await
+                    .map_err(DaemonError::Conflict)?;
+                if let Some(h) = self.table().get_mut(&name) {
+                    h.spec = spec;
+                    h.text = req.text;
+                }
+                Applied::Updated
+            };
+            let mut status = view.status();
+            status.metrics_url = self.metrics_url();
+            return Ok(ApplyResponse {
+                applied,
+                changes,
+                status,
+            });
         }
         let opts = UpOptions {
             listen: listen

@@ -1,0 +1,335 @@
+//! Live update: `apply` of a changed spec to a running chain, with no request failed.
+//!
+//! What can change in place is what no other party sees: a function's program (a new
+//! binary, also at the same path), arguments, environment, system calls and resource limits,
+//! and its scaling bounds within the parties the chain reserved (`scale.max` may shrink, or
+//! grow up to what it was). Everything else (routes, functions added or removed, the pool,
+//! timeouts, listeners) is part of the plan every instance was handed, and is refused with
+//! the reason.
+//!
+//! A function whose instances must change is rolled one instance at a time, surge first:
+//! a new instance is activated on a spare party (a parked one of the new version, else one
+//! with no process: the plan reserves one party beyond `scale.max` for this), and only once
+//! it is ready is the old one drained and stopped. Senders prefer ready instances, so the
+//! old one gets no new requests, finishes what it has, and stops; whatever reached it
+//! after all stays in its queue, which the scaler hands to a new instance. If the new version
+//! does not come up, the old one goes back in place and `apply` says why.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zerohop_pool::PartyState;
+
+use crate::confine::Program;
+use crate::spec::{ChainSpec, FunctionSpec};
+use crate::status::ChainView;
+use crate::supervise::{Fingerprint, FunctionRun, Shared, Want};
+
+/// How long a new instance gets to become ready during an update.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What differs between two specs of one chain: the lines to report, and the functions to
+/// roll (with their new programs opened).
+pub(crate) struct Plan {
+    pub changes: Vec<String>,
+    roll: Vec<(usize, Program, Fingerprint)>,
+    rescale: bool,
+}
+
+impl Plan {
+    /// Whether nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+}
+
+/// A function spec with everything that may change in place set aside.
+fn fixed_part(f: &FunctionSpec) -> FunctionSpec {
+    FunctionSpec {
+        command: Vec::new(),
+        env: Vec::new(),
+        syscalls: Vec::new(),
+        resources: Default::default(),
+        instances: 0,
+        scale: crate::spec::ScaleSpec::fixed(0, 0),
+        line: 0,
+        ..f.clone()
+    }
+}
+
+/// Names the first part of the chain that differs and cannot change in place.
+fn structural(old: &ChainSpec, new: &ChainSpec) -> Option<String> {
+    let names = |s: &ChainSpec| {
+        s.functions
+            .iter()
+            .map(|f| f.name.clone())
+            .collect::<Vec<_>>()
+    };
+    if names(old) != names(new) {
+        return Some(format!(
+            "its functions change ({} -> {})",
+            names(old).join(", "),
+            names(new).join(", ")
+        ));
+    }
+    if old.routes != new.routes {
+        return Some("its routes change".into());
+    }
+    for (a, b) in old.functions.iter().zip(&new.functions) {
+        if fixed_part(a) != fixed_part(b) {
+            return Some(format!(
+                "function '{}' changes more than its program, arguments, environment, system \
+                 calls, resources or scaling (next, calls, headers, state, concurrency or \
+                 fan-out are in every instance's plan)",
+                a.name
+            ));
+        }
+    }
+    fn rest(s: &ChainSpec) -> impl PartialEq + '_ {
+        (
+            &s.transport,
+            &s.pool,
+            (s.max_body, s.timeout, s.body_timeout, s.max_connections),
+            s.gateway_threads,
+            &s.mqtt,
+            s.coap,
+            s.state,
+            s.listen,
+        )
+    }
+    if rest(old) != rest(new) {
+        return Some(
+            "chain-wide settings change (transport, pool, timeouts, limits, gateway threads, \
+             listeners or state)"
+                .into(),
+        );
+    }
+    None
+}
+
+impl ChainView {
+    /// What applying `new` over `old` (the spec this chain runs) would do, with the new
+    /// programs opened and checked; `Err` says why it cannot be done in place.
+    pub(crate) fn plan_update(
+        &self,
+        old: &ChainSpec,
+        new: &ChainSpec,
+        paths: &[std::path::PathBuf],
+    ) -> Result<Plan, String> {
+        if let Some(why) = structural(old, new) {
+            return Err(why);
+        }
+        let s = &self.shared;
+        let plan = s.gateways.plan();
+        let mut changes = Vec::new();
+        let mut roll = Vec::new();
+        let mut rescale = false;
+        for (i, (a, b)) in old.functions.iter().zip(&new.functions).enumerate() {
+            let reserved = plan.parties_of(i as u8).len();
+            if usize::from(b.scale.max.max(b.instances)) + 1 > reserved {
+                return Err(format!(
+                    "function '{}' would scale to {} instances, beyond the {} the chain reserved \
+                     parties for when it came up",
+                    b.name,
+                    b.scale.max.max(b.instances),
+                    reserved - 1
+                ));
+            }
+            let current = s.function(i);
+            let print = Fingerprint::of(&paths[i]);
+            let mut what = Vec::new();
+            if a.command != b.command {
+                what.push("command");
+            }
+            if print != current.fingerprint && a.command[0] == b.command[0] {
+                what.push("binary");
+            }
+            if a.env != b.env {
+                what.push("environment");
+            }
+            if a.syscalls != b.syscalls {
+                what.push("system calls");
+            }
+            if a.resources != b.resources {
+                what.push("resources");
+            }
+            if !what.is_empty() {
+                let program = Program::open(&paths[i], &b.syscalls, &s.domain)
+                    .map_err(|e| format!("function '{}': {e}", b.name))?;
+                changes.push(format!(
+                    "function '{}': new {}; rolling its instances",
+                    b.name,
+                    what.join(", ")
+                ));
+                roll.push((i, program, print.unwrap_or_default()));
+            }
+            if a.scale != b.scale {
+                let (x, y) = (a.scale, b.scale);
+                changes.push(format!(
+                    "function '{}': scale min {} -> {}, max {} -> {}, target {} -> {}, parked {} \
+                     -> {}",
+                    b.name, x.min, y.min, x.max, y.max, x.target, y.target, x.parked, y.parked
+                ));
+                rescale = true;
+            }
+        }
+        Ok(Plan {
+            changes,
+            roll,
+            rescale,
+        })
+    }
+
+    /// Carries `plan` out for `new`: scaling bounds first, then each function's instances
+    /// rolled one at a time. Returns once every instance runs the new version.
+    pub(crate) async fn update(&self, new: &ChainSpec, plan: Plan) -> Result<(), String> {
+        let s = &self.shared;
+        if plan.rescale {
+            let mut all = s.scale.lock().unwrap_or_else(|p| p.into_inner());
+            for (b, f) in all.iter_mut().zip(&new.functions) {
+                *b = f.scale;
+            }
+            drop(all);
+            s.rescale.notify_one();
+        }
+        for (i, program, print) in plan.roll {
+            let f = &new.functions[i];
+            s.rolling[i].store(true, Ordering::Relaxed);
+            let result = roll(s, i, f, program, print).await;
+            s.rolling[i].store(false, Ordering::Relaxed);
+            result?;
+        }
+        Ok(())
+    }
+}
+
+/// Rolls function `i` to a new run, one serving instance at a time.
+async fn roll(
+    s: &Arc<Shared>,
+    i: usize,
+    f: &FunctionSpec,
+    program: Program,
+    print: Fingerprint,
+) -> Result<(), String> {
+    let old = s.function(i);
+    let generation = old.generation + 1;
+    let run = Arc::new(FunctionRun {
+        generation,
+        program,
+        command: f.command.clone(),
+        env: f.env.clone(),
+        resources: f.resources,
+        fingerprint: Some(print),
+    });
+    s.set_function(i, run);
+    let parties = s.gateways.plan().parties_of(i as u8);
+    let generation_of = |p: u16| {
+        s.parties
+            .get(p as usize)
+            .map_or(0, |c| c.generation.load(Ordering::Relaxed))
+    };
+    // Parked instances are replaced at once (their supervisors look again).
+    for &p in &parties {
+        if s.want_of(p) == Want::Park {
+            s.poke(p);
+        }
+    }
+    let old_serving: Vec<u16> = parties
+        .iter()
+        .copied()
+        .filter(|&p| s.want_of(p) == Want::Run && generation_of(p) != generation)
+        .collect();
+    for p in old_serving {
+        if s.want_of(p) != Want::Run || generation_of(p) == generation {
+            continue;
+        }
+        // The surge instance: a parked one of the new version, else a party with no process.
+        let pgid = |q: u16| {
+            s.parties
+                .get(q as usize)
+                .map_or(0, |c| c.pgid.load(Ordering::Acquire))
+        };
+        let spare = parties
+            .iter()
+            .copied()
+            .find(|&q| {
+                s.want_of(q) == Want::Park
+                    && generation_of(q) == generation
+                    && s.state(q) == PartyState::Parked
+            })
+            .or_else(|| {
+                parties
+                    .iter()
+                    .copied()
+                    .find(|&q| s.want_of(q) == Want::Stop && pgid(q) == 0)
+            });
+        let spare = match spare {
+            Some(q) => q,
+            None => {
+                // Every party serves (the scaler used the spare): this one is replaced in
+                // place, drained first; what is sent to it meanwhile waits in its queue.
+                s.set_want(p, Want::Stop);
+                wait_stopped(s, p).await;
+                p
+            }
+        };
+        let restarts = |q: u16| {
+            s.parties
+                .get(q as usize)
+                .map_or(0, |c| c.restarts.load(Ordering::Relaxed))
+        };
+        let before = restarts(spare);
+        crate::scale::activate(s, spare);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if s.ready(spare) && generation_of(spare) == generation && pgid(spare) != 0 {
+                break;
+            }
+            let failed = restarts(spare) > before;
+            if failed || Instant::now() > deadline {
+                // Back to the old version: the spare stops, the old instances stay.
+                s.set_want(spare, Want::Stop);
+                s.set_function(i, old.clone());
+                for &q in &parties {
+                    if s.want_of(q) == Want::Park {
+                        s.poke(q);
+                    }
+                }
+                let why = if failed {
+                    "exited before it was ready"
+                } else {
+                    "did not become ready"
+                };
+                return Err(format!(
+                    "function '{}': the new version {why} within {READY_TIMEOUT:?} (see `zerohop \
+                     logs {} {}`); the old version keeps running",
+                    f.name,
+                    s.gateways.plan().chain,
+                    f.name
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if spare != p {
+            // The old instance drains (senders now prefer the new one) and stops.
+            s.set_want(p, Want::Stop);
+            wait_stopped(s, p).await;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until `party`'s instance is gone (its drain ends within the chain's timeout and a
+/// second, its stop within a few more).
+async fn wait_stopped(s: &Shared, party: u16) {
+    let deadline = Instant::now() + s.timeout + Duration::from_secs(5);
+    while s
+        .parties
+        .get(party as usize)
+        .is_some_and(|c| c.pgid.load(Ordering::Acquire) != 0)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
