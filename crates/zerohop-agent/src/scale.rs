@@ -179,8 +179,9 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
             let (since, most) = mem.low.get_or_insert((now, wanted));
             *most = (*most).max(wanted);
             let (since, most) = (*since, *most);
-            // To zero once `zero_after` said so; otherwise after a whole cooldown.
-            if wanted == 0 || now.duration_since(since) >= b.cooldown {
+            // To zero once `zero_after` said so, at once for a fixed count (`min == max`,
+            // changed by `zerohop scale` or an update); otherwise after a whole cooldown.
+            if wanted == 0 || !b.scales() || now.duration_since(since) >= b.cooldown {
                 let mut extra = serving - most.max(wanted);
                 // The highest parties go first, those with nothing queued.
                 for s in seen.iter().rev() {

@@ -129,8 +129,9 @@ impl ChainView {
             let reserved = plan.parties_of(i as u8).len();
             if usize::from(b.scale.max.max(b.instances)) + 1 > reserved {
                 return Err(format!(
-                    "function '{}' would scale to {} instances, beyond the {} the chain reserved \
-                     parties for when it came up",
+                    "function '{}' would run up to {} instances, beyond the {} the chain reserved \
+                     parties for when it came up (a spec that gives `scale: {{ max: N }}` \
+                     reserves room for N, and its count can then change in place)",
                     b.name,
                     b.scale.max.max(b.instances),
                     reserved - 1
