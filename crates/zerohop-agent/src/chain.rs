@@ -117,9 +117,7 @@ pub enum AgentError {
         source: std::io::Error,
     },
     /// An instance did not become ready.
-    #[error(
-        "function '{function}' (instance {party}) {what} before it was ready; see its output above"
-    )]
+    #[error("function '{function}' (instance {party}) {what} before it was ready{output}")]
     NotReady {
         /// Function name.
         function: String,
@@ -127,6 +125,8 @@ pub enum AgentError {
         party: u16,
         /// What happened.
         what: String,
+        /// The last lines it printed, as `; its last output: ...` (empty without any).
+        output: String,
     },
 }
 
@@ -717,8 +717,37 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
                 supervise::terminate(&shared, inst.party, i).await;
             }
         }
-        // What they printed (why they failed) is read and echoed before the error returns.
+        // What they printed (why they failed) is read and echoed before the error returns,
+        // and its last lines go into the error (a daemon has no terminal to echo to).
         shared.logs.close().await;
+        let e = match e {
+            AgentError::NotReady {
+                function,
+                party,
+                what,
+                ..
+            } => {
+                let lines: Vec<String> = shared
+                    .logs
+                    .snapshot(Some(&function), 50)
+                    .into_iter()
+                    .filter(|l| l.instance == party)
+                    .map(|l| l.text)
+                    .collect();
+                let last = &lines[lines.len().saturating_sub(5)..];
+                AgentError::NotReady {
+                    function,
+                    party,
+                    what,
+                    output: if last.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; its last output: {}", last.join(" | "))
+                    },
+                }
+            }
+            e => e,
+        };
         if let Some(r) = receiving.take() {
             r.stop().await;
         }
@@ -844,6 +873,7 @@ async fn start_instances(
                     function: inst.function.clone(),
                     party: inst.party,
                     what: format!("exited ({status})"),
+                    output: String::new(),
                 });
             }
             all_ready &= attached(inst.party);
@@ -860,6 +890,7 @@ async fn start_instances(
                 function: inst.function.clone(),
                 party: inst.party,
                 what: format!("did not attach within {:?}", opts.ready_timeout),
+                output: String::new(),
             });
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
