@@ -614,6 +614,12 @@ async fn crashed(
     status: std::io::Result<ExitStatus>,
     backoff: Duration,
 ) -> Duration {
+    // An instance that had attached is not a crash loop at start: it restarts after the
+    // shortest backoff (one that keeps dying before it attaches backs off up to 5 s).
+    let attached = matches!(
+        shared.state(inst.party),
+        PartyState::Ready | PartyState::Draining | PartyState::Parked
+    );
     // Nothing of the instance may run on while its slots are reclaimed.
     kill_rest(shared, inst.party, &mut instance).await;
     let hung = shared
@@ -631,7 +637,7 @@ async fn crashed(
         c.restarts.fetch_add(1, Ordering::Relaxed);
     }
     let failed = shared.gateways.party_died(inst.party, &what);
-    let backoff = if instance.started.elapsed() > HEALTHY_AFTER {
+    let backoff = if attached || instance.started.elapsed() > HEALTHY_AFTER {
         BACKOFF_MIN
     } else {
         backoff

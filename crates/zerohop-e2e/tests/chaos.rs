@@ -19,9 +19,10 @@
 //! Once per transport (`ring`, `socket`), each on a daemon of its own, side by side. The
 //! killer's choices come from a PRNG whose seed is printed; `CHAOS_SEED=N` replays one.
 //!
-//! Restart backoff (100 ms doubling to 5 s, reset after 10 s of health) outpaces a kill
-//! every 200 ms: after some seconds most ticks find every instance down, and requests wait
-//! for a restart or their timeout (504). That is the regime the second half runs in.
+//! An instance killed after it attached is restarted after 100 ms (the backoff that doubles
+//! to 5 s is for instances that die before they attach), so a kill every 200 ms leaves most
+//! functions serving most of the time; a request that finds none waits for the restart (or
+//! its timeout: 504).
 
 mod common;
 
