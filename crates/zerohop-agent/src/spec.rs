@@ -441,10 +441,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         ));
     }
     let parties: usize = usize::from(gateway_threads.unwrap_or(1))
-        + functions
-            .iter()
-            .map(crate::plan::reserved)
-            .sum::<usize>();
+        + functions.iter().map(crate::plan::reserved).sum::<usize>();
     if parties > MAX_PARTIES {
         return Err(cx.err(
             line(cx.required(root, &top, "functions", "")?),
