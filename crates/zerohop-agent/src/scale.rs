@@ -180,8 +180,13 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
             *most = (*most).max(wanted);
             let (since, most) = (*since, *most);
             // To zero once `zero_after` said so, at once for a fixed count (`min == max`,
-            // changed by `zerohop scale` or an update); otherwise after a whole cooldown.
-            if wanted == 0 || !b.scales() || now.duration_since(since) >= b.cooldown {
+            // changed by `zerohop scale` or an update) or above a lowered `max`; otherwise
+            // after a whole cooldown.
+            if wanted == 0
+                || !b.scales()
+                || serving > b.max
+                || now.duration_since(since) >= b.cooldown
+            {
                 let mut extra = serving - most.max(wanted);
                 // The highest parties go first, those with nothing queued.
                 for s in seen.iter().rev() {
@@ -194,7 +199,15 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
                         count -= 1;
                     }
                 }
-                mem.low = None;
+                // Still more than wanted now (the last requests of a load kept the most
+                // wanted up): another cooldown from here, with its own deadline, so an idle
+                // chain gets there too.
+                if count > wanted {
+                    mem.low = Some((now, wanted));
+                    at(now + b.cooldown);
+                } else {
+                    mem.low = None;
+                }
             } else {
                 at(since + b.cooldown);
             }

@@ -146,10 +146,11 @@ impl ChainView {
             let restarts = control.map_or(0, |c| c.restarts.load(Ordering::Relaxed));
             let want = control.map_or(Want::Stop, |c| c.wanted());
             let state = if pgid == 0 {
-                if s.state(party) == PartyState::Dead {
-                    "dead"
-                } else {
-                    "stopped"
+                match (s.state(party), want) {
+                    (PartyState::Dead, _) => "dead",
+                    // Wanted, its process about to be started.
+                    (_, Want::Run | Want::Park) => "starting",
+                    _ => "stopped",
                 }
             } else if s.ready(party) {
                 "ready"

@@ -167,11 +167,27 @@ impl ChainView {
             }
             if a.scale != b.scale {
                 let (x, y) = (a.scale, b.scale);
-                changes.push(format!(
-                    "function '{}': scale min {} -> {}, max {} -> {}, target {} -> {}, parked {} \
-                     -> {}",
-                    b.name, x.min, y.min, x.max, y.max, x.target, y.target, x.parked, y.parked
-                ));
+                let mut what = Vec::new();
+                let mut field = |name: &str, from: String, to: String| {
+                    if from != to {
+                        what.push(format!("{name} {from} -> {to}"));
+                    }
+                };
+                field("min", x.min.to_string(), y.min.to_string());
+                field("max", x.max.to_string(), y.max.to_string());
+                field("target", x.target.to_string(), y.target.to_string());
+                field("parked", x.parked.to_string(), y.parked.to_string());
+                field(
+                    "cooldown",
+                    format!("{:?}", x.cooldown),
+                    format!("{:?}", y.cooldown),
+                );
+                field(
+                    "zero_after",
+                    format!("{:?}", x.zero_after),
+                    format!("{:?}", y.zero_after),
+                );
+                changes.push(format!("function '{}': scale {}", b.name, what.join(", ")));
                 rescale = true;
             }
         }
@@ -298,13 +314,13 @@ async fn roll(
                     }
                 }
                 let why = if failed {
-                    "exited before it was ready"
+                    "exited before it was ready".to_owned()
                 } else {
-                    "did not become ready"
+                    format!("was not ready within {READY_TIMEOUT:?}")
                 };
                 return Err(format!(
-                    "function '{}': the new version {why} within {READY_TIMEOUT:?} (see `zerohop \
-                     logs {} {}`); the old version keeps running",
+                    "function '{}': the new version {why} (see `zerohop logs {} {}`); the old \
+                     version keeps running",
                     f.name,
                     s.gateways.plan().chain,
                     f.name

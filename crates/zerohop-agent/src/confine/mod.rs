@@ -178,10 +178,15 @@ impl Domain {
 pub(crate) struct Program {
     /// The path as given (arg0, messages).
     pub path: PathBuf,
-    /// `O_PATH` descriptor of a program in a folder the chain's uid cannot search,
-    /// executed through `/proc/self/fd/N` (ELF only: a `#!` script's interpreter reopens
-    /// the script by name); `None`: executed by path.
+    /// `O_PATH` descriptor of the program file as opened (ELF only: a `#!` script's
+    /// interpreter reopens the script by name).
     exec_fd: Option<OwnedFd>,
+    /// Whether the chain's uid can reach the path. Reachable, the program is executed by
+    /// path (the process then shows its own name in ps and top) as long as the path still
+    /// names the file that was opened; otherwise (a folder the uid cannot search, or the
+    /// file was replaced since, e.g. a rebuild after a live update this version was rolled
+    /// back to) through `/proc/self/fd/N`, which runs exactly the opened file.
+    reachable: bool,
     filters: Arc<Filters>,
 }
 
@@ -192,10 +197,9 @@ impl Program {
         let mut head = [0u8; 2];
         let mut f = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let script = f.read_exact(&mut head).is_ok() && head == *b"#!";
-        // By path when the chain's uid can reach it (the process then shows its own name in
-        // ps and top); else by descriptor, which needs no search permission on the folders.
-        let exec_fd = match unreachable_dir(path, domain) {
-            None => None,
+        let unreachable = unreachable_dir(path, domain);
+        let exec_fd = match unreachable {
+            None if script => None,
             Some(dir) if script => {
                 return Err(format!(
                     "the chain's uid {} cannot reach the script {}: {} is not searchable by \
@@ -206,7 +210,7 @@ impl Program {
                     dir.display()
                 ));
             }
-            Some(_) => {
+            _ => {
                 let fd = std::fs::OpenOptions::new()
                     .read(true)
                     .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
@@ -218,8 +222,28 @@ impl Program {
         Ok(Program {
             path: path.to_owned(),
             exec_fd,
+            reachable: unreachable.is_none(),
             filters: Arc::new(filters),
         })
+    }
+
+    /// The opened file's descriptor, if it must be executed through it: the uid cannot reach
+    /// the path, or the path no longer names the opened file.
+    fn exec_through_fd(&self) -> Option<&OwnedFd> {
+        let fd = self.exec_fd.as_ref()?;
+        if !self.reachable {
+            return Some(fd);
+        }
+        let same = match (nix::sys::stat::fstat(fd), std::fs::metadata(&self.path)) {
+            // st_dev and st_ino are not u64 on every target.
+            #[allow(clippy::unnecessary_cast)]
+            (Ok(opened), Ok(now)) => {
+                use std::os::unix::fs::MetadataExt;
+                opened.st_dev as u64 == now.dev() && opened.st_ino as u64 == now.ino()
+            }
+            _ => false,
+        };
+        (!same).then_some(fd)
     }
 }
 
@@ -283,7 +307,7 @@ pub(crate) fn start(
     let first = zerohop_transport::handover::FIRST_FD;
     let handed = fds.len() as i32;
     let mut next = first + handed;
-    let exec_path = match &program.exec_fd {
+    let exec_path = match program.exec_through_fd() {
         Some(fd) => {
             fds.push(fd.try_clone()?);
             next += 1;

@@ -226,7 +226,7 @@ impl Daemon {
                 .collect::<Result<Vec<_>, _>>()?;
             let plan = view.plan_update(&old, &spec, &paths).map_err(|why| {
                 DaemonError::Conflict(format!(
-                    "chain '{name}' cannot change in place: {why}; to apply this spec, `zerohop                      down {name}` and apply it again"
+                    "chain '{name}' cannot change in place: {why}; to apply this spec, `zerohop down {name}` and apply it again"
                 ))
             })?;
             let changes = plan.changes.clone();
