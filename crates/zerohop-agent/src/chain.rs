@@ -156,6 +156,8 @@ pub struct Running {
     supervisors: Vec<JoinHandle<()>>,
     watchdog: JoinHandle<()>,
     scaler: JoinHandle<()>,
+    /// Wake the scaler when a function sends to a party with no ready instance.
+    wakers: Option<crate::scale::Wakers>,
     receiving: Option<zerohop_gateway::Receiving>,
     /// Gateway parties 1.. (party 0 runs on the caller's runtime).
     gateway_threads: Vec<std::thread::JoinHandle<()>>,
@@ -286,6 +288,9 @@ impl Running {
         self.shared.logs.close().await;
         let _ = (&mut self.watchdog).await;
         let _ = (&mut self.scaler).await;
+        if let Some(w) = self.wakers.take() {
+            w.stop().await;
+        }
         if let Some(r) = self.receiving.take() {
             r.stop().await;
         }
@@ -769,6 +774,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         })
         .collect();
     let scaler = tokio::spawn(crate::scale::run(shared.clone(), stop_rx.clone()));
+    let wakers = crate::scale::Wakers::start(&shared)
+        .map_err(|e| AgentError::Confine(format!("cannot start the scaler's waker thread: {e}")));
     let watchdog = tokio::spawn(watchdog::watch(shared.clone(), spec.timeout, stop_rx));
     let first = shared.gateways.iter().next().expect("one").clone();
     let mut others = Vec::new();
@@ -807,6 +814,16 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         supervisors,
         watchdog,
         scaler,
+        wakers: match wakers {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(
+                    "{e}; a function sending to another with no ready instance waits for the \
+                     scaler's next look (10 ms)"
+                );
+                None
+            }
+        },
         receiving,
         gateway_threads: threads,
         summary,

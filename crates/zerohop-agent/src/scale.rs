@@ -286,3 +286,70 @@ pub(crate) fn activate(shared: &Shared, party: PartyId) {
 fn set_want(shared: &Shared, party: PartyId, want: Want) {
     shared.set_want(party, want);
 }
+
+/// Threads (one per pool of the chain) that sleep on the pool's wake word until a function
+/// instance sends to a party with no ready instance, and then wake the scaler at once (the
+/// gateway wakes it directly). Blocked in the kernel, they cost nothing while idle.
+pub(crate) struct Wakers {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+impl Wakers {
+    pub fn start(shared: &Arc<Shared>) -> std::io::Result<Self> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for (i, pool) in shared.gateways.pools().iter().enumerate() {
+            let (pool, stop, shared) = (pool.clone(), stop.clone(), shared.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("waker-{i}"))
+                    .spawn(move || {
+                        let mut seen = pool.wait_wanted(u32::MAX, Duration::ZERO);
+                        while !stop.load(Ordering::Acquire) {
+                            let now = pool.wait_wanted(seen, Duration::from_secs(3600));
+                            if now != seen {
+                                seen = now;
+                                shared.rescale.notify_one();
+                            }
+                        }
+                    })?,
+            );
+        }
+        Ok(Self {
+            stop,
+            threads,
+            shared: shared.clone(),
+        })
+    }
+
+    fn signal(&self) {
+        // SYNC POINT: Release pairs with the Acquire load in the threads' loop.
+        self.stop.store(true, Ordering::Release);
+        for pool in self.shared.gateways.pools().iter() {
+            pool.want_instance();
+        }
+    }
+
+    /// Stops and joins the threads.
+    pub async fn stop(mut self) {
+        self.signal();
+        let threads = std::mem::take(&mut self.threads);
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for Wakers {
+    /// A chain dropped without `shutdown` still ends its threads (not joined).
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.signal();
+        }
+    }
+}

@@ -174,7 +174,9 @@ fn failed_start_stops_and_reaps_the_instances_already_started() {
         Err(e) => e.to_string(),
     };
     assert!(
-        err.contains("function 'quits' (instance 4) exited"),
+        // Parties: 0-1 the gateway threads, 2-4 `good` (2 instances and the spare for
+        // updates), 5 `quits`.
+        err.contains("function 'quits' (instance 5) exited"),
         "{err}"
     );
     assert!(

@@ -550,6 +550,37 @@ impl Pool {
         }
     }
 
+    /// The pool's wake word (at offset 64): a sender that sent to a party which is not
+    /// `Ready` bumps it and wakes whoever waits on it ([`Pool::want_instance`]), so the
+    /// agent activates that party at once. Input like everything shared: any party may bump it.
+    fn wake_word(&self) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: offset 64 is inside the header area every pool maps (PARTIES_OFFSET is 128),
+        // 4-aligned; an atomic u32 is valid for any bit pattern.
+        unsafe { &*self.base.add(64).cast::<std::sync::atomic::AtomicU32>() }
+    }
+
+    /// A sender: something was sent to a party with no ready instance; wakes the agent.
+    #[cfg(not(loom))]
+    pub fn want_instance(&self) {
+        // SYNC POINT: Release pairs with the Acquire load in `wait_wanted`; the descriptor
+        // was queued before.
+        self.wake_word()
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        sys::futex_wake_all(self.wake_word());
+    }
+
+    /// The agent: waits until the wake word differs from `seen` or `timeout` passes (or a
+    /// spurious wake); returns its value now.
+    #[cfg(not(loom))]
+    pub fn wait_wanted(&self, seen: u32, timeout: std::time::Duration) -> u32 {
+        let w = self.wake_word();
+        // SYNC POINT: Acquire pairs with the Release in `want_instance`.
+        if w.load(std::sync::atomic::Ordering::Acquire) == seen {
+            sys::futex_wait(w, seen, timeout);
+        }
+        w.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The party table entry of `party`.
     pub fn party(&self, party: u16) -> Option<&PartyRecord> {
         if party >= self.max_parties() {

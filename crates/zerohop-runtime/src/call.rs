@@ -203,8 +203,10 @@ impl Calls<'_> {
                 }
                 Err(_) => {
                     for c in &mut state {
+                        // Dead or restarted since: the call is lost. Not ready yet (parked,
+                        // stopped, starting: being activated) is no loss, the call waits.
                         let gone = matches!(c, Call::Waiting(o) if pool.party(o.party).is_none_or(|rec| {
-                            rec.state() != PartyState::Ready || rec.restarts() != o.restarts
+                            rec.state() == PartyState::Dead || rec.restarts() != o.restarts
                         }));
                         if gone {
                             self.give_up(c, 502, |o| {
@@ -256,9 +258,9 @@ impl Calls<'_> {
             .function_index(name)
             .filter(|f| r.plan.functions[r.function as usize].calls.contains(f))
             .ok_or_else(|| not_allowed(&r.plan, r.function, name))?;
-        let party = r
+        let (party, seen) = r
             .picker
-            .pick(function, pool)
+            .pick_state(function, pool)
             .ok_or_else(|| fail(503, "no instance of it exists".into()))?;
         let mut slot = pool
             .alloc(Owner::party(r.me))
@@ -290,6 +292,10 @@ impl Calls<'_> {
         match r.sender.send(party, desc) {
             Ok(()) => {
                 slot.into_sent();
+                if seen != PartyState::Ready {
+                    // It waits in that party's queue: the agent activates it.
+                    pool.want_instance();
+                }
                 Ok(Out {
                     function,
                     party,

@@ -437,12 +437,19 @@ impl Router {
         len: u32,
         hop: Hop,
     ) -> Result<(), (OwnedSlot, String)> {
+        // Whether the party chosen has no ready instance (the agent is woken to activate it).
+        let mut wake = false;
         let (to, next) = match hop {
             // The gateway thread that holds the client waits on its own queue.
             Hop::Gateway => (self.ids.gateway_of(request), Descriptor::GATEWAY),
             // Instances of the next function as the request's own domain sees them.
-            Hop::Function { function, .. } => match self.picker.pick(function, slot.pool()) {
-                Some(p) => (p, function),
+            Hop::Function { function, .. } => match self.picker.pick_state(function, slot.pool()) {
+                Some((p, seen)) => {
+                    if seen != PartyState::Ready {
+                        wake = true;
+                    }
+                    (p, function)
+                }
                 None => {
                     let msg = format!(
                         "no instance of `{}` exists",
@@ -453,9 +460,13 @@ impl Router {
             },
         };
         let desc = slot.descriptor(request, len, next);
+        let pool = wake.then(|| slot.pool().clone());
         match self.sender.send(to, desc) {
             Ok(()) => {
                 slot.into_sent();
+                if let Some(pool) = pool {
+                    pool.want_instance();
+                }
                 Ok(())
             }
             Err(e) => {
