@@ -4,11 +4,12 @@
 //!   (`zerohop up examples/hello/chain.yaml`) until Ctrl-C.
 //! * `cargo xtask test`: builds the binaries the end-to-end tests start, runs every test of
 //!   the workspace, then the loom model checks of the allocator and the ring.
-//! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [ARGS]`: builds everything, runs
-//!   `zerohop-bench` (every system side by side, see `bench/README.md`) into `results/`, draws
-//!   the plots, then runs the scale point (`zerohop-bench-scale`; `--no-scale` skips it) and
-//!   the applications beside their HTTP deployments (`zerohop-bench-apps`; `--no-apps`
-//!   skips it).
+//! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [--no-activation] [ARGS]`: builds
+//!   everything, runs `zerohop-bench` (every system side by side, see `bench/README.md`) into
+//!   `results/`, draws the plots, then runs the scale point (`zerohop-bench-scale`;
+//!   `--no-scale` skips it), the applications beside their HTTP deployments
+//!   (`zerohop-bench-apps`; `--no-apps` skips it) and activation from zero, parked next to
+//!   cold (`zerohop-bench-activation`; `--no-activation` skips it).
 //! * `cargo xtask fuzz [--seconds N] [TARGET...]`: installs cargo-fuzz if it is missing, builds
 //!   the fuzz targets of `fuzz/` and runs each (or the named ones) for N seconds (default 30);
 //!   fails naming the saved input if any target crashes (see `fuzz/README.md`).
@@ -40,7 +41,8 @@ fn main() -> Result<()> {
                  test [ARGS]   build, run all tests (extra ARGS go to `cargo test`), then loom checks\n  \
                  bench [ARGS]  build, benchmark zerohop against the baselines (ARGS go to\n                \
                  zerohop-bench, e.g. --quick), write results/ and its plots, then the\n                \
-                 scale point (--no-scale skips it) and the applications (--no-apps)\n  \
+                 scale point (--no-scale skips it), the applications (--no-apps) and\n                \
+                 activation from zero (--no-activation)\n  \
                  fuzz [--seconds N] [TARGET...]\n                \
                  run the fuzz targets (all, or the named ones) for N seconds each (default 30)"
             );
@@ -130,14 +132,11 @@ fn bench(extra: &[String]) -> Result<()> {
         .windows(2)
         .find(|w| w[0] == "--out")
         .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
-    // `--no-scale` and `--no-apps` are ours (skip the scale point, the applications); the
-    // rest goes to zerohop-bench.
+    // `--no-scale`, `--no-apps` and `--no-activation` are ours (skip the scale point, the
+    // applications, activation); the rest goes to zerohop-bench.
+    let ours = ["--no-scale", "--no-apps", "--no-activation"];
     let status = Command::new("target/release/zerohop-bench")
-        .args(
-            extra
-                .iter()
-                .filter(|a| *a != "--no-scale" && *a != "--no-apps"),
-        )
+        .args(extra.iter().filter(|a| !ours.contains(&a.as_str())))
         .status()
         .context("running target/release/zerohop-bench")?;
     // Exit code 1 means some system misbehaved: the report is still written and plotted.
@@ -161,6 +160,20 @@ fn bench(extra: &[String]) -> Result<()> {
     if !apps_ok {
         bail!(
             "an application run had errors; see {}/apps.md",
+            out.display()
+        );
+    }
+    let activation_ok = if extra
+        .iter()
+        .any(|a| a == "--smoke" || a == "--no-activation")
+    {
+        true
+    } else {
+        activation(&out, extra.iter().any(|a| a == "--quick"))?
+    };
+    if !activation_ok {
+        bail!(
+            "the activation benchmark had errors; see {}/activation.md",
             out.display()
         );
     }
@@ -191,6 +204,26 @@ fn apps(out: &Path, quick: bool) -> Result<bool> {
         Some(0) => Ok(true),
         Some(1) => Ok(false),
         _ => bail!("zerohop-bench-apps failed ({status})"),
+    }
+}
+
+/// Activation of a function scaled to zero, a parked instance next to a cold start
+/// (decision to first request taken, first request against warm ones), written to
+/// `out/activation.md` and `out/activation.json`. Returns whether it ran without errors.
+fn activation(out: &Path, quick: bool) -> Result<bool> {
+    eprintln!("xtask: activation from zero (parked instance beside a cold start)");
+    let mut cmd = Command::new("target/release/zerohop-bench-activation");
+    cmd.arg("--out").arg(out);
+    if quick {
+        cmd.arg("--quick");
+    }
+    let status = cmd
+        .status()
+        .context("running target/release/zerohop-bench-activation")?;
+    match status.code() {
+        Some(0) => Ok(true),
+        Some(1) => Ok(false),
+        _ => bail!("zerohop-bench-activation failed ({status})"),
     }
 }
 
