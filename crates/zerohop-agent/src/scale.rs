@@ -277,10 +277,13 @@ pub(crate) fn activate(shared: &Shared, party: PartyId) {
         c.decided_ns
             .store(zerohop_pool::monotonic_ns(), Ordering::Relaxed);
     }
-    if parked {
-        shared.activate(party);
-    }
+    let woke = parked && shared.activate(party);
     set_want(shared, party, Want::Run);
+    if woke {
+        // The woken instance usually lands on this CPU, and under SCHED_BATCH it would wait
+        // until this thread blocks: give it the CPU now.
+        std::thread::yield_now();
+    }
 }
 
 fn set_want(shared: &Shared, party: PartyId, want: Want) {
