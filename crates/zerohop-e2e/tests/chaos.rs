@@ -27,20 +27,19 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::daemon::Daemon;
 use common::func;
 use procfs::process::{FDTarget, MountInfo, Process};
 use serde_json::Value;
 use zerohop_test_support::{
-    alive, all_stats, descendants, instances, open_fds, signal_pid, spawner, target_bin,
-    ticks_per_second, wait_until, ChildGuard, ChildLines, Signal, TempDir,
+    alive, all_stats, descendants, instances, open_fds, signal_pid, spawner, ticks_per_second,
+    wait_until, Signal,
 };
 
 const CHAIN: &str = "chaos";
@@ -63,6 +62,8 @@ const RECOVERY: Duration = Duration::from_secs(20);
 /// Descriptors the daemon may hold beyond its count before the chaos (a connection the
 /// gateway has not seen closed yet).
 const FD_SLACK: usize = 2;
+/// Every `zerohop` call's bound: the daemon must answer its CLI promptly under the chaos too.
+const CLI_BOUND: Duration = Duration::from_secs(10);
 
 fn total_instances() -> usize {
     FUNCTIONS.iter().map(|f| f.2).sum()
@@ -102,108 +103,6 @@ impl Prng {
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
-    }
-}
-
-/// A `zerohop agent` on a socket of its own, its log in a file; stopped (SIGKILL, and its
-/// reaper kills the instances) on drop. On a failing test the log's tail is printed.
-struct Daemon {
-    guard: ChildGuard,
-    _lines: ChildLines,
-    socket: PathBuf,
-    log: PathBuf,
-    dir: TempDir,
-}
-
-impl Daemon {
-    fn start() -> Self {
-        let dir = TempDir::new("chaos");
-        let socket = dir.path().join("admin.sock");
-        let log = dir.path().join("agent.log");
-        let mut cmd = Command::new(target_bin("zerohop"));
-        cmd.arg("agent")
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--metrics", "127.0.0.1:0"])
-            .env_remove("ZEROHOP_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            // A hundred deaths log a few hundred lines: kept for a failure's report.
-            .stderr(File::create(&log).expect("create the agent's log"));
-        let mut guard = ChildGuard::new(cmd.spawn().expect("spawn zerohop agent"));
-        let lines = ChildLines::new(&mut guard);
-        lines.wait_for("zerohop agent", "daemon ready on ", Duration::from_secs(30));
-        Self {
-            guard,
-            _lines: lines,
-            socket,
-            log,
-            dir,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.guard.pid()
-    }
-
-    /// `zerohop ARGS --json --socket S`, which must succeed within 10 s; its output parsed.
-    fn json(&self, args: &[&str]) -> Value {
-        let (out, err) = (
-            self.dir.path().join("cli.out"),
-            self.dir.path().join("cli.err"),
-        );
-        let mut cmd = Command::new(target_bin("zerohop"));
-        cmd.args(args)
-            .arg("--json")
-            .arg("--socket")
-            .arg(&self.socket)
-            .env_remove("ZEROHOP_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(File::create(&out).expect("create cli.out"))
-            .stderr(File::create(&err).expect("create cli.err"));
-        let mut cli = ChildGuard::new(cmd.spawn().expect("run zerohop"));
-        let code = cli.wait_timeout(Duration::from_secs(10));
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
-        assert_eq!(
-            code,
-            Some(0),
-            "zerohop {args:?}: {}",
-            std::fs::read_to_string(&err).unwrap_or_default()
-        );
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("zerohop {args:?}: {e}: {text}"))
-    }
-
-    /// Writes the chain's spec to the daemon's folder and applies it.
-    fn apply(&self, spec: &str) -> Value {
-        let file = self.dir.path().join(format!("{CHAIN}.yaml"));
-        std::fs::write(&file, spec).expect("write spec");
-        self.json(&["apply", file.to_str().expect("a UTF-8 temp path")])
-    }
-
-    fn status(&self) -> Value {
-        self.json(&["status", CHAIN])
-    }
-
-    /// SIGTERM, and the exit code within 30 s.
-    fn stop(&mut self) -> Option<i32> {
-        self.guard.signal(Signal::SIGTERM);
-        self.guard.wait_timeout(Duration::from_secs(30))
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            eprintln!(
-                "--- last lines of the agent's log ({} in all) ---",
-                lines.len()
-            );
-            for l in &lines[lines.len().saturating_sub(60)..] {
-                eprintln!("{l}");
-            }
-        }
     }
 }
 
@@ -641,7 +540,7 @@ fn assert_nothing_piled_up(daemon: &Daemon, base: &Baseline) -> (usize, usize) {
     let mut last = Value::Null;
     assert!(
         wait_until(Duration::from_secs(5), || {
-            last = daemon.status();
+            last = daemon.status(CHAIN);
             last["slots"]["in_use"] == 0
                 && last["gateway"]["inflight"] == 0
                 && functions(&last)
@@ -733,10 +632,10 @@ fn assert_nothing_left(daemon: &Daemon, base: &Baseline, seen: &HashSet<u32>) {
         }),
         "cgroups left: {groups:?}"
     );
-    assert!(!daemon.socket.exists(), "the admin socket is removed");
+    assert!(!daemon.socket().exists(), "the admin socket is removed");
     // Deaths are warnings; an error (a failed restart, the receive path) or a panic is not
     // what the daemon should meet here.
-    let log = std::fs::read_to_string(&daemon.log).expect("the agent's log");
+    let log = std::fs::read_to_string(daemon.log()).expect("the agent's log");
     let bad: Vec<&str> = log
         .lines()
         .filter(|l| l.contains(" ERROR ") || l.contains("panicked"))
@@ -768,19 +667,19 @@ fn chaos(transport: &str) {
         });
     eprintln!("{transport}: chaos seed {seed} (replay with CHAOS_SEED={seed})");
 
-    let mut daemon = Daemon::start();
+    let mut daemon = Daemon::start().with_cli_bound(CLI_BOUND);
     let agent = daemon.pid();
-    let applied = daemon.apply(&spec(transport));
+    let applied = daemon.apply(CHAIN, &spec(transport));
     assert_eq!(applied["applied"], "created", "{applied}");
     let listener = applied["status"]["listeners"][0].as_str();
     let url = format!("{}/go", listener.expect("an http listener"));
     let mut last = Err(String::new());
     let up = wait_until(Duration::from_secs(10), || {
-        last = recovered(&daemon.status(), agent);
+        last = recovered(&daemon.status(CHAIN), agent);
         last.is_ok()
     });
     assert!(up, "the chain came up whole: {last:?}");
-    let parties = Parties::of(&daemon.status());
+    let parties = Parties::of(&daemon.status(CHAIN));
 
     // Warm-up; its connection then closes, so the baseline is of an idle daemon.
     let warm = http();
@@ -812,12 +711,12 @@ fn chaos(transport: &str) {
     // The chain comes back whole, each killed instance restarted once.
     let t1 = Instant::now();
     let back = wait_until(RECOVERY, || {
-        last = recovered(&daemon.status(), agent);
+        last = recovered(&daemon.status(CHAIN), agent);
         last.is_ok()
     });
     assert!(back, "not whole {RECOVERY:?} after the chaos: {last:?}");
     let recovery_took = t1.elapsed();
-    let status = daemon.status();
+    let status = daemon.status(CHAIN);
     let restarts: u64 = functions(&status)
         .iter()
         .map(|f| f["restarts"].as_u64().expect("restarts"))
@@ -844,7 +743,7 @@ fn chaos(transport: &str) {
     let (fds, spawner_fds) = assert_nothing_piled_up(&daemon, &base);
     // The gateway answered each request once: its counts are the clients' (warm-up, chaos,
     // burst).
-    let gw = daemon.status()["gateway"].clone();
+    let gw = daemon.status(CHAIN)["gateway"].clone();
     let ok = 20 + chaos_ok + after.len() as u64;
     let errors = outcomes.len() as u64 - chaos_ok;
     assert_eq!(

@@ -5,89 +5,14 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::daemon::{instance_pids, Daemon};
 use common::{client, func, post};
 use serde_json::Value;
-use zerohop_test_support::{alive, target_bin, ChildGuard, ChildLines, Signal, TempDir};
-
-/// A `zerohop agent` on a socket of its own, stopped (SIGTERM, then SIGKILL) on drop.
-struct Daemon {
-    guard: ChildGuard,
-    _lines: ChildLines,
-    socket: PathBuf,
-    metrics: String,
-    dir: TempDir,
-}
-
-impl Daemon {
-    fn start() -> Self {
-        let dir = TempDir::new("daemon");
-        let socket = dir.path().join("admin.sock");
-        let mut cmd = Command::new(target_bin("zerohop"));
-        cmd.arg("agent")
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--metrics", "127.0.0.1:0"])
-            .env_remove("ZEROHOP_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        let mut guard = ChildGuard::new(cmd.spawn().expect("spawn zerohop agent"));
-        let lines = ChildLines::new(&mut guard);
-        let ready = lines.wait_for("zerohop agent", "daemon ready on ", Duration::from_secs(30));
-        let metrics = ready
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .expect("a metrics URL in the ready line")
-            .to_owned();
-        Self {
-            guard,
-            _lines: lines,
-            socket,
-            metrics,
-            dir,
-        }
-    }
-
-    /// Runs `zerohop ARGS --socket S`; returns its output (bounded: the CLI's own calls end).
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(target_bin("zerohop"))
-            .args(args)
-            .arg("--socket")
-            .arg(&self.socket)
-            .env_remove("ZEROHOP_SOCKET")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run zerohop")
-    }
-
-    /// `zerohop ARGS --json`, which must succeed; its output parsed.
-    fn json(&self, args: &[&str]) -> Value {
-        let mut all = args.to_vec();
-        all.push("--json");
-        let out = self.cli(&all);
-        assert!(
-            out.status.success(),
-            "zerohop {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("JSON output")
-    }
-
-    /// Writes `spec` to the daemon's folder as `NAME.yaml` and applies it.
-    fn apply(&self, name: &str, spec: &str) -> Value {
-        let file = self.dir.path().join(format!("{name}.yaml"));
-        std::fs::write(&file, spec).expect("write spec");
-        self.json(&["apply", file.to_str().unwrap()])
-    }
-
-    fn stop(mut self) -> Option<i32> {
-        self.guard.signal(Signal::SIGTERM);
-        self.guard.wait_timeout(Duration::from_secs(30))
-    }
-}
+use zerohop_test_support::{alive, target_bin, ChildGuard, ChildLines, Signal};
 
 fn spec(name: &str) -> String {
     format!(
@@ -105,20 +30,9 @@ fn url_of(status: &Value) -> String {
         .to_owned()
 }
 
-fn pids_of(status: &Value) -> Vec<u32> {
-    status["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|f| f["instances"].as_array().unwrap().iter())
-        .filter_map(|i| i["pid"].as_u64())
-        .map(|p| p as u32)
-        .collect()
-}
-
 #[test]
 fn two_chains_on_one_daemon_and_one_goes_down_alone() {
-    let d = Daemon::start();
+    let mut d = Daemon::start();
     let a = d.apply("alpha", &spec("alpha"));
     let b = d.apply("beta", &spec("beta"));
     assert_eq!(a["applied"], "created");
@@ -147,8 +61,8 @@ fn two_chains_on_one_daemon_and_one_goes_down_alone() {
     assert_eq!(beta["gateway"]["ok"], 7);
     assert_eq!(beta["gateway"]["errors"], 0);
     assert!(beta["metrics_url"].as_str().unwrap().ends_with("/metrics"));
-    let alpha_pids = pids_of(&d.json(&["status", "alpha"]));
-    let beta_pids = pids_of(&beta);
+    let alpha_pids = instance_pids(&d.json(&["status", "alpha"]));
+    let beta_pids = instance_pids(&beta);
     assert_eq!((alpha_pids.len(), beta_pids.len()), (2, 2));
 
     // invoke goes through the gateway's own entry point.
@@ -181,12 +95,12 @@ fn two_chains_on_one_daemon_and_one_goes_down_alone() {
     assert!(beta_pids.iter().all(|&p| alive(p)));
     let r = post(&http, &format!("{ub}/go"), "still");
     assert_eq!((r.status, r.body.as_str()), (200, "STILL!"));
-    assert_eq!(pids_of(&d.json(&["status", "beta"])), beta_pids);
+    assert_eq!(instance_pids(&d.json(&["status", "beta"])), beta_pids);
     let missing = d.cli(&["status", "alpha"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no chain named 'alpha'"));
 
-    let socket = d.socket.clone();
+    let socket = d.socket().to_path_buf();
     assert_eq!(d.stop(), Some(0));
     assert!(
         !beta_pids.iter().any(|&p| alive(p)),
@@ -202,7 +116,7 @@ fn metrics_pass_promtool_and_count_what_was_sent() {
         promtool.exists(),
         "promtool is missing: apt-get install prometheus (.ci/run does)"
     );
-    let d = Daemon::start();
+    let mut d = Daemon::start();
     let s = d.apply("counted", &spec("counted"));
     let url = url_of(&s["status"]);
     let http = client();
@@ -210,7 +124,7 @@ fn metrics_pass_promtool_and_count_what_was_sent() {
         assert_eq!(post(&http, &format!("{url}/go"), "x").status, 200);
     }
     let page = http
-        .get(&d.metrics)
+        .get(d.metrics())
         .call()
         .expect("GET /metrics")
         .into_string()
@@ -256,10 +170,10 @@ fn metrics_pass_promtool_and_count_what_was_sent() {
 
 #[test]
 fn the_admin_socket_refuses_other_uids() {
-    let d = Daemon::start();
-    let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode();
+    let mut d = Daemon::start();
+    let mode = std::fs::metadata(d.socket()).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the socket is mode 0600");
-    let dir_mode = std::fs::metadata(d.socket.parent().unwrap())
+    let dir_mode = std::fs::metadata(d.socket().parent().unwrap())
         .unwrap()
         .permissions()
         .mode();
@@ -281,18 +195,18 @@ fn the_admin_socket_refuses_other_uids() {
             .expect("run zerohop as nobody")
     };
     // The file mode keeps nobody out...
-    let out = other(&d.socket);
+    let out = other(d.socket());
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Permission denied"), "{err}");
     // ...and when an operator opens the mode up, the peer credentials still do.
-    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let out = other(&d.socket);
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(d.socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = other(d.socket());
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("uid 65534 may not use this daemon"), "{err}");
-    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
     // The owner still may.
     assert!(d.cli(&["ls"]).status.success());
     assert_eq!(d.stop(), Some(0));
@@ -300,7 +214,7 @@ fn the_admin_socket_refuses_other_uids() {
 
 #[test]
 fn logs_show_past_lines_and_follow_new_ones() {
-    let d = Daemon::start();
+    let mut d = Daemon::start();
     let chatty = target_bin("zerohop-chatty").display().to_string();
     let s = d.apply(
         "talk",
@@ -334,7 +248,7 @@ fn logs_show_past_lines_and_follow_new_ones() {
     let mut follow = Command::new(target_bin("zerohop"));
     follow
         .args(["logs", "talk", "-f", "-n", "0", "--socket"])
-        .arg(&d.socket)
+        .arg(d.socket())
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     let mut guard = ChildGuard::new(follow.spawn().expect("zerohop logs -f"));

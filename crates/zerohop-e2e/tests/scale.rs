@@ -6,18 +6,16 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::daemon::{instance_pids, Daemon};
 use common::{client, func, post};
 use serde_json::Value;
 use zerohop_test_support::{
-    alive, cpu_ticks, descendants, instances, spawner, target_bin, ticks_per_second, wait_until,
-    ChildGuard, ChildLines, Signal, TempDir,
+    cpu_ticks, descendants, instances, spawner, ticks_per_second, wait_until,
 };
 
 /// The tests here measure scaling times and idle CPU on a small machine: one at a time, so
@@ -28,116 +26,14 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A `zerohop agent` on a socket of its own; stopped (SIGTERM, then SIGKILL) on drop, also
-/// when the test panics, so its instances go with it.
-struct Daemon {
-    guard: ChildGuard,
-    _lines: ChildLines,
-    socket: PathBuf,
-    dir: TempDir,
-}
-
-impl Daemon {
-    fn start() -> Self {
-        let dir = TempDir::new("scale");
-        let socket = dir.path().join("admin.sock");
-        let mut cmd = Command::new(target_bin("zerohop"));
-        cmd.arg("agent")
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--metrics", "127.0.0.1:0"])
-            .env_remove("ZEROHOP_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        let mut guard = ChildGuard::new(cmd.spawn().expect("spawn zerohop agent"));
-        let lines = ChildLines::new(&mut guard);
-        lines.wait_for("zerohop agent", "daemon ready on ", Duration::from_secs(30));
-        Self {
-            guard,
-            _lines: lines,
-            socket,
-            dir,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.guard.pid()
-    }
-
-    /// Runs `zerohop ARGS --socket S` (bounded: the CLI's own calls end).
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(target_bin("zerohop"))
-            .args(args)
-            .arg("--socket")
-            .arg(&self.socket)
-            .env_remove("ZEROHOP_SOCKET")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run zerohop")
-    }
-
-    /// `zerohop ARGS --json`, which must succeed; its output parsed.
-    fn json(&self, args: &[&str]) -> Value {
-        let mut all = args.to_vec();
-        all.push("--json");
-        let out = self.cli(&all);
-        assert!(
-            out.status.success(),
-            "zerohop {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("JSON output")
-    }
-
-    /// Writes `spec` to the daemon's folder as `NAME.yaml` and applies it; returns the
-    /// chain's HTTP URL.
-    fn apply(&self, name: &str, spec: &str) -> String {
-        let file = self.dir.path().join(format!("{name}.yaml"));
-        std::fs::write(&file, spec).expect("write spec");
-        let applied = self.json(&["apply", file.to_str().unwrap()]);
-        assert_eq!(applied["applied"], "created", "{applied}");
-        applied["status"]["listeners"][0]
-            .as_str()
-            .expect("an http listener")
-            .to_owned()
-    }
-
-    fn status(&self, chain: &str) -> Value {
-        self.json(&["status", chain])
-    }
-
-    /// Stops the daemon (SIGTERM) and checks that nothing it started outlives it.
-    fn stop(mut self) {
-        let below = descendants(&[self.pid()]);
-        self.guard.signal(Signal::SIGTERM);
-        assert_eq!(
-            self.guard.wait_timeout(Duration::from_secs(30)),
-            Some(0),
-            "the daemon exits cleanly"
-        );
-        assert!(
-            wait_until(Duration::from_secs(10), || !below.iter().any(|&p| alive(p))),
-            "a process started by the daemon outlived it: {below:?}"
-        );
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // Not stopped by `stop` (a test failed): a clean stop first, so the daemon takes its
-        // instances down; the guard's SIGKILL after 10 s otherwise.
-        if self.guard.pid() == 0 {
-            return;
-        }
-        self.guard.signal(Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if matches!(self.guard.child_mut().try_wait(), Ok(Some(_))) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// Applies `spec` as chain `name`, which must be created; returns its HTTP URL.
+fn create(d: &Daemon, name: &str, spec: &str) -> String {
+    let applied = d.apply(name, spec);
+    assert_eq!(applied["applied"], "created", "{applied}");
+    applied["status"]["listeners"][0]
+        .as_str()
+        .expect("an http listener")
+        .to_owned()
 }
 
 /// One function's entry of a status.
@@ -345,14 +241,7 @@ impl Drop for Load {
 /// The daemon, once scaled in, is idle: over 2 s it and everything below it use at most 2
 /// clock ticks, and exactly `expected` instance processes run, those the status lists.
 fn assert_idle(d: &Daemon, chain: &str, expected: usize) {
-    let listed: BTreeSet<u32> = d.status(chain)["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|f| f["instances"].as_array().unwrap().iter())
-        .filter_map(|i| i["pid"].as_u64())
-        .map(|p| p as u32)
-        .collect();
+    let listed: BTreeSet<u32> = instance_pids(&d.status(chain)).into_iter().collect();
     let running: BTreeSet<u32> = instances(d.pid()).into_iter().collect();
     assert_eq!(
         running, listed,
@@ -396,7 +285,8 @@ fn assert_idle(d: &Daemon, chain: &str, expected: usize) {
 fn scales_out_under_a_load_step_and_back_in() {
     let _serial = serial();
     let d = Daemon::start();
-    let url = d.apply(
+    let url = create(
+        &d,
         "step",
         &format!(
             "name: step\ntimeout: 10s\nfunctions:\n{}routes:\n  - http: POST /go\n    \
@@ -505,7 +395,7 @@ fn scales_out_under_a_load_step_and_back_in() {
     assert_eq!(one.desired, 1);
 
     assert_idle(&d, "step", 2);
-    d.stop();
+    d.stop_cleanly();
 }
 
 /// Which function of the `[up, ex]` chain starts at zero.
@@ -533,7 +423,8 @@ fn from_zero_and_back(at_zero: AtZero, parked: u16) -> Duration {
         AtZero::Second => "ex",
     };
     let d = Daemon::start();
-    let url = d.apply(
+    let url = create(
+        &d,
         &name,
         &format!(
             "name: {name}\ntimeout: 10s\nfunctions:\n{}{}routes:\n  - http: POST /go\n    \
@@ -662,7 +553,7 @@ fn from_zero_and_back(at_zero: AtZero, parked: u16) -> Duration {
         1
     );
     assert_idle(&d, &name, 1 + parked as usize);
-    d.stop();
+    d.stop_cleanly();
     latency
 }
 
@@ -693,7 +584,8 @@ fn scales_from_zero_and_back_to_zero() {
 fn zerohop_scale_sets_the_minimum() {
     let _serial = serial();
     let d = Daemon::start();
-    d.apply(
+    create(
+        &d,
         "pinned",
         &format!(
             "name: pinned\ntimeout: 10s\nfunctions:\n{}routes:\n  - http: POST /go\n    \
@@ -790,5 +682,5 @@ fn zerohop_scale_sets_the_minimum() {
         "scaled in {first_drop:?} after min went down, before the 1 s cooldown"
     );
     assert_idle(&d, "pinned", 2);
-    d.stop();
+    d.stop_cleanly();
 }

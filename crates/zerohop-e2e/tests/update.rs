@@ -9,19 +9,16 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::daemon::{zerohop, Daemon, CLI_BOUND};
 use common::{client, post, testfn};
 use serde_json::Value;
-use zerohop_test_support::{
-    alive, descendants, instances, stat, target_bin, wait_until, ChildGuard, ChildLines, Signal,
-    TempDir,
-};
+use zerohop_test_support::{descendants, instances, stat, wait_until, TempDir};
 
 /// The tests here put a chain under load on a small machine: one at a time, so that one
 /// test's load does not starve another's new instances.
@@ -35,137 +32,31 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// sent before may still be answered by an old instance that drains).
 const SLACK: Duration = Duration::from_millis(100);
 
-/// A `zerohop agent` on a socket of its own; stopped (SIGTERM, then SIGKILL) on drop, also
-/// when the test panics, so its instances go with it.
-struct Daemon {
-    guard: ChildGuard,
-    _lines: ChildLines,
-    socket: PathBuf,
-    dir: TempDir,
+/// Writes `spec` to the daemon's folder as `NAME.yaml` (the same file each time, as an
+/// operator edits one spec) and runs `zerohop apply` on it, timed.
+fn apply(d: &Daemon, name: &str, spec: &str) -> Applied {
+    apply_file(d.socket(), &d.write(name, spec))
 }
 
-impl Daemon {
-    fn start() -> Self {
-        let dir = TempDir::new("update");
-        let socket = dir.path().join("admin.sock");
-        let mut cmd = Command::new(target_bin("zerohop"));
-        cmd.arg("agent")
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--metrics", "127.0.0.1:0"])
-            .env_remove("ZEROHOP_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        let mut guard = ChildGuard::new(cmd.spawn().expect("spawn zerohop agent"));
-        let lines = ChildLines::new(&mut guard);
-        lines.wait_for("zerohop agent", "daemon ready on ", Duration::from_secs(30));
-        Self {
-            guard,
-            _lines: lines,
-            socket,
-            dir,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.guard.pid()
-    }
-
-    /// Runs `zerohop ARGS --socket S` (bounded: the CLI's own calls end).
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(target_bin("zerohop"))
-            .args(args)
-            .arg("--socket")
-            .arg(&self.socket)
-            .env_remove("ZEROHOP_SOCKET")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run zerohop")
-    }
-
-    fn status(&self, chain: &str) -> Value {
-        let out = self.cli(&["status", chain, "--json"]);
-        assert!(
-            out.status.success(),
-            "zerohop status {chain} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("JSON output")
-    }
-
-    /// Writes `spec` to the daemon's folder as `NAME.yaml` (the same file each time, as an
-    /// operator edits one spec) and runs `zerohop apply` on it, timed.
-    fn apply(&self, name: &str, spec: &str) -> Applied {
-        apply_file(&self.socket, &self.write(name, spec))
-    }
-
-    /// Writes `spec` to the daemon's folder as `NAME.yaml`; returns the file.
-    fn write(&self, name: &str, spec: &str) -> PathBuf {
-        let file = self.dir.path().join(format!("{name}.yaml"));
-        std::fs::write(&file, spec).expect("write spec");
-        file
-    }
-
-    /// Brings chain `name` up from `spec`; returns its HTTP URL.
-    fn create(&self, name: &str, spec: &str) -> String {
-        let a = self.apply(name, spec);
-        assert!(a.ok, "apply failed: {}", a.stderr);
-        let first = a.stdout.lines().next().unwrap_or_default();
-        let prefix = format!("chain '{name}' created: ");
-        first
-            .strip_prefix(&prefix)
-            .unwrap_or_else(|| panic!("{first:?} does not start with {prefix:?}"))
-            .trim()
-            .to_owned()
-    }
-
-    /// Stops the daemon (SIGTERM) and checks that nothing it started outlives it.
-    fn stop(mut self) {
-        let below = descendants(&[self.pid()]);
-        self.guard.signal(Signal::SIGTERM);
-        assert_eq!(
-            self.guard.wait_timeout(Duration::from_secs(30)),
-            Some(0),
-            "the daemon exits cleanly"
-        );
-        assert!(
-            wait_until(Duration::from_secs(10), || !below.iter().any(|&p| alive(p))),
-            "a process started by the daemon outlived it: {below:?}"
-        );
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // Not stopped by `stop` (a test failed): a clean stop first, so the daemon takes its
-        // instances down; the guard's SIGKILL after 10 s otherwise.
-        if self.guard.pid() == 0 {
-            return;
-        }
-        self.guard.signal(Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if matches!(self.guard.child_mut().try_wait(), Ok(Some(_))) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// Brings chain `name` up from `spec`; returns its HTTP URL.
+fn create(d: &Daemon, name: &str, spec: &str) -> String {
+    let a = apply(d, name, spec);
+    assert!(a.ok, "apply failed: {}", a.stderr);
+    let first = a.stdout.lines().next().unwrap_or_default();
+    let prefix = format!("chain '{name}' created: ");
+    first
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{first:?} does not start with {prefix:?}"))
+        .trim()
+        .to_owned()
 }
 
 /// Runs `zerohop apply FILE --socket SOCKET`, timed (a function of its own, so that a test
 /// can apply on one thread and watch the status on another).
 fn apply_file(socket: &Path, file: &Path) -> Applied {
+    let file = file.to_str().expect("a UTF-8 temp path");
     let started = Instant::now();
-    let out = Command::new(target_bin("zerohop"))
-        .arg("apply")
-        .arg(file)
-        .arg("--socket")
-        .arg(socket)
-        .env_remove("ZEROHOP_SOCKET")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run zerohop apply");
+    let out = zerohop(socket, &["apply", file], CLI_BOUND);
     let returned = Instant::now();
     Applied {
         ok: out.status.success(),
@@ -583,11 +474,11 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
     let d = Daemon::start();
     let t = testfn();
     let v1 = chain("roll", &t, &t, "exclaim", B_SCALE);
-    let url = d.create("roll", &v1);
+    let url = create(&d, "roll", &v1);
     let rest = wait_for(&d, "roll", Duration::from_secs(10), "coming up", at_rest);
 
     // The same spec again: nothing changes, nothing restarts.
-    let same = d.apply("roll", &v1);
+    let same = apply(&d, "roll", &v1);
     same.assert_unchanged("roll");
     let after = listed(&d.status("roll"));
     assert_eq!(after, rest, "an unchanged apply restarted nothing");
@@ -596,7 +487,7 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
     let load = Load::start(&format!("{url}/go"), 4);
     let before_env = pids(&listed(&d.status("roll")));
     let v2 = chain("roll", &t, &t, "upper", B_SCALE);
-    let env = d.apply("roll", &v2);
+    let env = apply(&d, "roll", &v2);
     env.assert_updated(
         "roll",
         &["function 'b': new environment; rolling its instances"],
@@ -638,7 +529,7 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
     std::fs::copy(&t, &copy).expect("copy the test function");
     let c = copy.display().to_string();
     let v3 = chain("roll", &c, &c, "upper", B_SCALE);
-    let moved = d.apply("roll", &v3);
+    let moved = apply(&d, "roll", &v3);
     moved.assert_updated(
         "roll",
         &[
@@ -651,7 +542,7 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
     // ...which is then rebuilt in place: the same spec applied again rolls both.
     let before_binary = pids(&listed(&d.status("roll")));
     rebuild(Path::new(&t), &copy);
-    let binary = d.apply("roll", &v3);
+    let binary = apply(&d, "roll", &v3);
     binary.assert_updated(
         "roll",
         &[
@@ -735,7 +626,7 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
     );
 
     // Applied again as it is (the rebuilt binary is now the running one): unchanged.
-    let again = d.apply("roll", &v3);
+    let again = apply(&d, "roll", &v3);
     again.assert_unchanged("roll");
     let now = listed(&d.status("roll"));
     assert_eq!(
@@ -745,7 +636,7 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
     );
     let r = post(&client(), &format!("{url}/go"), "done");
     assert_eq!((r.status, r.body.as_str()), (200, "DONE"));
-    d.stop();
+    d.stop_cleanly();
 }
 
 /// Under load, `b` is updated to `broken` (a command that never serves); apply must fail,
@@ -762,7 +653,7 @@ fn rolled_back(d: &Daemon, url: &str, v1: &str, broken: &str, why: &str, what: &
     let load = Load::start(&format!("{url}/go"), 4);
     let file = d.write("back", broken);
     let u = std::thread::scope(|scope| {
-        let socket = d.socket.as_path();
+        let socket = d.socket();
         let applying = scope.spawn(|| apply_file(socket, &file));
         if watch {
             let t = Instant::now();
@@ -818,7 +709,7 @@ fn rolled_back(d: &Daemon, url: &str, v1: &str, broken: &str, why: &str, what: &
     );
     assert_only_listed(d, "back");
     // What runs is still the old spec: applying it again changes nothing.
-    d.apply("back", v1).assert_unchanged("back");
+    apply(d, "back", v1).assert_unchanged("back");
     let r = post(&client(), &format!("{url}/go"), "old");
     assert_eq!((r.status, r.body.as_str()), (200, "OLD!"));
 }
@@ -829,7 +720,7 @@ fn a_broken_new_version_is_rolled_back() {
     let d = Daemon::start();
     let t = testfn();
     let v1 = chain("back", &t, &t, "exclaim", B_STEADY);
-    let url = d.create("back", &v1);
+    let url = create(&d, "back", &v1);
 
     // A program that exits at once, before it ever attaches.
     rolled_back(
@@ -861,7 +752,8 @@ fn a_broken_new_version_is_rolled_back() {
     // After two rollbacks, a good new version still rolls out; this one changes all that
     // can change at once: environment, system calls, resources and scaling bounds.
     let load = Load::start(&format!("{url}/go"), 4);
-    let good = d.apply(
+    let good = apply(
+        &d,
         "back",
         &chain(
             "back",
@@ -891,7 +783,7 @@ fn a_broken_new_version_is_rolled_back() {
         uppered,
     );
     assert_only_listed(&d, "back");
-    d.stop();
+    d.stop_cleanly();
 }
 
 #[test]
@@ -900,7 +792,7 @@ fn structural_changes_are_refused_with_the_reason() {
     let d = Daemon::start();
     let t = testfn();
     let v1 = chain("fixed", &t, &t, "exclaim", B_SCALE);
-    let url = d.create("fixed", &v1);
+    let url = create(&d, "fixed", &v1);
     let rest = wait_for(&d, "fixed", Duration::from_secs(10), "coming up", at_rest);
     let load = Load::start(&format!("{url}/go"), 2);
     let first = Instant::now();
@@ -933,7 +825,7 @@ fn structural_changes_are_refused_with_the_reason() {
     ];
     let mut last = None;
     for (what, spec, why) in &cases {
-        let u = d.apply("fixed", spec);
+        let u = apply(&d, "fixed", spec);
         let message = u.assert_failed();
         eprintln!(
             "{what}: refused in {:.0} ms: {message}",
@@ -971,9 +863,9 @@ fn structural_changes_are_refused_with_the_reason() {
         shape(&after)
     );
     assert!(after.iter().all(|i| i.restarts == 0), "{}", shape(&after));
-    d.apply("fixed", &v1).assert_unchanged("fixed");
+    apply(&d, "fixed", &v1).assert_unchanged("fixed");
     assert_only_listed(&d, "fixed");
-    d.stop();
+    d.stop_cleanly();
 }
 
 #[test]
@@ -982,7 +874,7 @@ fn scaling_bounds_change_without_a_restart() {
     let d = Daemon::start();
     let t = testfn();
     let v1 = chain("bounds", &t, &t, "exclaim", B_SCALE);
-    let url = d.create("bounds", &v1);
+    let url = create(&d, "bounds", &v1);
     let rest = wait_for(&d, "bounds", Duration::from_secs(10), "coming up", at_rest);
     let parked: Vec<u32> = rest
         .iter()
@@ -992,7 +884,8 @@ fn scaling_bounds_change_without_a_restart() {
     let s0 = d.status("bounds");
     let b0 = s0["functions"][1].clone();
 
-    let u = d.apply(
+    let u = apply(
+        &d,
         "bounds",
         &chain("bounds", &t, &t, "exclaim", ", scale: { min: 2, max: 3 }"),
     );
@@ -1044,7 +937,8 @@ fn scaling_bounds_change_without_a_restart() {
     );
 
     // Beyond the parties the chain reserved: refused, naming the bound.
-    let too_many = d.apply(
+    let too_many = apply(
+        &d,
         "bounds",
         &chain("bounds", &t, &t, "exclaim", ", scale: { min: 2, max: 5 }"),
     );
@@ -1066,7 +960,8 @@ fn scaling_bounds_change_without_a_restart() {
     let three = wait_for(&d, "bounds", Duration::from_secs(10), "b at 3", |l| {
         count(l, "b", "ready") == 3
     });
-    let shrink = d.apply(
+    let shrink = apply(
+        &d,
         "bounds",
         &chain(
             "bounds",
@@ -1099,7 +994,7 @@ fn scaling_bounds_change_without_a_restart() {
     );
     assert!(two.iter().all(|i| i.restarts == 0), "{}", shape(&two));
     assert_only_listed(&d, "bounds");
-    d.stop();
+    d.stop_cleanly();
 }
 
 /// `b` runs a copy of the test function in a folder of `mode`; the copy is rebuilt in place
@@ -1123,12 +1018,12 @@ fn a_broken_rebuild_is_rolled_back(mode: u32) {
         "exclaim",
         B_STEADY,
     );
-    let url = d.create("rebuilt", &v1);
+    let url = create(&d, "rebuilt", &v1);
     let rest = wait_for(&d, "rebuilt", Duration::from_secs(10), "coming up", at_rest);
 
     let load = Load::start(&format!("{url}/go"), 4);
     rebuild(Path::new("/bin/true"), &copy);
-    let u = d.apply("rebuilt", &v1);
+    let u = apply(&d, "rebuilt", &v1);
     let message = u.assert_failed();
     std::thread::sleep(Duration::from_millis(300));
     let answers = load.finish();
@@ -1186,7 +1081,7 @@ fn a_broken_rebuild_is_rolled_back(mode: u32) {
         assert_eq!((r.status, r.body), (200, format!("AFTER {i}!")));
     }
     assert_only_listed(&d, "rebuilt");
-    d.stop();
+    d.stop_cleanly();
 }
 
 /// The program's folder is closed to the chain's uid: the agent runs it by descriptor,

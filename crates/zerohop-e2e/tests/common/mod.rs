@@ -1,6 +1,12 @@
-//! Helpers shared by the end-to-end tests: an HTTP client and spec builders.
+//! Helpers shared by the end-to-end tests: an HTTP client, spec builders, and the node
+//! daemon driven by the CLI ([`daemon`]).
+//!
+//! Every test binary compiles all of it (`mod common;`) and uses only part: hence the
+//! `dead_code` allowance, which covers the submodules too.
 
 #![allow(dead_code)]
+
+pub mod daemon;
 
 use std::time::Duration;
 
