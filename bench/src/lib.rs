@@ -37,6 +37,36 @@ pub fn bin_dir(given: Option<&std::path::Path>) -> anyhow::Result<std::path::Pat
     }
 }
 
+/// The built binary `name` in `dir`, or an error that says how to build it.
+pub fn need_bin(dir: &std::path::Path, name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let p = dir.join(name);
+    anyhow::ensure!(
+        p.is_file(),
+        "{} is missing; build with `cargo build --release --workspace --bins`",
+        p.display()
+    );
+    Ok(p)
+}
+
+/// Stops a child this benchmark started: SIGTERM, up to 15 s to exit, then SIGKILL; always
+/// reaped. `what` names it in the message when it has to be killed.
+pub fn stop_child(child: &mut std::process::Child, what: &str) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    // Not reaped yet, so the pid is still the child's.
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    eprintln!("{what} did not stop; killing it");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// One function of a benchmark chain; every system implements exactly these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

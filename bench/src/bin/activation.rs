@@ -57,8 +57,6 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpStream, UnixStream};
 use zerohop_bench::report::Machine;
@@ -424,18 +422,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        // Not reaped yet, so the pid is still the daemon's.
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("zerohop-bench-activation: zerohop agent did not stop; killing it");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        zerohop_bench::stop_child(&mut self.child, "zerohop-bench-activation: zerohop agent");
     }
 }
 
@@ -693,17 +680,7 @@ fn spec(stamp: &Path, zero_after_ms: u64) -> Result<String> {
 
 async fn measure(args: &Args, dir: &Path) -> Result<Report> {
     let bin = zerohop_bench::bin_dir(args.bin_dir.as_deref())?;
-    let need = |name: &str| {
-        let p = bin.join(name);
-        if p.is_file() {
-            Ok(p)
-        } else {
-            Err(anyhow!(
-                "{} is missing; build with `cargo build --release --workspace --bins`",
-                p.display()
-            ))
-        }
-    };
+    let need = |name: &str| zerohop_bench::need_bin(&bin, name);
     let (zerohop, stamp) = (need("zerohop")?, need("zerohop-bench-stamp")?);
     let rounds = args
         .rounds

@@ -21,8 +21,6 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use serde_json::{json, Value};
 use zerohop_test_support::{cpu_ticks, descendants, free_port, listener_in, ticks_per_second};
 
@@ -59,18 +57,10 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        // The child is not reaped yet, so its pid is still its own.
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("zerohop-bench-apps: {} did not stop; killing it", self.name);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        zerohop_bench::stop_child(
+            &mut self.child,
+            &format!("zerohop-bench-apps: {}", self.name),
+        );
     }
 }
 
@@ -117,15 +107,7 @@ struct Ctx {
 
 impl Ctx {
     fn bin(&self, name: &str) -> Result<PathBuf> {
-        let p = self.bin.join(name);
-        if p.is_file() {
-            Ok(p)
-        } else {
-            bail!(
-                "{} is missing; build with `cargo build --release --workspace --bins`",
-                p.display()
-            )
-        }
+        zerohop_bench::need_bin(&self.bin, name)
     }
 }
 

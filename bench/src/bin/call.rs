@@ -52,17 +52,7 @@ fn main() -> Result<()> {
         .parent()
         .context("binary folder")?
         .to_owned();
-    let need = |name: &str| {
-        let p = bin.join(name);
-        if p.is_file() {
-            Ok(p)
-        } else {
-            Err(anyhow!(
-                "{} is missing; build with `cargo build --release --workspace --bins`",
-                p.display()
-            ))
-        }
-    };
+    let need = |name: &str| zerohop_bench::need_bin(&bin, name);
     let (zerohop, pass, relay) = (
         need("zerohop")?,
         need("zerohop-bench-pass")?,

@@ -251,7 +251,7 @@ impl Running {
         self.shared
             .parties
             .get(party as usize)
-            .map(|c| c.pgid.load(std::sync::atomic::Ordering::Acquire))
+            .map(PartyControl::pgid)
             .filter(|&p| p != 0)
     }
 
@@ -774,8 +774,16 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         })
         .collect();
     let scaler = tokio::spawn(crate::scale::run(shared.clone(), stop_rx.clone()));
-    let wakers = crate::scale::Wakers::start(&shared)
-        .map_err(|e| AgentError::Confine(format!("cannot start the scaler's waker thread: {e}")));
+    let wakers = match crate::scale::Wakers::start(&shared) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(
+                "cannot start the scaler's waker thread: {e}; a function sending to another \
+                 with no ready instance waits for the scaler's next look (10 ms)"
+            );
+            None
+        }
+    };
     let watchdog = tokio::spawn(watchdog::watch(shared.clone(), spec.timeout, stop_rx));
     let first = shared.gateways.iter().next().expect("one").clone();
     let mut others = Vec::new();
@@ -814,16 +822,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         supervisors,
         watchdog,
         scaler,
-        wakers: match wakers {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(
-                    "{e}; a function sending to another with no ready instance waits for the \
-                     scaler's next look (10 ms)"
-                );
-                None
-            }
-        },
+        wakers,
         receiving,
         gateway_threads: threads,
         summary,

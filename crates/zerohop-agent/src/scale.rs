@@ -120,15 +120,12 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
             let want = c.wanted();
             let state = shared.state(p);
             let queued = shared.transport.queued(p);
-            let serving = c.pgid.load(Ordering::Acquire) != 0
-                && matches!(state, PartyState::Ready | PartyState::Draining);
+            let serving =
+                c.pgid() != 0 && matches!(state, PartyState::Ready | PartyState::Draining);
             if serving {
                 // Input from shared memory: a lying instance can only inflate its own
                 // function's count, never beyond `max`.
-                demand += shared
-                    .records(p)
-                    .next()
-                    .map_or(0, |r| r.stats().busy as usize);
+                demand += shared.records(p).next().map_or(0, |r| r.busy() as usize);
             }
             demand += queued;
             seen.push(Seen {
@@ -194,7 +191,7 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
                         break;
                     }
                     if s.want == Want::Run && s.queued == 0 {
-                        set_want(shared, s.party, Want::Stop);
+                        shared.set_want(s.party, Want::Stop);
                         extra -= 1;
                         count -= 1;
                     }
@@ -230,7 +227,7 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
                 .take(usize::from(parked_wanted - parked_count))
                 .collect::<Vec<_>>();
             for p in free {
-                set_want(shared, p, Want::Park);
+                shared.set_want(p, Want::Park);
             }
         } else if parked_count > parked_wanted {
             for &p in parked
@@ -238,7 +235,7 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
                 .rev()
                 .take(usize::from(parked_count - parked_wanted))
             {
-                set_want(shared, p, Want::Stop);
+                shared.set_want(p, Want::Stop);
             }
         }
     }
@@ -278,16 +275,12 @@ pub(crate) fn activate(shared: &Shared, party: PartyId) {
             .store(zerohop_pool::monotonic_ns(), Ordering::Relaxed);
     }
     let woke = parked && shared.activate(party);
-    set_want(shared, party, Want::Run);
+    shared.set_want(party, Want::Run);
     if woke {
         // The woken instance usually lands on this CPU, and under SCHED_BATCH it would wait
         // until this thread blocks: give it the CPU now.
         std::thread::yield_now();
     }
-}
-
-fn set_want(shared: &Shared, party: PartyId, want: Want) {
-    shared.set_want(party, want);
 }
 
 /// Threads (one per pool of the chain) that sleep on the pool's wake word until a function
@@ -310,6 +303,7 @@ impl Wakers {
                     .name(format!("waker-{i}"))
                     .spawn(move || {
                         let mut seen = pool.wait_wanted(u32::MAX, Duration::ZERO);
+                        // SYNC POINT: Acquire pairs with the Release store in `signal`.
                         while !stop.load(Ordering::Acquire) {
                             let now = pool.wait_wanted(seen, Duration::from_secs(3600));
                             if now != seen {

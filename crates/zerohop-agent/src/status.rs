@@ -15,7 +15,7 @@ use zerohop_transport::GATEWAY_FN;
 use crate::api::{
     ChainStatus, FunctionStatus, GatewayCounters, InstanceStatus, RouteStatus, SlotCounters,
 };
-use crate::supervise::{Shared, Want};
+use crate::supervise::{PartyControl, Shared, Want};
 
 /// A cheap, cloneable handle on a running chain for status and metrics (it does not keep the
 /// chain running: [`Running`](crate::Running) does).
@@ -140,9 +140,7 @@ impl ChainView {
             };
             let party = party as u16;
             let control = s.parties.get(usize::from(party));
-            // SYNC POINT: Acquire pairs with the Release stores of `pgid` in supervise.rs
-            // (`spawn` and `kill_rest`).
-            let pgid = control.map_or(0, |c| c.pgid.load(Ordering::Acquire));
+            let pgid = control.map_or(0, PartyControl::pgid);
             let restarts = control.map_or(0, |c| c.restarts.load(Ordering::Relaxed));
             let want = control.map_or(Want::Stop, |c| c.wanted());
             let state = if pgid == 0 {
@@ -202,6 +200,17 @@ impl ChainView {
             if pgid == 0 && want == Want::Stop {
                 continue;
             }
+            // The scaler's last activation decision: when, and parked or cold.
+            let decided = control
+                .map(|c| {
+                    let how = if c.decided_cold.load(Ordering::Relaxed) {
+                        "cold"
+                    } else {
+                        "parked"
+                    };
+                    (c.decided_ns.load(Ordering::Relaxed), how)
+                })
+                .filter(|&(ns, _)| ns != 0);
             fs.instances.push(InstanceStatus {
                 party,
                 pid: (pgid != 0).then_some(pgid),
@@ -210,18 +219,8 @@ impl ChainView {
                 cpu_ns: usage.cpu_ns,
                 memory_bytes: usage.memory_bytes,
                 throttled: usage.nr_throttled,
-                activated_ns: control
-                    .map(|c| c.decided_ns.load(Ordering::Relaxed))
-                    .filter(|&t| t != 0),
-                activation: control
-                    .filter(|c| c.decided_ns.load(Ordering::Relaxed) != 0)
-                    .map(|c| {
-                        if c.decided_cold.load(Ordering::Relaxed) {
-                            "cold".into()
-                        } else {
-                            "parked".into()
-                        }
-                    }),
+                activated_ns: decided.map(|(ns, _)| ns),
+                activation: decided.map(|(_, how)| how.into()),
             });
         }
         let routes = plan

@@ -65,7 +65,7 @@ pub(crate) struct FunctionRun {
 }
 
 /// What identifies one build of a program file: device, inode, size, modification time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Fingerprint {
     dev: u64,
     ino: u64,
@@ -181,10 +181,7 @@ impl Shared {
 
     /// Requests `party` is involved in: in its handlers, queued for it, slots it holds.
     fn involved(&self, party: PartyId) -> usize {
-        let busy = self
-            .records(party)
-            .next()
-            .map_or(0, |r| r.stats().busy as usize);
+        let busy = self.records(party).next().map_or(0, |r| r.busy() as usize);
         busy + self.transport.queued(party)
             + self.gateways.pools().held_by(Owner::party(party)).len()
     }
@@ -239,6 +236,13 @@ impl PartyControl {
             decided_ns: AtomicU64::new(0),
             decided_cold: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Process group (= pid) of the running instance, 0 when none.
+    pub fn pgid(&self) -> u32 {
+        // SYNC POINT: Acquire pairs with the Release stores of `pgid` in `spawn` and
+        // `kill_rest`: a pid seen is that of an instance whose records and cgroup are set.
+        self.pgid.load(Ordering::Acquire)
     }
 
     /// What the scaler wants now.
@@ -329,6 +333,7 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
     // The child leads its own group (process_group(0)): pgid = pid.
     shared.domain.started(pid);
     if let Some(c) = shared.parties.get(inst.party as usize) {
+        // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
         c.pgid.store(pid, Ordering::Release);
         c.generation.store(run.generation, Ordering::Relaxed);
         *c.usage.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -371,6 +376,7 @@ async fn kill_rest(shared: &Shared, party: PartyId, inst: &mut Instance) {
         inst.pgid = 0;
     }
     if let Some(c) = shared.parties.get(party as usize) {
+        // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
         c.pgid.store(0, Ordering::Release);
         *c.usage.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }

@@ -24,7 +24,7 @@ use zerohop_pool::PartyState;
 use crate::confine::Program;
 use crate::spec::{ChainSpec, FunctionSpec};
 use crate::status::ChainView;
-use crate::supervise::{Fingerprint, FunctionRun, Shared, Want};
+use crate::supervise::{Fingerprint, FunctionRun, PartyControl, Shared, Want};
 
 /// How long a new instance gets to become ready during an update.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,7 +33,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// roll (with their new programs opened).
 pub(crate) struct Plan {
     pub changes: Vec<String>,
-    roll: Vec<(usize, Program, Fingerprint)>,
+    roll: Vec<(usize, Program, Option<Fingerprint>)>,
     rescale: bool,
 }
 
@@ -163,7 +163,7 @@ impl ChainView {
                     b.name,
                     what.join(", ")
                 ));
-                roll.push((i, program, print.unwrap_or_default()));
+                roll.push((i, program, print));
             }
             if a.scale != b.scale {
                 let (x, y) = (a.scale, b.scale);
@@ -227,7 +227,7 @@ async fn roll(
     i: usize,
     f: &FunctionSpec,
     program: Program,
-    print: Fingerprint,
+    print: Option<Fingerprint>,
 ) -> Result<(), String> {
     let old = s.function(i);
     let generation = old.generation + 1;
@@ -237,7 +237,7 @@ async fn roll(
         command: f.command.clone(),
         env: f.env.clone(),
         resources: f.resources,
-        fingerprint: Some(print),
+        fingerprint: print,
     });
     s.set_function(i, run);
     let parties = s.gateways.plan().parties_of(i as u8);
@@ -262,11 +262,7 @@ async fn roll(
             continue;
         }
         // The surge instance: a parked one of the new version, else a party with no process.
-        let pgid = |q: u16| {
-            s.parties
-                .get(q as usize)
-                .map_or(0, |c| c.pgid.load(Ordering::Acquire))
-        };
+        let pgid = |q: u16| s.parties.get(q as usize).map_or(0, PartyControl::pgid);
         let spare = parties
             .iter()
             .copied()
@@ -341,11 +337,7 @@ async fn roll(
 /// second, its stop within a few more).
 async fn wait_stopped(s: &Shared, party: u16) {
     let deadline = Instant::now() + s.timeout + Duration::from_secs(5);
-    while s
-        .parties
-        .get(party as usize)
-        .is_some_and(|c| c.pgid.load(Ordering::Acquire) != 0)
-        && Instant::now() < deadline
+    while s.parties.get(party as usize).is_some_and(|c| c.pgid() != 0) && Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -16,7 +16,6 @@
 //! A hang is detected within limit + SAMPLE.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,7 +91,7 @@ fn sample(
         let Some(control) = shared.parties.get(party as usize) else {
             continue;
         };
-        let pgid = control.pgid.load(Ordering::Acquire);
+        let pgid = control.pgid();
         if pgid == 0 {
             continue;
         }

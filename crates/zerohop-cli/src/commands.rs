@@ -88,20 +88,28 @@ fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// `zerohop agent`.
-pub async fn agent(opts: DaemonOptions) -> ExitCode {
+/// Installs SIGTERM and SIGINT handlers now (so an early signal is not lost) and returns
+/// what resolves at the first of them; `None` (said on stderr) if they cannot be installed.
+pub fn stop_signal() -> Option<impl std::future::Future<Output = ()>> {
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
     ) else {
         eprintln!("zerohop: cannot install signal handlers");
-        return ExitCode::FAILURE;
+        return None;
     };
-    let stop = async move {
+    Some(async move {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
+    })
+}
+
+/// `zerohop agent`.
+pub async fn agent(opts: DaemonOptions) -> ExitCode {
+    let Some(stop) = stop_signal() else {
+        return ExitCode::FAILURE;
     };
     match zerohop_agent::daemon::run(opts, stop).await {
         Ok(()) => {

@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use tokio::signal::unix::{signal, SignalKind};
 use zerohop_agent::{spec, up, UidRange, UpOptions};
 use zerohop_transport::Backend;
 
@@ -314,11 +313,7 @@ async fn run_up(path: PathBuf, mut opts: UpOptions, listen_given: bool) -> ExitC
     }
     let name = spec.name.clone();
     // Install the handlers before anything starts, so an early Ctrl-C still cleans up.
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        eprintln!("zerohop: cannot install signal handlers");
+    let Some(stop) = commands::stop_signal() else {
         return ExitCode::FAILURE;
     };
     let running = match up(spec, opts).await {
@@ -334,10 +329,7 @@ async fn run_up(path: PathBuf, mut opts: UpOptions, listen_given: bool) -> ExitC
         running.summary()
     );
     let _ = std::io::stdout().flush();
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    stop.await;
     eprintln!("zerohop: stopping chain '{name}'");
     running.shutdown().await;
     eprintln!("zerohop: chain '{name}' stopped");

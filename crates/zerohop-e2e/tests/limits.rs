@@ -26,6 +26,19 @@ fn is_root() -> bool {
     Process::myself().unwrap().status().unwrap().euid == 0
 }
 
+/// Brings `yaml` up with cgroups; `None` (said on stderr) only when not root and no cgroup
+/// was delegated, where the chain must refuse its limits: as root it must come up.
+fn up_unless_unprivileged(rt: &tokio::runtime::Runtime, yaml: &str) -> Option<Running> {
+    match try_up(rt, yaml, CgroupMode::Auto) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            assert!(!is_root(), "as root the limits can be applied: {e}");
+            eprintln!("not root and no delegated cgroup: {e}");
+            None
+        }
+    }
+}
+
 /// A chain of one route `/NAME` per function, each running `zerohop-burn` with `fields`
 /// (`", resources: { cpu: 200m }"`).
 fn chain_yaml(chain: &str, functions: &[(&str, &str)]) -> String {
@@ -257,13 +270,8 @@ fn a_cpu_limit_holds_under_load() {
         "lim-cpu",
         &[("limited", ", resources: { cpu: 200m }"), ("free", "")],
     );
-    let running = match try_up(&rt, &yaml, CgroupMode::Auto) {
-        Ok(r) => r,
-        Err(e) => {
-            assert!(!is_root(), "as root the limits can be applied: {e}");
-            eprintln!("not root and no delegated cgroup: {e}");
-            return;
-        }
+    let Some(running) = up_unless_unprivileged(&rt, &yaml) else {
+        return;
     };
     let (limited, free) = (
         running.parties_of("limited")[0],
@@ -319,13 +327,8 @@ fn a_pids_limit_stops_a_fork_bomb_inside_the_function() {
         "lim-pids",
         &[("bomb", ", resources: { pids: 16 }"), ("free", "")],
     );
-    let running = match try_up(&rt, &yaml, CgroupMode::Auto) {
-        Ok(r) => r,
-        Err(e) => {
-            assert!(!is_root(), "as root the limits can be applied: {e}");
-            eprintln!("not root and no delegated cgroup: {e}");
-            return;
-        }
+    let Some(running) = up_unless_unprivileged(&rt, &yaml) else {
+        return;
     };
     let a = post(&client(), &format!("{}/bomb", running.url()), "fork 64");
     assert_eq!(a.status, 200, "{}", a.body);
@@ -438,13 +441,8 @@ fn a_memory_limit_kills_the_instance_not_the_host() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let rt = runtime();
     let yaml = chain_yaml("lim-mem", &[("hog", ", resources: { memory: 32MiB }")]);
-    let running = match try_up(&rt, &yaml, CgroupMode::Auto) {
-        Ok(r) => r,
-        Err(e) => {
-            assert!(!is_root(), "as root the limits can be applied: {e}");
-            eprintln!("not root and no delegated cgroup: {e}");
-            return;
-        }
+    let Some(running) = up_unless_unprivileged(&rt, &yaml) else {
+        return;
     };
     let party = running.parties_of("hog")[0];
     let url = format!("{}/hog", running.url());

@@ -253,6 +253,11 @@ impl PartyRecord {
     pub fn count_rejected(&self, why: Rejected) {
         self.rejected[why as usize].fetch_add(1, Ordering::Relaxed);
     }
+    /// Requests in its handlers now (what the scaler reads; [`stats`](Self::stats) copies
+    /// every counter).
+    pub fn busy(&self) -> u32 {
+        self.busy.load(Ordering::Relaxed)
+    }
     /// Forgets requests a dead instance left in its handler (the agent, before it restarts
     /// the party: they were answered by the gateway).
     pub fn clear_busy(&self) {
@@ -553,10 +558,11 @@ impl Pool {
     /// The pool's wake word (at offset 64): a sender that sent to a party which is not
     /// `Ready` bumps it and wakes whoever waits on it ([`Pool::want_instance`]), so the
     /// agent activates that party at once. Input like everything shared: any party may bump it.
-    fn wake_word(&self) -> &std::sync::atomic::AtomicU32 {
+    #[cfg(not(loom))]
+    fn wake_word(&self) -> &AtomicU32 {
         // SAFETY: offset 64 is inside the header area every pool maps (PARTIES_OFFSET is 128),
         // 4-aligned; an atomic u32 is valid for any bit pattern.
-        unsafe { &*self.base.add(64).cast::<std::sync::atomic::AtomicU32>() }
+        unsafe { &*self.base.add(64).cast::<AtomicU32>() }
     }
 
     /// A sender: something was sent to a party with no ready instance; wakes the agent.
@@ -575,10 +581,11 @@ impl Pool {
     pub fn wait_wanted(&self, seen: u32, timeout: std::time::Duration) -> u32 {
         let w = self.wake_word();
         // SYNC POINT: Acquire pairs with the Release in `want_instance`.
-        if w.load(std::sync::atomic::Ordering::Acquire) == seen {
+        if w.load(Ordering::Acquire) == seen {
             sys::futex_wait(w, seen, timeout);
         }
-        w.load(std::sync::atomic::Ordering::Acquire)
+        // SYNC POINT: as above.
+        w.load(Ordering::Acquire)
     }
 
     /// The party table entry of `party`.
