@@ -44,6 +44,8 @@ pub enum Applied {
     Created,
     /// A running chain was changed in place.
     Updated,
+    /// A running chain was replaced by a new one (blue-green) on the same listeners.
+    Replaced,
     /// The spec is what already runs.
     Unchanged,
 }

@@ -1,6 +1,7 @@
 //! Bringing a chain up and down.
 
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,6 +64,19 @@ impl Default for UpOptions {
             echo_logs: true,
         }
     }
+}
+
+/// What a chain being replaced hands over to the chain that replaces it ([`up_with`]):
+/// its listening sockets, so that no connection waiting to be accepted is lost and the
+/// address stays the same, and its state store, so that no state is lost.
+#[derive(Default)]
+pub struct Inherit {
+    /// Every listening HTTP socket of the old chain (empty: bind `UpOptions::listen`).
+    pub http: Vec<std::net::TcpListener>,
+    /// The old chain's CoAP socket (`None`: bind as the spec says).
+    pub coap: Option<std::net::UdpSocket>,
+    /// The old chain's state store; it must have the geometry the new spec asks for.
+    pub state: Option<Arc<zerohop_pool::State>>,
 }
 
 /// Why a chain could not come up.
@@ -161,6 +175,8 @@ pub struct Running {
     receiving: Option<zerohop_gateway::Receiving>,
     /// Gateway parties 1.. (party 0 runs on the caller's runtime).
     gateway_threads: Vec<std::thread::JoinHandle<()>>,
+    /// Resolve when the HTTP serving of gateway parties 1.. has ended.
+    served: Vec<tokio::sync::oneshot::Receiver<()>>,
     summary: String,
     view: crate::status::ChainView,
 }
@@ -207,7 +223,7 @@ impl Running {
     /// The chain's state store, if it has one (the agent's own mapping; for tests and
     /// diagnostics).
     pub fn state(&self) -> Option<&zerohop_pool::State> {
-        self.shared.state.as_ref()
+        self.shared.state.as_deref()
     }
 
     /// The chain's pools, one per security domain (slot accounting).
@@ -275,9 +291,33 @@ impl Running {
 
     /// Stops accepting, lets open requests finish (up to the chain timeout), stops every
     /// instance (SIGTERM, then SIGKILL), stops the receive thread and releases the pool.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
+        self.shutdown_inner(false).await;
+    }
+
+    /// Shuts down a chain whose listeners another chain took over ([`ChainView::handover`]
+    /// gave them, [`up_with`] serves them): it stops accepting (the new chain accepts from
+    /// the same sockets), answers what its connections still send with `Connection: close`
+    /// until they are closed, then shuts down as [`Running::shutdown`] does. No accepted
+    /// request goes unanswered, and a keep-alive client is moved to the new chain between
+    /// two requests.
+    ///
+    /// [`ChainView::handover`]: crate::ChainView::handover
+    pub async fn wind_down(self) {
+        self.shutdown_inner(true).await;
+    }
+
+    async fn shutdown_inner(mut self, handed_over: bool) {
+        if handed_over {
+            for g in self.shared.gateways.iter() {
+                g.close_connections();
+            }
+        }
         let _ = self.http_stop.send(true);
         let _ = (&mut self.server).await;
+        for s in self.served.drain(..) {
+            let _ = s.await;
+        }
         for s in self.others.drain(..) {
             let _ = s.await;
         }
@@ -335,11 +375,50 @@ fn bind(addr: SocketAddr, shared: bool) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
+/// The chain's HTTP listening sockets: the inherited ones, else one per gateway thread on
+/// `opts.listen` (SO_REUSEPORT when there are several); with a duplicate of each to hand
+/// over later.
+#[allow(clippy::type_complexity)]
+fn http_listeners(
+    inherited: Vec<std::net::TcpListener>,
+    listen: SocketAddr,
+    threads: u16,
+) -> Result<(Vec<std::net::TcpListener>, Vec<OwnedFd>, SocketAddr), AgentError> {
+    let failed = |addr| move |source| AgentError::Listen { addr, source };
+    let sockets = if inherited.is_empty() {
+        let first = bind(listen, threads > 1).map_err(failed(listen))?;
+        let addr = first.local_addr().map_err(failed(listen))?;
+        let mut list = vec![first.into_std().map_err(failed(addr))?];
+        for _ in 1..threads {
+            list.push(
+                bind(addr, true)
+                    .and_then(TcpListener::into_std)
+                    .map_err(failed(addr))?,
+            );
+        }
+        list
+    } else {
+        for l in &inherited {
+            l.set_nonblocking(true).map_err(failed(listen))?;
+        }
+        inherited
+    };
+    let addr = sockets[0].local_addr().map_err(failed(listen))?;
+    let dups = sockets
+        .iter()
+        .map(|l| l.as_fd().try_clone_to_owned())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(failed(addr))?;
+    Ok((sockets, dups, addr))
+}
+
 /// Opens the MQTT listener and the CoAP socket the spec asks for (addresses overridden by
-/// `opts`), adding their URLs to `listeners`. They are served by gateway thread 0.
+/// `opts`; the CoAP socket `coap` when one was inherited), adding their URLs to
+/// `listeners`. They are served by gateway thread 0.
 fn bind_others(
     spec: &ChainSpec,
     opts: &UpOptions,
+    inherited_coap: Option<std::net::UdpSocket>,
     listeners: &mut Vec<String>,
 ) -> Result<(Option<MqttIngress>, Option<tokio::net::UdpSocket>), AgentError> {
     let override_without = |protocol: &str| {
@@ -387,7 +466,10 @@ fn bind_others(
                 addr: want,
                 source,
             };
-            let s = std::net::UdpSocket::bind(want).map_err(err)?;
+            let s = match inherited_coap {
+                Some(s) => s,
+                None => std::net::UdpSocket::bind(want).map_err(err)?,
+            };
             s.set_nonblocking(true).map_err(err)?;
             let s = tokio::net::UdpSocket::from_std(s).map_err(err)?;
             listeners.push(format!("coap://{}", s.local_addr().map_err(err)?));
@@ -397,18 +479,36 @@ fn bind_others(
     Ok((mqtt, coap))
 }
 
-/// Starts gateway party `gw` on a thread of its own with its own runtime: it listens on
-/// `addr` (SO_REUSEPORT), serves until `http` turns true, and receives answers until
-/// `instances` turns true (instances may still answer while connections drain). Returns
-/// once it listens.
+/// Serves HTTP on every one of `listeners` at once until `http` turns true (see
+/// [`Gateway::serve`]).
+async fn serve_all(gw: Arc<Gateway>, listeners: Vec<TcpListener>, http: watch::Receiver<bool>) {
+    let mut serving = tokio::task::JoinSet::new();
+    for l in listeners {
+        serving.spawn(gw.clone().serve(l, http.clone()));
+    }
+    while serving.join_next().await.is_some() {}
+}
+
+/// Starts gateway party `gw` on a thread of its own with its own runtime: it accepts on
+/// `sockets`, serves until `http` turns true (then `served` resolves), and receives answers
+/// until `instances` turns true (instances may still answer while connections drain).
+/// Returns once it listens.
 async fn spawn_gateway(
     gw: Arc<Gateway>,
     endpoint: Endpoint,
+    sockets: Vec<std::net::TcpListener>,
     addr: SocketAddr,
     http: watch::Receiver<bool>,
     mut instances: watch::Receiver<bool>,
-) -> Result<std::thread::JoinHandle<()>, AgentError> {
+) -> Result<
+    (
+        std::thread::JoinHandle<()>,
+        tokio::sync::oneshot::Receiver<()>,
+    ),
+    AgentError,
+> {
     let (listening_tx, listening) = tokio::sync::oneshot::channel();
+    let (served_tx, served) = tokio::sync::oneshot::channel();
     let listen_err = |source| AgentError::Listen { addr, source };
     let thread = std::thread::Builder::new()
         .name(format!("gateway-{}", gw.party_index()))
@@ -424,7 +524,12 @@ async fn spawn_gateway(
                 }
             };
             runtime.block_on(async move {
-                let listener = match bind(addr, true) {
+                // Registered with this thread's runtime.
+                let listeners = match sockets
+                    .into_iter()
+                    .map(TcpListener::from_std)
+                    .collect::<std::io::Result<Vec<_>>>()
+                {
                     Ok(l) => l,
                     Err(e) => {
                         let _ = listening_tx.send(Err(e));
@@ -435,8 +540,9 @@ async fn spawn_gateway(
                 let _ = listening_tx.send(Ok(()));
                 // Stopped before it started (a failed `up`): nothing to drain.
                 if !*http.borrow() {
-                    gw.clone().serve(listener, http).await;
+                    serve_all(gw.clone(), listeners, http).await;
                 }
+                let _ = served_tx.send(());
                 while !*instances.borrow_and_update() {
                     if instances.changed().await.is_err() {
                         break;
@@ -447,7 +553,7 @@ async fn spawn_gateway(
         })
         .map_err(listen_err)?;
     match listening.await {
-        Ok(Ok(())) => Ok(thread),
+        Ok(Ok(())) => Ok((thread, served)),
         Ok(Err(e)) => {
             let _ = thread.join();
             Err(listen_err(e))
@@ -493,6 +599,16 @@ pub(crate) fn check_program(
 /// Brings `spec` up: pool, transport, gateway, instances; returns once every instance is
 /// attached and the gateway listens.
 pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError> {
+    up_with(spec, opts, Inherit::default()).await
+}
+
+/// [`up`], taking over what a chain being replaced hands over: its listening sockets and its
+/// state store (see [`Inherit`]).
+pub async fn up_with(
+    spec: ChainSpec,
+    opts: UpOptions,
+    inherit: Inherit,
+) -> Result<Running, AgentError> {
     let mut paths = Vec::new();
     for f in &spec.functions {
         paths.push(check_program(&spec, f)?);
@@ -613,15 +729,28 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         ));
     }
     let plan_json = plan.to_json();
-    let state = match spec.state {
-        Some(g) => Some(zerohop_pool::State::create(
+    let state = match (spec.state, inherit.state) {
+        (Some(g), Some(old)) => {
+            if (old.capacity(), old.value_size()) != (g.entries as usize, g.value_size as usize) {
+                return Err(AgentError::Confine(format!(
+                    "the state store handed over holds {} entries of {} bytes, the spec asks \
+                     for {} of {}",
+                    old.capacity(),
+                    old.value_size(),
+                    g.entries,
+                    g.value_size
+                )));
+            }
+            Some(old)
+        }
+        (Some(g), None) => Some(Arc::new(zerohop_pool::State::create(
             &spec.name,
             zerohop_pool::StateConfig {
                 entries: g.entries,
                 value_size: g.value_size,
             },
-        )?),
-        None => None,
+        )?)),
+        (None, _) => None,
     };
     let gateways = Gateways::new(
         pools.clone(),
@@ -640,23 +769,68 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             r.set_state(PartyState::Ready);
         });
     }
-    let listen_err = |source| AgentError::Listen {
-        addr: opts.listen,
-        source,
-    };
-    let listener = bind(opts.listen, gateway_threads > 1).map_err(listen_err)?;
-    let addr = listener.local_addr().map_err(listen_err)?;
+    let (sockets, http_fds, addr) = http_listeners(inherit.http, opts.listen, gateway_threads)?;
     let mut listeners = vec![format!("http://{addr}")];
-    let (mqtt, coap) = bind_others(&spec, &opts, &mut listeners)?;
+    let (mqtt, coap) = bind_others(&spec, &opts, inherit.coap, &mut listeners)?;
     let coap_addr = coap.as_ref().and_then(|s| s.local_addr().ok());
+    let coap_fd = match &coap {
+        Some(c) => {
+            Some(
+                c.as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|source| AgentError::ListenOther {
+                        protocol: "coap",
+                        addr: coap_addr.unwrap_or(addr),
+                        source,
+                    })?,
+            )
+        }
+        None => None,
+    };
+    // Per gateway thread the sockets it accepts from: socket i goes to thread i % threads,
+    // and a thread left without one shares another's (inherited from a chain with fewer
+    // gateway threads).
+    let threads_n = usize::from(gateway_threads);
+    let mut per_thread: Vec<Vec<std::net::TcpListener>> =
+        (0..threads_n).map(|_| Vec::new()).collect();
+    for (g, mine) in per_thread.iter_mut().enumerate().skip(sockets.len()) {
+        mine.push(
+            sockets[g % sockets.len()]
+                .try_clone()
+                .map_err(|source| AgentError::Listen { addr, source })?,
+        );
+    }
+    for (i, s) in sockets.into_iter().enumerate() {
+        per_thread[i % threads_n].push(s);
+    }
     let (http_stop, http_rx) = watch::channel(false);
     let (instance_stop, stop_rx) = watch::channel(false);
     let mut endpoints = endpoints.into_iter();
     let first = endpoints.next().expect("at least one gateway");
+    let mut per_thread = per_thread.into_iter();
+    let first_listeners = per_thread
+        .next()
+        .expect("at least one gateway")
+        .into_iter()
+        .map(TcpListener::from_std)
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|source| AgentError::Listen { addr, source })?;
     let mut threads = Vec::new();
-    for (gw, endpoint) in gateways.iter().skip(1).zip(endpoints) {
-        match spawn_gateway(gw.clone(), endpoint, addr, http_rx.clone(), stop_rx.clone()).await {
-            Ok(t) => threads.push(t),
+    let mut served = Vec::new();
+    for ((gw, endpoint), sockets) in gateways.iter().skip(1).zip(endpoints).zip(per_thread) {
+        let started = spawn_gateway(
+            gw.clone(),
+            endpoint,
+            sockets,
+            addr,
+            http_rx.clone(),
+            stop_rx.clone(),
+        );
+        match started.await {
+            Ok((t, s)) => {
+                threads.push(t);
+                served.push(s);
+            }
             Err(e) => {
                 let _ = http_stop.send(true);
                 let _ = instance_stop.send(true);
@@ -701,6 +875,8 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
             .map(|_| PartyControl::new(Want::Stop))
             .collect(),
         state,
+        http_fds,
+        coap_fd,
         stateful: spec.functions.iter().map(|f| f.state).collect(),
         logs: {
             let names: Vec<&str> = spec.functions.iter().map(|f| f.name.as_str()).collect();
@@ -793,7 +969,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
     if let Some(c) = coap {
         others.push(tokio::spawn(first.clone().serve_coap(c, http_rx.clone())));
     }
-    let server = tokio::spawn(first.serve(listener, http_rx));
+    let server = tokio::spawn(serve_all(first, first_listeners, http_rx));
     let summary = format!(
         "transport {backend}; gateway threads: {gateway_threads}; functions: {}",
         spec.functions
@@ -825,6 +1001,7 @@ pub async fn up(spec: ChainSpec, opts: UpOptions) -> Result<Running, AgentError>
         wakers,
         receiving,
         gateway_threads: threads,
+        served,
         summary,
     })
 }

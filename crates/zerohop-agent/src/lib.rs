@@ -38,7 +38,7 @@ mod supervise;
 mod update;
 mod watchdog;
 
-pub use chain::{up, AgentError, Running, UpOptions};
+pub use chain::{up, up_with, AgentError, Inherit, Running, UpOptions};
 pub use confine::{CgroupMode, UidRange};
 pub use plan::plan_from_spec;
 pub use status::ChainView;

@@ -38,8 +38,12 @@ pub(crate) struct Shared {
     /// instance, never read back from shared memory.
     pub parties: Vec<PartyControl>,
     /// The chain's state store and, per function, whether it maps it.
-    pub state: Option<zerohop_pool::State>,
+    pub state: Option<Arc<zerohop_pool::State>>,
     pub stateful: Vec<bool>,
+    /// Duplicates of the chain's listening HTTP sockets and its CoAP socket, to hand over
+    /// to a chain replacing this one ([`crate::ChainView::handover`]).
+    pub http_fds: Vec<std::os::fd::OwnedFd>,
+    pub coap_fd: Option<std::os::fd::OwnedFd>,
     /// Every instance's standard output and error.
     pub logs: crate::logs::LogBook,
     /// The chain's timeout: how long a drain may wait for an instance's last request.

@@ -4,8 +4,14 @@
 //! binary, also at the same path), arguments, environment, system calls and resource limits,
 //! and its scaling bounds within the parties the chain reserved (`scale.max` may shrink, or
 //! grow up to what it was). Everything else (routes, functions added or removed, the pool,
-//! timeouts, listeners) is part of the plan every instance was handed, and is refused with
-//! the reason.
+//! timeouts, listeners, a `scale.max` beyond the reserved parties) is part of the plan every
+//! instance was handed: the chain is **replaced** (blue-green). A new chain comes up beside
+//! the old one, in a security domain of its own (pool, uid, cgroup), taking over the old
+//! one's listening sockets (the same sockets, so a connection waiting to be accepted is
+//! accepted by one or the other, never lost) and its state store; then the old one stops
+//! accepting, answers what its open connections still send with `Connection: close`, and
+//! shuts down once they are closed (see [`crate::Running::wind_down`]). Chains with MQTT
+//! ingress are not replaced (an MQTT session lives in its gateway; see [`replaceable`]).
 //!
 //! A function whose instances must change is rolled one instance at a time, surge first:
 //! a new instance is activated on a spare party (a parked one of the new version, else one
@@ -42,6 +48,35 @@ impl Plan {
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
+}
+
+/// How a changed spec is applied.
+pub(crate) enum Change {
+    /// To the running chain ([`ChainView::update`]).
+    InPlace(Plan),
+    /// By a new chain replacing it; says why.
+    Replace(String),
+}
+
+/// Whether a chain running `old` can be replaced by one running `new`; `Err` says why not.
+pub(crate) fn replaceable(old: &ChainSpec, new: &ChainSpec) -> Result<(), String> {
+    if old.mqtt.is_some() || new.mqtt.is_some() {
+        return Err(
+            "the chain has MQTT ingress, and its clients' sessions (subscriptions, packets in \
+             flight) live in the gateway that would be replaced"
+                .into(),
+        );
+    }
+    if let (Some(a), Some(b)) = (old.state, new.state) {
+        if (a.entries, a.value_size) != (b.entries, b.value_size) {
+            return Err(format!(
+                "its state store would change from {} entries of {} bytes to {} of {}, which \
+                 loses what it holds",
+                a.entries, a.value_size, b.entries, b.value_size
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A function spec with everything that may change in place set aside.
@@ -86,39 +121,49 @@ fn structural(old: &ChainSpec, new: &ChainSpec) -> Option<String> {
             ));
         }
     }
-    fn rest(s: &ChainSpec) -> impl PartialEq + '_ {
-        (
-            &s.transport,
-            &s.pool,
-            (s.max_body, s.timeout, s.body_timeout, s.max_connections),
-            s.gateway_threads,
-            &s.mqtt,
-            s.coap,
-            s.state,
-            s.listen,
-        )
-    }
-    if rest(old) != rest(new) {
-        return Some(
-            "chain-wide settings change (transport, pool, timeouts, limits, gateway threads, \
-             listeners or state)"
-                .into(),
-        );
+    let mut what = Vec::new();
+    let mut differs = |name: &'static str, changed: bool| {
+        if changed {
+            what.push(name);
+        }
+    };
+    differs("transport", old.transport != new.transport);
+    differs("pool", old.pool != new.pool);
+    differs("max_body", old.max_body != new.max_body);
+    differs("timeout", old.timeout != new.timeout);
+    differs("body_timeout", old.body_timeout != new.body_timeout);
+    differs(
+        "max_connections",
+        old.max_connections != new.max_connections,
+    );
+    differs(
+        "gateway_threads",
+        old.gateway_threads != new.gateway_threads,
+    );
+    differs("mqtt", old.mqtt != new.mqtt);
+    differs("coap", old.coap != new.coap);
+    differs("state", old.state != new.state);
+    differs("listen", old.listen != new.listen);
+    if !what.is_empty() {
+        let verb = if what.len() == 1 { "changes" } else { "change" };
+        return Some(format!("its {} {verb}", what.join(", ")));
     }
     None
 }
 
 impl ChainView {
-    /// What applying `new` over `old` (the spec this chain runs) would do, with the new
-    /// programs opened and checked; `Err` says why it cannot be done in place.
+    /// What applying `new` over `old` (the spec this chain runs) would do: in place, with
+    /// the new programs opened and checked, or by replacing the chain (and why); `Err` says
+    /// why it cannot be done at all.
     pub(crate) fn plan_update(
         &self,
         old: &ChainSpec,
         new: &ChainSpec,
         paths: &[std::path::PathBuf],
-    ) -> Result<Plan, String> {
+    ) -> Result<Change, String> {
+        let replace = |why: String| replaceable(old, new).map(|()| Change::Replace(why));
         if let Some(why) = structural(old, new) {
-            return Err(why);
+            return replace(why);
         }
         let s = &self.shared;
         let plan = s.gateways.plan();
@@ -128,10 +173,9 @@ impl ChainView {
         for (i, (a, b)) in old.functions.iter().zip(&new.functions).enumerate() {
             let reserved = plan.parties_of(i as u8).len();
             if usize::from(b.scale.max.max(b.instances)) + 1 > reserved {
-                return Err(format!(
-                    "function '{}' would run up to {} instances, beyond the {} the chain reserved \
-                     parties for when it came up (a spec that gives `scale: {{ max: N }}` \
-                     reserves room for N, and its count can then change in place)",
+                return replace(format!(
+                    "function '{}' would run up to {} instances, beyond the {} the chain \
+                     reserved parties for when it came up",
                     b.name,
                     b.scale.max.max(b.instances),
                     reserved - 1
@@ -191,10 +235,48 @@ impl ChainView {
                 rescale = true;
             }
         }
-        Ok(Plan {
+        Ok(Change::InPlace(Plan {
             changes,
             roll,
             rescale,
+        }))
+    }
+
+    /// What this chain hands over to one replacing it that runs `new` on `listen` (the
+    /// address asked for, if any): duplicates of its listening HTTP sockets when the address
+    /// stays (none asked for, or the one it listens on, or the one its spec asked for), of
+    /// its CoAP socket when the spec's stays, and its state store when `new` has one.
+    pub(crate) fn handover(
+        &self,
+        old: &ChainSpec,
+        new: &ChainSpec,
+        listen: Option<std::net::SocketAddr>,
+    ) -> std::io::Result<crate::Inherit> {
+        let s = &self.shared;
+        let mut http = Vec::new();
+        for fd in &s.http_fds {
+            http.push(std::net::TcpListener::from(fd.try_clone()?));
+        }
+        let bound = http.first().map(|l| l.local_addr()).transpose()?;
+        let same = match listen {
+            None => true,
+            Some(a) => Some(a) == bound || Some(a) == old.listen,
+        };
+        if !same {
+            http.clear();
+        }
+        let coap = match (&s.coap_fd, old.coap == new.coap) {
+            (Some(fd), true) => Some(std::net::UdpSocket::from(fd.try_clone()?)),
+            _ => None,
+        };
+        Ok(crate::Inherit {
+            http,
+            coap,
+            state: if new.state.is_some() {
+                s.state.clone()
+            } else {
+                None
+            },
         })
     }
 

@@ -141,6 +141,7 @@ pub async fn apply(c: Client, o: Out, spec: PathBuf, listen: Option<SocketAddr>)
     let what = match r.applied {
         Applied::Created => "created",
         Applied::Updated => "updated",
+        Applied::Replaced => "replaced",
         Applied::Unchanged => "unchanged",
     };
     println!(

@@ -786,24 +786,50 @@ fn a_broken_new_version_is_rolled_back() {
     d.stop_cleanly();
 }
 
+/// Asserts `u` replaced chain `name` at `url` (the same address), the first change line
+/// starting with `replaced: {why}`; returns the change lines.
+fn assert_replaced(u: &Applied, name: &str, url: &str, why: &str) -> Vec<String> {
+    assert!(u.ok, "apply failed: {}{}", u.stdout, u.stderr);
+    let mut lines = u.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("chain '{name}' replaced: {url}").as_str()),
+        "{}",
+        u.stdout
+    );
+    let changes: Vec<String> = lines.map(|l| l.trim().to_owned()).collect();
+    assert!(
+        changes
+            .first()
+            .is_some_and(|c| c.starts_with(&format!("replaced: {why}"))),
+        "the change says why the chain was replaced ({why}): {changes:?}"
+    );
+    changes
+}
+
 #[test]
-fn structural_changes_are_refused_with_the_reason() {
+fn structural_changes_replace_the_chain_under_load() {
     let _serial = serial();
     let d = Daemon::start();
     let t = testfn();
     let v1 = chain("fixed", &t, &t, "exclaim", B_SCALE);
     let url = create(&d, "fixed", &v1);
-    let rest = wait_for(&d, "fixed", Duration::from_secs(10), "coming up", at_rest);
-    let load = Load::start(&format!("{url}/go"), 2);
+    let mut before = wait_for(&d, "fixed", Duration::from_secs(10), "coming up", at_rest);
+    let load = Load::start(&format!("{url}/go"), 4);
     let first = Instant::now();
 
     let route = format!("{v1}  - http: POST /other\n    sequence: [a]\n");
-    let added = v1.replace(
+    let added = route.replace(
         "routes:\n",
-        &format!("{}routes:\n", function("c", &t, "upper", "")),
+        &format!("{}routes:\n", function("c", &t, "exclaim", "")),
     ) + "  - http: POST /c\n    sequence: [c]\n";
-    let pool = v1.replace("slots: 128", "slots: 256");
-    let concurrency = v1.replace(", instances: 2", ", instances: 2, concurrency: 2");
+    let pool = added.replace("slots: 128", "slots: 256");
+    let concurrency = pool.replace(", instances: 2", ", instances: 2, concurrency: 2");
+    let wider = concurrency.replace(B_SCALE, ", scale: { min: 1, max: 5 }");
+    // The new chain's gateway threads share the old one's sockets: one takes both, then
+    // three share one.
+    let one_thread = format!("{wider}gateway_threads: 1\n");
+    let three_threads = format!("{wider}gateway_threads: 3\n");
     let cases = [
         ("a route added", route, "its routes change"),
         (
@@ -811,60 +837,140 @@ fn structural_changes_are_refused_with_the_reason() {
             added,
             "its functions change (a, b -> a, b, c)",
         ),
-        (
-            "the pool changed",
-            pool,
-            "chain-wide settings change (transport, pool, timeouts, limits, gateway threads, \
-             listeners or state)",
-        ),
+        ("the pool grown", pool, "its pool changes;"),
         (
             "a's concurrency changed",
             concurrency,
             "function 'a' changes more than its program",
         ),
+        (
+            "b's max beyond its reserved parties",
+            wider,
+            "function 'b' would run up to 5 instances, beyond the 3 the chain reserved",
+        ),
+        (
+            "one gateway thread",
+            one_thread,
+            "its gateway_threads changes",
+        ),
+        (
+            "three gateway threads",
+            three_threads,
+            "its gateway_threads changes",
+        ),
     ];
     let mut last = None;
+    let http = client();
     for (what, spec, why) in &cases {
         let u = apply(&d, "fixed", spec);
-        let message = u.assert_failed();
+        let changes = assert_replaced(&u, "fixed", &url, why);
         eprintln!(
-            "{what}: refused in {:.0} ms: {message}",
+            "{what}: replaced in {:.0} ms: {changes:?}",
             u.took().as_secs_f64() * 1e3
         );
+        // Every instance is new, the old chain's processes (instances, reaper, spawner)
+        // are gone, and the new routes answer.
+        // (Under the load b may have scaled out, past 3 once its max is 5.)
+        let after = wait_for(&d, "fixed", Duration::from_secs(10), what, |l| {
+            count(l, "a", "ready") == 2
+                && count(l, "b", "ready") >= 1
+                && l.iter()
+                    .all(|i| i.pid.is_some() && matches!(i.state.as_str(), "ready" | "parked"))
+        });
         assert!(
-            message.contains(&format!("chain 'fixed' cannot change in place: {why}")),
-            "{what}: {message}"
+            pids(&before).is_disjoint(&pids(&after)),
+            "{what}: the new chain runs new instances: before {}, after {}",
+            shape(&before),
+            shape(&after)
         );
-        assert!(
-            message.contains("`zerohop down fixed` and apply it again"),
-            "{what}: the message says to take the chain down first: {message}"
-        );
+        assert_only_listed(&d, "fixed");
+        let r = post(&http, &format!("{url}/other"), "new route");
+        assert_eq!((r.status, r.body.as_str()), (200, "NEW ROUTE"), "{what}");
+        if spec.contains("POST /c") {
+            let r = post(&http, &format!("{url}/c"), "c");
+            assert_eq!((r.status, r.body.as_str()), (200, "c!"), "{what}");
+        }
+        before = after;
         last = Some(u);
     }
     std::thread::sleep(Duration::from_millis(300));
     let answers = load.finish();
-    // Nothing changed: every answer is the old one, before, during and after.
+    // Every request of the load, before, during and after the replacements: answered,
+    // 200, right (both versions answer /go alike).
     let all = (first - Duration::from_secs(1), Instant::now());
-    judge(
-        "structural changes refused",
+    let v = judge(
+        "seven replacements",
         &answers,
         &last.expect("a case ran"),
         all,
         exclaimed,
         exclaimed,
     );
-    let after = listed(&d.status("fixed"));
-    // The load may have scaled b out (its parked instance activated, another parked): what
-    // ran runs on.
-    assert!(
-        pids(&rest).is_subset(&pids(&after)),
-        "refused changes restarted nothing: before {}, after {}",
-        shape(&rest),
-        shape(&after)
+    assert!(v.total > 100, "the load ran throughout: {v:?}");
+    let s = d.status("fixed");
+    assert_eq!(s["functions"][1]["max"].as_u64(), Some(5), "{s}");
+    // And again, unchanged: nothing happens.
+    apply(&d, "fixed", &cases[6].1).assert_unchanged("fixed");
+    d.stop_cleanly();
+}
+
+#[test]
+fn a_replaced_chain_keeps_its_state_and_mqtt_chains_are_refused() {
+    let _serial = serial();
+    let d = Daemon::start();
+    let graphfn = zerohop_test_support::target_bin("zerohop-graphfn");
+    let count = format!(
+        "  count: {{ command: [\"{}\"], env: {{ GRAPH_MODE: count }}, state: true }}\n",
+        graphfn.display()
     );
-    assert!(after.iter().all(|i| i.restarts == 0), "{}", shape(&after));
-    apply(&d, "fixed", &v1).assert_unchanged("fixed");
-    assert_only_listed(&d, "fixed");
+    let v1 = format!(
+        "name: kept\ntimeout: 5s\nstate: {{ entries: 16, value_size: 64 }}\nfunctions:\n\
+         {count}routes:\n  - http: POST /count\n    sequence: [count]\n"
+    );
+    let url = create(&d, "kept", &v1);
+    let http = client();
+    for n in 1..=3 {
+        let r = post(&http, &format!("{url}/count"), "hits");
+        assert_eq!((r.status, r.body), (200, n.to_string()));
+    }
+    let v2 = format!("{v1}  - http: POST /again\n    sequence: [count]\n");
+    let u = apply(&d, "kept", &v2);
+    assert_replaced(&u, "kept", &url, "its routes change");
+    let r = post(&http, &format!("{url}/again"), "hits");
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "4"),
+        "the new chain counts on in the old chain's state"
+    );
+    // A state store of another size would lose what it holds: refused, nothing changes.
+    let resized = v2.replace("entries: 16", "entries: 32");
+    let message = apply(&d, "kept", &resized).assert_failed();
+    assert!(
+        message.contains(
+            "chain 'kept' cannot change while it runs: its state store would change from 16 \
+             entries of 64 bytes to 32 of 64"
+        ),
+        "{message}"
+    );
+    let r = post(&http, &format!("{url}/count"), "hits");
+    assert_eq!((r.status, r.body.as_str()), (200, "5"));
+    assert_only_listed(&d, "kept");
+
+    // A chain with MQTT ingress: structural changes are refused with the reason.
+    let t = testfn();
+    let mq = format!(
+        "name: mq\nmqtt: {{ listen: \"127.0.0.1:0\" }}\nfunctions:\n{}routes:\n  - mqtt: \
+         sensors/+\n    sequence: [a]\n",
+        function("a", &t, "upper", "")
+    );
+    create(&d, "mq", &mq);
+    let more = format!("{mq}  - http: POST /a\n    sequence: [a]\n");
+    let message = apply(&d, "mq", &more).assert_failed();
+    assert!(
+        message.contains("chain 'mq' cannot change while it runs: the chain has MQTT ingress")
+            && message.contains("`zerohop down mq` and apply it again"),
+        "{message}"
+    );
     d.stop_cleanly();
 }
 
@@ -935,24 +1041,6 @@ fn scaling_bounds_change_without_a_restart() {
         "b parks again",
         |l| count(l, "b", "ready") == 2 && count(l, "b", "parked") == 1,
     );
-
-    // Beyond the parties the chain reserved: refused, naming the bound.
-    let too_many = apply(
-        &d,
-        "bounds",
-        &chain("bounds", &t, &t, "exclaim", ", scale: { min: 2, max: 5 }"),
-    );
-    let message = too_many.assert_failed();
-    eprintln!("b max 3 -> 5: {message}");
-    assert!(
-        message.contains("chain 'bounds' cannot change in place: function 'b' would ")
-            && message.contains(" 5 instances, beyond the 3 the chain reserved"),
-        "{message}"
-    );
-    let r = post(&client(), &format!("{url}/go"), "still");
-    assert_eq!((r.status, r.body.as_str()), (200, "STILL!"));
-    let s2 = d.status("bounds");
-    assert_eq!(s2["functions"][1]["max"].as_u64(), Some(3));
 
     // Under load b scales out to its max of 3; max then shrinks to 2: one instance drains
     // and stops at once (a lowered max does not wait for the cooldown, and the default 30 s

@@ -34,7 +34,29 @@ impl hyper::service::Service<Request<Incoming>> for Service {
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let gw = self.0.clone();
-        Box::pin(async move { Ok(gw.handle(req).await) })
+        Box::pin(async move {
+            gw.handling.fetch_add(1, Ordering::Relaxed);
+            let _handled = Handled(&gw);
+            let mut answer = gw.handle(req).await;
+            if gw.closing.load(Ordering::Relaxed) {
+                // hyper closes the connection once this answer is written.
+                answer.headers_mut().insert(
+                    header::CONNECTION,
+                    header::HeaderValue::from_static("close"),
+                );
+            }
+            Ok(answer)
+        })
+    }
+}
+
+/// Counts a request out of [`Gateway::handling`] when its task ends, also when hyper drops
+/// it (the client went away).
+struct Handled<'a>(&'a Gateway);
+
+impl Drop for Handled<'_> {
+    fn drop(&mut self) {
+        self.0.handling.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -42,6 +64,12 @@ impl hyper::service::Service<Request<Incoming>> for Service {
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// After [`Gateway::close_connections`], how long connections with no request get to close
+/// (a client between two requests sends its next one and is told to close) before they
+/// are closed by the gateway.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
+/// How often the winding down looks at the connections.
+const CLOSE_POLL: Duration = Duration::from_millis(5);
 
 type Answer = Response<Full<Bytes>>;
 
@@ -71,6 +99,11 @@ impl Gateway {
     /// Serves HTTP on `listener` until `shutdown` turns true, then lets open requests finish
     /// (up to the chain timeout) and returns. At most `max_connections` connections are
     /// served at once; the next waits in the listen backlog until one closes.
+    ///
+    /// After [`Gateway::close_connections`] it first waits, once stopped, for its
+    /// connections to close after their next answer: until none is left, or none has a
+    /// request and [`IDLE_GRACE`] has passed, or the chain timeout has (then the idle ones
+    /// are closed).
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
@@ -111,6 +144,27 @@ impl Gateway {
             });
         }
         drop(listener);
+        if self.closing.load(Ordering::Relaxed) {
+            let all = self.config.max_connections.max(1) as usize;
+            let started = tokio::time::Instant::now();
+            loop {
+                let waited = started.elapsed();
+                let open = all - slots.available_permits();
+                let idle = self.handling.load(Ordering::Relaxed) == 0;
+                if open == 0
+                    || (idle && waited >= IDLE_GRACE)
+                    || waited >= self.config.timeout + IDLE_GRACE
+                {
+                    tracing::debug!(
+                        open,
+                        "gateway {}: connections wound down in {waited:?}",
+                        self.party
+                    );
+                    break;
+                }
+                tokio::time::sleep(CLOSE_POLL).await;
+            }
+        }
         let _ = tokio::time::timeout(self.config.timeout, graceful.shutdown()).await;
     }
 

@@ -52,7 +52,7 @@ pub use ingress::Reply;
 pub use mqtt::MqttIngress;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -138,6 +138,11 @@ pub struct Gateway {
     /// Per route, the functions that may answer it (ascending).
     answerers: Vec<Vec<u8>>,
     stats: GatewayStats,
+    /// Set when another gateway took the listeners over: every answer closes its connection
+    /// (see [`Gateway::close_connections`]).
+    closing: AtomicBool,
+    /// HTTP requests being handled now (read to tell busy connections from idle ones).
+    handling: AtomicUsize,
 }
 
 impl Gateway {
@@ -205,7 +210,19 @@ impl Gateway {
             wants_instance,
             next_request: AtomicU32::new(0),
             stats: GatewayStats::default(),
+            closing: AtomicBool::new(false),
+            handling: AtomicUsize::new(0),
         })
+    }
+
+    /// Winds this gateway's HTTP connections down for a gateway that took its listeners
+    /// over: from now on every answer says `Connection: close` and the connection closes
+    /// after it, so a keep-alive client moves to a new connection (accepted by the new
+    /// gateway) between requests instead of having an idle connection closed under a request
+    /// it is sending. When its serve loops are then stopped, they wait for connections to
+    /// close this way (see [`Gateway::serve`]).
+    pub fn close_connections(&self) {
+        self.closing.store(true, Ordering::Relaxed);
     }
 
     /// Counters.

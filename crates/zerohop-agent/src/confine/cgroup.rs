@@ -184,6 +184,14 @@ impl Layout {
     }
 
     /// The v1 hierarchy with `controller`: its controllers and the agent's group in it.
+    /// Whether a group `name` exists beside the agent's own in any hierarchy.
+    fn taken(&self, name: &str) -> bool {
+        self.v2
+            .iter()
+            .chain(self.v1.iter().map(|(_, own)| own))
+            .any(|own| own.join(name).exists())
+    }
+
     fn v1_with(&self, controller: &str) -> Option<&(Vec<String>, PathBuf)> {
         self.v1
             .iter()
@@ -303,7 +311,15 @@ impl ChainCgroup {
             return Err("cgroups are off (CgroupMode::Off)".into());
         }
         let layout = Layout::read()?;
-        let name = format!("zerohop-{}-{}", std::process::id(), sanitize(chain));
+        let base = format!("zerohop-{}-{}", std::process::id(), sanitize(chain));
+        // A chain replacing one of the same name runs beside it for a while: `BASE.2`...
+        let name = (1..)
+            .map(|n| match n {
+                1 => base.clone(),
+                n => format!("{base}.{n}"),
+            })
+            .find(|name| !layout.taken(name))
+            .expect("some name is free");
         ChainCgroup::create_in(&layout, &name, mode)
     }
 

@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use crate::api::{Applied, ApplyRequest, ApplyResponse, ChainStatus, ChainSummary, DownResponse};
 use crate::spec::{self, ChainSpec};
-use crate::{up, AgentError, CgroupMode, ChainView, UidRange, UpOptions};
+use crate::{up_with, AgentError, CgroupMode, ChainView, UidRange, UpOptions};
 
 /// How the daemon runs.
 #[derive(Clone, Debug)]
@@ -94,8 +94,9 @@ struct Hosted {
     spec: ChainSpec,
     /// The spec's text when it was applied (an identical re-apply changes nothing).
     text: String,
-    /// Tells the chain's thread to shut the chain down.
-    stop: Option<oneshot::Sender<()>>,
+    /// Tells the chain's thread to shut the chain down: at once (`false`), or winding its
+    /// connections down because another chain took its listeners over (`true`).
+    stop: Option<oneshot::Sender<bool>>,
     /// Resolves when the chain is down.
     done: Option<oneshot::Receiver<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -224,11 +225,18 @@ impl Daemon {
                 .iter()
                 .map(|f| crate::chain::check_program(&spec, f))
                 .collect::<Result<Vec<_>, _>>()?;
-            let plan = view.plan_update(&old, &spec, &paths).map_err(|why| {
+            let change = view.plan_update(&old, &spec, &paths).map_err(|why| {
                 DaemonError::Conflict(format!(
-                    "chain '{name}' cannot change in place: {why}; to apply this spec, `zerohop down {name}` and apply it again"
+                    "chain '{name}' cannot change while it runs: {why}; to apply this spec, \
+                     `zerohop down {name}` and apply it again"
                 ))
             })?;
+            let plan = match change {
+                crate::update::Change::InPlace(plan) => plan,
+                crate::update::Change::Replace(why) => {
+                    return self.replace(view, old, spec, req.text, listen, why).await;
+                }
+            };
             let changes = plan.changes.clone();
             let applied = if plan.is_empty() && old_text == req.text {
                 Applied::Unchanged
@@ -262,7 +270,7 @@ impl Daemon {
             echo_logs: false,
             ..UpOptions::default()
         };
-        let hosted = host(spec, req.text, opts).await?;
+        let hosted = host(spec, req.text, opts, crate::Inherit::default()).await?;
         let mut status = hosted.view.status();
         status.metrics_url = self.metrics_url();
         tracing::info!(chain = %name, "applied: {}", status.listeners.join(", "));
@@ -305,10 +313,84 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Applies `spec` to the running chain `view` (running `old`) by replacing it: the new
+    /// chain comes up beside it, taking its listeners over (see [`crate::update`]), then the
+    /// old one winds down. If the new one does not come up, the old one serves on.
+    async fn replace(
+        &self,
+        view: ChainView,
+        old: ChainSpec,
+        spec: ChainSpec,
+        text: String,
+        listen: Option<SocketAddr>,
+        why: String,
+    ) -> Result<ApplyResponse, DaemonError> {
+        let name = spec.name.clone();
+        tracing::info!(chain = %name, "replacing: {why}");
+        let wanted = listen.or(spec.listen);
+        let inherit = view.handover(&old, &spec, wanted).map_err(|e| {
+            DaemonError::Internal(format!(
+                "chain '{name}': cannot hand its sockets over to a new chain: {e}"
+            ))
+        })?;
+        let kept_address = !inherit.http.is_empty();
+        let opts = UpOptions {
+            listen: wanted.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
+            uid_range: self.opts.uid_range,
+            cgroups: self.opts.cgroups,
+            echo_logs: false,
+            ..UpOptions::default()
+        };
+        let started = Instant::now();
+        let new = host(spec, text, opts, inherit).await.map_err(|e| {
+            DaemonError::Conflict(format!(
+                "chain '{name}' was to be replaced ({why}), but the new chain did not come \
+                 up: {e}; the running chain serves on unchanged"
+            ))
+        })?;
+        let came_up = started.elapsed();
+        let old_hosted = self.table().insert(name.clone(), new);
+        if let Some(h) = old_hosted {
+            wind_down(h).await;
+        }
+        let wound_down = started.elapsed() - came_up;
+        let mut changes = vec![format!(
+            "replaced: {why}; the new chain came up beside the old one in {} ms{}; the old one \
+             finished what it had and stopped in {} ms",
+            came_up.as_millis(),
+            if kept_address {
+                " on the same listening sockets"
+            } else {
+                ""
+            },
+            wound_down.as_millis()
+        )];
+        let status = self.status(&name)?;
+        if !kept_address {
+            changes.push(format!(
+                "the chain now listens on {}",
+                status.listeners.join(", ")
+            ));
+        }
+        tracing::info!(chain = %name, "{}", changes.join("; "));
+        Ok(ApplyResponse {
+            applied: Applied::Replaced,
+            changes,
+            status,
+        })
+    }
+}
+
 /// Brings `spec` up on a thread of its own; returns once it serves.
-async fn host(spec: ChainSpec, text: String, opts: UpOptions) -> Result<Hosted, DaemonError> {
+async fn host(
+    spec: ChainSpec,
+    text: String,
+    opts: UpOptions,
+    inherit: crate::Inherit,
+) -> Result<Hosted, DaemonError> {
     let (ready_tx, ready_rx) = oneshot::channel::<Result<ChainView, AgentError>>();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (stop_tx, stop_rx) = oneshot::channel::<bool>();
     let (done_tx, done_rx) = oneshot::channel::<()>();
     let kept = spec.clone();
     let thread = std::thread::Builder::new()
@@ -329,7 +411,7 @@ async fn host(spec: ChainSpec, text: String, opts: UpOptions) -> Result<Hosted, 
                 }
             };
             runtime.block_on(async move {
-                let running = match up(spec, opts).await {
+                let running = match up_with(spec, opts, inherit).await {
                     Ok(r) => r,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -341,8 +423,10 @@ async fn host(spec: ChainSpec, text: String, opts: UpOptions) -> Result<Hosted, 
                     return;
                 }
                 // A dropped sender (the daemon is going away) stops the chain too.
-                let _ = stop_rx.await;
-                running.shutdown().await;
+                match stop_rx.await {
+                    Ok(true) => running.wind_down().await,
+                    _ => running.shutdown().await,
+                }
                 let _ = done_tx.send(());
             });
         })
@@ -370,9 +454,18 @@ async fn host(spec: ChainSpec, text: String, opts: UpOptions) -> Result<Hosted, 
 }
 
 /// Shuts a hosted chain down and waits for its thread.
-async fn stop(mut h: Hosted) {
+async fn stop(h: Hosted) {
+    end(h, false).await
+}
+
+/// Shuts down a hosted chain whose listeners another took over, and waits for its thread.
+async fn wind_down(h: Hosted) {
+    end(h, true).await
+}
+
+async fn end(mut h: Hosted, handed_over: bool) {
     if let Some(s) = h.stop.take() {
-        let _ = s.send(());
+        let _ = s.send(handed_over);
     }
     if let Some(d) = h.done.take() {
         let _ = d.await;
