@@ -915,7 +915,7 @@ fn structural_changes_replace_the_chain_under_load() {
 }
 
 #[test]
-fn a_replaced_chain_keeps_its_state_and_mqtt_chains_are_refused() {
+fn a_replaced_chain_keeps_its_state_and_coap_socket_and_mqtt_chains_are_refused() {
     let _serial = serial();
     let d = Daemon::start();
     let graphfn = zerohop_test_support::target_bin("zerohop-graphfn");
@@ -956,8 +956,61 @@ fn a_replaced_chain_keeps_its_state_and_mqtt_chains_are_refused() {
     assert_eq!((r.status, r.body.as_str()), (200, "5"));
     assert_only_listed(&d, "kept");
 
-    // A chain with MQTT ingress: structural changes are refused with the reason.
+    // A chain with CoAP ingress keeps its CoAP socket (and port) across a replacement.
     let t = testfn();
+    let co = format!(
+        "name: co\ncoap: {{ listen: \"127.0.0.1:0\" }}\nfunctions:\n{}routes:\n  - coap: /up\n    \
+         sequence: [a]\n",
+        function("a", &t, "upper", "")
+    );
+    create(&d, "co", &co);
+    let coap_url = |d: &Daemon| {
+        d.status("co")["listeners"]
+            .as_array()
+            .and_then(|l| {
+                l.iter()
+                    .filter_map(Value::as_str)
+                    .find(|u| u.starts_with("coap://"))
+            })
+            .map(str::to_owned)
+            .expect("a coap:// listener")
+    };
+    let coap = coap_url(&d);
+    let coap_post = |uri: &str| {
+        let out = std::process::Command::new("timeout")
+            .args([
+                "-s",
+                "KILL",
+                "30",
+                "coap-client-notls",
+                "-B",
+                "10",
+                "-m",
+                "post",
+            ])
+            .args(["-e", "over coap", uri])
+            .output()
+            .expect("run timeout(1)");
+        assert_ne!(
+            out.status.code(),
+            Some(127),
+            "coap-client-notls is not installed: `apt-get install libcoap3-bin` (CI installs it)"
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(coap_post(&format!("{coap}/up")), "OVER COAP");
+    let co2 = format!("{co}  - http: POST /up\n    sequence: [a]\n");
+    let u = apply(&d, "co", &co2);
+    assert!(u.ok, "{}", u.stderr);
+    assert!(
+        u.stdout.starts_with("chain 'co' replaced: "),
+        "{}",
+        u.stdout
+    );
+    assert_eq!(coap_url(&d), coap, "the CoAP socket was handed over");
+    assert_eq!(coap_post(&format!("{coap}/up")), "OVER COAP");
+
+    // A chain with MQTT ingress: structural changes are refused with the reason.
     let mq = format!(
         "name: mq\nmqtt: {{ listen: \"127.0.0.1:0\" }}\nfunctions:\n{}routes:\n  - mqtt: \
          sensors/+\n    sequence: [a]\n",
