@@ -199,6 +199,13 @@ impl Request<'_> {
         &self.branches
     }
 
+    /// Takes the branches out of the request, as owned values ([`Request::branches`] is
+    /// empty afterwards): for SDKs of other languages that hand each branch over as an
+    /// object of their own.
+    pub fn take_branches(&mut self) -> Vec<Result<Answer, CallError>> {
+        std::mem::take(&mut self.branches)
+    }
+
     /// The chain's state store (see `docs/spec.md`, "Chain state"), shared by every instance
     /// of every function with `state: true`. A `?` on its errors answers the request with
     /// 507 (full), 413 (value too large), 400 (bad key) or 503 (busy).

@@ -1,0 +1,311 @@
+/*
+ * zerohop.h: the C SDK of zerohop functions.
+ *
+ * A function is a program that calls zh_run() with its handler. The handler sees the
+ * request's body in place in shared memory (zh_body), may change it there, replace it
+ * (zh_set_body) or append to it (zh_extend), call other functions (zh_call), use the
+ * chain's state (zh_state_get/put/delete), and returns where the request goes next:
+ * ZH_CONTINUE, ZH_REPLY, zh_forward(req, "name") or zh_fail(req, status, "message").
+ *
+ *     #include <zerohop.h>
+ *     #include <ctype.h>
+ *
+ *     static zh_next upper(zh_request *req, void *user) {
+ *         size_t len;
+ *         uint8_t *body = zh_body(req, &len);
+ *         for (size_t i = 0; i < len; i++) body[i] = (uint8_t)toupper(body[i]);
+ *         return ZH_CONTINUE;
+ *     }
+ *
+ *     int main(void) { zh_run(upper, NULL); }
+ *
+ * Build: cc upper.c $(pkg-config --cflags --libs zerohop) (see docs/sdk-c.md).
+ *
+ * Pointers into the request (body, headers, answers) are valid until the handler returns
+ * (answers: until zh_answer_free). With `concurrency` above 1 in the chain spec the handler
+ * runs on several threads at once, with the same `user` pointer.
+ */
+
+#ifndef ZEROHOP_H
+#define ZEROHOP_H
+
+/* Generated from crates/zerohop-c by cbindgen (ZEROHOP_BLESS=1 cargo test -p zerohop-c --test header); do not edit. */
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#define ZH_NORETURN __attribute__((noreturn))
+
+// Where a request goes after the handler.
+typedef enum zh_next {
+  // On along the route (or back to the client after the route's last function).
+  ZH_CONTINUE = 0,
+  // Straight back to the client, skipping the rest of the route.
+  ZH_REPLY = 1,
+  // To the function named by the last zh_forward (returned by it).
+  ZH_FORWARD = 2,
+  // An error answer, as set by the last zh_fail (returned by it).
+  ZH_FAIL = 3,
+} zh_next;
+
+// The answer of a call: a status (200 when the callee gave an output) and a body (the
+// output, or the error's message). Free with zh_answer_free.
+typedef struct zh_answer zh_answer;
+
+// One request, valid during one call of the handler.
+typedef struct zh_request zh_request;
+
+// A handler: called once per request with the request and the `user` pointer given to
+// zh_run.
+typedef enum zh_next (*zh_handler)(struct zh_request *req, void *user);
+
+// One call of zh_call_all.
+typedef struct zh_call_spec {
+  // The function to call (NUL-terminated).
+  const char *function;
+  // Its input.
+  const void *input;
+  // The input's length.
+  size_t len;
+} zh_call_spec;
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+// Runs `handler` as this process's function until the agent stops it; never returns. A
+// program not started by the agent exits with status 2 and says why on standard error.
+//
+// # Safety
+//
+// `handler` must be a valid function; `user` is passed to it as is, from several threads
+// at once when the function's `concurrency` is above 1.
+void zh_run(zh_handler handler, void *user) ZH_NORETURN;
+
+// The body, writable in place; its length in `*len`. Valid until the handler returns or
+// the body is resized (zh_set_len, zh_set_body, zh_extend).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint8_t *zh_body(struct zh_request *req, size_t *len);
+
+// The most bytes the body may grow to (the slot's room).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+size_t zh_capacity(struct zh_request *req);
+
+// Sets the body's length (new bytes are whatever the slot held). Returns 0, or 413 when
+// `len` is over zh_capacity (nothing changes; zh_last_error says more).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_set_len(struct zh_request *req, size_t len);
+
+// Replaces the body with `len` bytes at `data`. Returns 0, or 413 when they do not fit
+// (nothing changes), 400 for a null `data` with a nonzero `len`.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_set_body(struct zh_request *req, const void *data, size_t len);
+
+// Appends `len` bytes at `data` to the body. Returns 0, or 413 when they do not fit
+// (nothing changes), 400 for a null `data` with a nonzero `len`.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_extend(struct zh_request *req, const void *data, size_t len);
+
+// The message of the last call on this request that returned a nonzero status
+// (NUL-terminated; "" when none failed). Valid until the next call on the request.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const char *zh_last_error(const struct zh_request *req);
+
+// Fails the request with `status` (400 to 599; anything else is 500) and `message`
+// (NULL: the last error's message); returns ZH_FAIL for `return zh_fail(...)`.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+enum zh_next zh_fail(struct zh_request *req, uint16_t status, const char *message);
+
+// Sends the request on to `function` (one of this function's `next` in the spec); returns
+// ZH_FORWARD for `return zh_forward(...)`, or ZH_FAIL (500) for a name that is not UTF-8.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+enum zh_next zh_forward(struct zh_request *req, const char *function);
+
+// The gateway's id of this request.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint32_t zh_request_id(struct zh_request *req);
+
+// This function's name (not NUL-terminated; its length in `*len`).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const char *zh_function(struct zh_request *req, size_t *len);
+
+// The HTTP method of the route the request came in by (not NUL-terminated).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const char *zh_method(struct zh_request *req, size_t *len);
+
+// The path of the route the request came in by (not NUL-terminated).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const char *zh_path(struct zh_request *req, size_t *len);
+
+// The request header `name` (case-insensitive) if the spec asked for it and the client
+// sent it, else NULL. Not NUL-terminated; its length in `*len`.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const char *zh_header(struct zh_request *req, const char *name, size_t *len);
+
+// Calls `function` of this chain (one of this function's `calls`) with `len` bytes of
+// `input` and waits for its answer (at most the chain's timeout). Never NULL; free it with
+// zh_answer_free.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+struct zh_answer *zh_call(struct zh_request *req,
+                          const char *function,
+                          const void *input,
+                          size_t len);
+
+// Makes `n` calls at once (fan-out) and waits until every one answered (fan-in); the
+// answers go to `answers[0..n]`, in order, each to be freed with zh_answer_free.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+void zh_call_all(struct zh_request *req,
+                 const struct zh_call_spec *calls,
+                 size_t n,
+                 struct zh_answer **answers);
+
+// The answer's status: 200 when the callee gave an output, else the call's error status
+// (the callee's own, 502 if it died, 504 if it did not answer in time, 503 if it could not
+// be reached, 500 if this function may not call it).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_answer_status(const struct zh_answer *answer);
+
+// The answer's body: the callee's output, read in place (status 200), or the error's
+// message. Valid until the answer is freed.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const uint8_t *zh_answer_body(const struct zh_answer *answer, size_t *len);
+
+// Frees an answer of zh_call or zh_call_all (and the callee's slot); NULL is ignored.
+//
+// # Safety
+//
+// `answer` must come from zh_call or zh_call_all and not have been freed (branches are
+// freed by the runtime, not here).
+void zh_answer_free(struct zh_answer *answer);
+
+// How many branches of a static fan-out this function joins (0 for none).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+size_t zh_branches(struct zh_request *req);
+
+// Branch `i` of the static fan-out this function joins, in the spec's `fan_out` order,
+// as an answer owned by the request (do not free it); NULL for `i` out of range.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const struct zh_answer *zh_branch(struct zh_request *req, size_t i);
+
+// Reads the chain state's value of `key` (`key_len` bytes): returns 1 when found, with
+// its length in `*len` and up to `cap` bytes of it copied to `buf` (a value longer than
+// `cap` is not copied: call again with room for `*len`); 0 when absent; else the error's
+// status (zh_last_error says more): 400 bad key, 500 no state store for this function.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_state_get(struct zh_request *req,
+                      const void *key,
+                      size_t key_len,
+                      void *buf,
+                      size_t cap,
+                      size_t *len);
+
+// Sets the chain state's `key` to `len` bytes of `value`. Returns 0, or the error's status:
+// 507 store full, 413 value over the store's value_size, 400 bad key, 503 busy, 500 no
+// state store for this function.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_state_put(struct zh_request *req,
+                      const void *key,
+                      size_t key_len,
+                      const void *value,
+                      size_t len);
+
+// Removes the chain state's `key`: returns 1 if it was there, 0 if not, else the error's
+// status as for zh_state_put.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_state_delete(struct zh_request *req, const void *key, size_t key_len);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* ZEROHOP_H */
