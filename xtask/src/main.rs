@@ -95,6 +95,10 @@ fn demo(extra: &[String]) -> Result<()> {
 fn test(extra: &[String]) -> Result<()> {
     build_bins()?;
     run(
+        "building the C SDK's library (the C functions of the tests link it)",
+        cargo().args(["build", "--release", "-p", "zerohop-c"]),
+    )?;
+    run(
         "running the workspace tests",
         cargo()
             .args(["test", "--release", "--workspace"])

@@ -241,8 +241,8 @@ pub unsafe extern "C" fn zh_capacity(req: *mut zh_request) -> usize {
     request(req).map_or(0, |r| r.req().capacity())
 }
 
-/// Sets the body's length (new bytes are whatever the slot held). Returns 0, or 413 when
-/// `len` is over zh_capacity (nothing changes; zh_last_error says more).
+/// Sets the body's length (new bytes are whatever the slot held). Returns 0, or 500 when
+/// `len` is over zh_capacity (nothing changes; zh_last_error says so, naming the room).
 ///
 /// # Safety
 ///
@@ -255,7 +255,7 @@ pub unsafe extern "C" fn zh_set_len(req: *mut zh_request, len: usize) -> u16 {
     r.result(result)
 }
 
-/// Replaces the body with `len` bytes at `data`. Returns 0, or 413 when they do not fit
+/// Replaces the body with `len` bytes at `data`. Returns 0, or 500 when they do not fit
 /// (nothing changes), 400 for a null `data` with a nonzero `len`.
 ///
 /// # Safety
@@ -272,7 +272,7 @@ pub unsafe extern "C" fn zh_set_body(req: *mut zh_request, data: *const c_void, 
     r.result(result)
 }
 
-/// Appends `len` bytes at `data` to the body. Returns 0, or 413 when they do not fit
+/// Appends `len` bytes at `data` to the body. Returns 0, or 500 when they do not fit
 /// (nothing changes), 400 for a null `data` with a nonzero `len`.
 ///
 /// # Safety

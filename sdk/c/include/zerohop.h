@@ -101,8 +101,8 @@ uint8_t *zh_body(struct zh_request *req, size_t *len);
 // that got it, strings NUL-terminated, buffers as long as their lengths).
 size_t zh_capacity(struct zh_request *req);
 
-// Sets the body's length (new bytes are whatever the slot held). Returns 0, or 413 when
-// `len` is over zh_capacity (nothing changes; zh_last_error says more).
+// Sets the body's length (new bytes are whatever the slot held). Returns 0, or 500 when
+// `len` is over zh_capacity (nothing changes; zh_last_error says so, naming the room).
 //
 // # Safety
 //
@@ -110,7 +110,7 @@ size_t zh_capacity(struct zh_request *req);
 // that got it, strings NUL-terminated, buffers as long as their lengths).
 uint16_t zh_set_len(struct zh_request *req, size_t len);
 
-// Replaces the body with `len` bytes at `data`. Returns 0, or 413 when they do not fit
+// Replaces the body with `len` bytes at `data`. Returns 0, or 500 when they do not fit
 // (nothing changes), 400 for a null `data` with a nonzero `len`.
 //
 // # Safety
@@ -119,7 +119,7 @@ uint16_t zh_set_len(struct zh_request *req, size_t len);
 // that got it, strings NUL-terminated, buffers as long as their lengths).
 uint16_t zh_set_body(struct zh_request *req, const void *data, size_t len);
 
-// Appends `len` bytes at `data` to the body. Returns 0, or 413 when they do not fit
+// Appends `len` bytes at `data` to the body. Returns 0, or 500 when they do not fit
 // (nothing changes), 400 for a null `data` with a nonzero `len`.
 //
 // # Safety
