@@ -8,7 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{client, post, testfn};
-use zerohop_test_support::{target_bin, ChainProcess, TempDir};
+use std::time::Duration;
+
+use zerohop_test_support::{
+    cpu_ticks, instances, target_bin, ticks_per_second, wait_until, ChainProcess, TempDir,
+};
 
 /// Compiles `source` (relative to the repository) into `dir`; the program's path.
 fn compile(source: &str, dir: &Path) -> PathBuf {
@@ -88,4 +92,114 @@ fn c_functions_work_in_place_beside_rust_ones_and_fail_clearly() {
         assert_eq!((r.status, r.body.as_str()), (200, "AGAIN!"));
     }
     assert_eq!(chain.stop(), Some(0), "zerohop up exits 0 on SIGTERM");
+}
+
+#[test]
+fn c_functions_call_join_count_forward_and_read_headers() {
+    let dir = TempDir::new("sdk-c");
+    let cfn = compile("sdk/c/tests/cfn.c", dir.path());
+    let f = |name: &str, mode: &str, extra: &str| {
+        format!(
+            "  {name}: {{ command: [\"{}\"], env: {{ CFN_MODE: {mode}{extra} }} }}\n",
+            cfn.display()
+        )
+    };
+    let spec = format!(
+        "name: sdkc2\nstate: {{ entries: 16, value_size: 64 }}\nfunctions:\n\
+         {}{}{}{}{}{}{}{}\
+         routes:\n\
+         \x20 - http: POST /call\n    sequence: [caller]\n\
+         \x20 - http: POST /join\n    sequence: [{{ fan_out: [up, wrap], join: join }}]\n\
+         \x20 - http: POST /count\n    sequence: [count]\n\
+         \x20 - http: POST /hdr\n    sequence: [hdr]\n\
+         \x20 - http: PUT /route/here\n    sequence: [route]\n\
+         \x20 - http: POST /fwd\n    sequence: [fwd]\n",
+        f("caller", "call", ", CFN_CALLS: \"up,wrap,no\"")
+            .replace(" }\n", ", calls: [up, wrap, no] }\n"),
+        f("up", "upper", ""),
+        f("wrap", "wrap", ""),
+        f("no", "fail", ""),
+        f("join", "join", ""),
+        f("count", "count", "").replace(" }\n", ", state: true }\n"),
+        f("hdr", "header", "").replace(" }\n", ", headers: [X-Test] }\n"),
+        f("route", "route", "")
+            + &f("fwd", "forward", ", CFN_TARGET: up").replace(" }\n", ", next: [up] }\n"),
+    );
+    let chain = ChainProcess::start(&spec, &[]);
+    let url = chain.url.clone();
+    let http = client();
+    let r = post(&http, &format!("{url}/call"), "ab");
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (
+            200,
+            "up=AB;wrap=<ab>;no!422:call to `no` failed with 422: function 'no': refusing ab;"
+        )
+    );
+    let r = post(&http, &format!("{url}/join"), "cd");
+    assert_eq!((r.status, r.body.as_str()), (200, "0=CD;1=<cd>;"));
+    for n in 1..=3 {
+        let r = post(&http, &format!("{url}/count"), "visits");
+        assert_eq!((r.status, r.body), (200, n.to_string()));
+    }
+    let r = http
+        .post(&format!("{url}/hdr"))
+        .set("X-Test", "from the client")
+        .send_string("");
+    let r = r.expect("200").into_string().expect("a body");
+    assert_eq!(r, "from the client");
+    let r = post(&http, &format!("{url}/hdr"), "");
+    assert_eq!((r.status, r.body.as_str()), (200, "<none>"));
+    let r = http
+        .put(&format!("{url}/route/here"))
+        .send_string("")
+        .expect("200")
+        .into_string()
+        .expect("a body");
+    assert_eq!(r, "PUT /route/here route id>0");
+    let r = post(&http, &format!("{url}/fwd"), "forwarded");
+    assert_eq!((r.status, r.body.as_str()), (200, "FORWARDED"));
+    assert_eq!(chain.stop(), Some(0));
+}
+
+#[test]
+fn an_idle_c_instance_uses_no_cpu_and_a_killed_one_is_answered_and_restarted() {
+    let dir = TempDir::new("sdk-c");
+    let cfn = compile("sdk/c/tests/cfn.c", dir.path());
+    let spec = format!(
+        "name: sdkc3\ntimeout: 10s\nfunctions:\n  slow: {{ command: [\"{}\"], env: {{ CFN_MODE: \
+         sleep }} }}\nroutes:\n  - http: POST /slow\n    sequence: [slow]\n",
+        cfn.display()
+    );
+    let chain = ChainProcess::start(&spec, &[]);
+    let url = chain.url.clone();
+    let pids = instances(chain.pid());
+    assert_eq!(pids.len(), 1, "one instance: {pids:?}");
+    let pid = pids[0];
+    // Idle: a second of no requests costs the C instance (nearly) no CPU.
+    let before = cpu_ticks(pid).expect("the instance runs");
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(pid).expect("the instance runs") - before;
+    assert!(
+        used as f64 <= 0.01 * 2.0 * ticks_per_second() + 1.0,
+        "an idle C instance used {used} ticks in 2 s"
+    );
+    // Killed in the middle of a request: answered 502, restarted, serving again.
+    let slow = format!("{url}/slow");
+    let waiting = std::thread::spawn(move || post(&client(), &slow, "late"));
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the instance");
+    let r = waiting.join().expect("the client thread");
+    assert_eq!(r.status, 502, "{}", r.body);
+    let restarted = wait_until(Duration::from_secs(10), || {
+        instances(chain.pid()).iter().any(|&p| p != pid)
+    });
+    assert!(restarted, "a new instance replaces the killed one");
+    let r = post(&client(), &format!("{url}/slow"), "again");
+    assert_eq!((r.status, r.body.as_str()), (200, "AGAIN"));
+    assert_eq!(chain.stop(), Some(0));
 }

@@ -3,12 +3,46 @@
  *   oversize  grows the body one byte past the slot's room, fails with what the SDK says
  *   wrap      replaces the body with "<" body ">" built on the stack
  *   fail      answers 422 "refusing BODY"
+ *   call      calls every function named in CFN_CALLS (comma separated) at once with the
+ *             body; answers "name=output;" per call, "name!status:message;" for a failed one
+ *   join      answers "i=output;" per branch of the static fan-out it joins
+ *   count     adds one to the state counter named by the body, answers the new count
+ *   header    answers the value of the x-test header ("<none>" without it)
+ *   route     answers "METHOD PATH function id>0"
+ *   forward   forwards to CFN_TARGET
+ *   sleep     sleeps 2 s, then upper-cases (to be killed in the middle)
  */
+#define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zerohop.h>
+
+/* Appends text to the body, failing the request when it does not fit. */
+#define APPEND(req, data, len)                              \
+    do {                                                    \
+        uint16_t rc_ = zh_extend((req), (data), (len));     \
+        if (rc_ != 0) return zh_fail((req), rc_, NULL);     \
+    } while (0)
+
+static zh_next answer_calls(zh_request *req, zh_answer **answers, const char **names, size_t n) {
+    uint16_t rc = zh_set_len(req, 0);
+    if (rc != 0) return zh_fail(req, rc, NULL);
+    char head[64];
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        const uint8_t *body = zh_answer_body(answers[i], &len);
+        uint16_t status = zh_answer_status(answers[i]);
+        int h = status == 200 ? snprintf(head, sizeof head, "%s=", names[i])
+                              : snprintf(head, sizeof head, "%s!%u:", names[i], status);
+        APPEND(req, head, (size_t)h);
+        APPEND(req, body, len);
+        APPEND(req, ";", 1);
+    }
+    return ZH_CONTINUE;
+}
 
 static zh_next handle(zh_request *req, void *user) {
     const char *mode = user;
@@ -34,6 +68,81 @@ static zh_next handle(zh_request *req, void *user) {
         char msg[128];
         snprintf(msg, sizeof msg, "refusing %.*s", (int)len, (const char *)body);
         return zh_fail(req, 422, msg);
+    }
+    if (strcmp(mode, "call") == 0) {
+        char list[256];
+        const char *calls = getenv("CFN_CALLS");
+        snprintf(list, sizeof list, "%s", calls ? calls : "");
+        const char *names[8];
+        zh_call_spec specs[8];
+        size_t n = 0;
+        for (char *save = NULL, *name = strtok_r(list, ",", &save); name && n < 8;
+             name = strtok_r(NULL, ",", &save)) {
+            names[n] = name;
+            specs[n] = (zh_call_spec){.function = name, .input = body, .len = len};
+            n++;
+        }
+        zh_answer *answers[8];
+        zh_call_all(req, specs, n, answers);
+        zh_next next = answer_calls(req, answers, names, n);
+        for (size_t i = 0; i < n; i++) zh_answer_free(answers[i]);
+        return next;
+    }
+    if (strcmp(mode, "join") == 0) {
+        size_t n = zh_branches(req);
+        uint16_t rc = zh_set_len(req, 0);
+        if (rc != 0) return zh_fail(req, rc, NULL);
+        for (size_t i = 0; i < n; i++) {
+            char head[32];
+            size_t blen;
+            const zh_answer *b = zh_branch(req, i);
+            const uint8_t *out = zh_answer_body(b, &blen);
+            int h = snprintf(head, sizeof head, "%zu=", i);
+            APPEND(req, head, (size_t)h);
+            APPEND(req, out, blen);
+            APPEND(req, ";", 1);
+        }
+        return zh_branch(req, n) == NULL ? ZH_CONTINUE : zh_fail(req, 500, "a branch past the end");
+    }
+    if (strcmp(mode, "count") == 0) {
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)len, (const char *)body);
+        uint64_t count = 0;
+        size_t got;
+        uint16_t rc = zh_state_get(req, key, strlen(key), &count, sizeof count, &got);
+        if (rc > 1) return zh_fail(req, rc, NULL);
+        if (rc == 0 || got != sizeof count) count = 0;
+        count++;
+        rc = zh_state_put(req, key, strlen(key), &count, sizeof count);
+        if (rc != 0) return zh_fail(req, rc, NULL);
+        char out[32];
+        int n = snprintf(out, sizeof out, "%llu", (unsigned long long)count);
+        rc = zh_set_body(req, out, (size_t)n);
+        return rc ? zh_fail(req, rc, NULL) : ZH_CONTINUE;
+    }
+    if (strcmp(mode, "header") == 0) {
+        size_t vlen;
+        const char *v = zh_header(req, "X-Test", &vlen);
+        uint16_t rc = v ? zh_set_body(req, v, vlen) : zh_set_body(req, "<none>", 6);
+        return rc ? zh_fail(req, rc, NULL) : ZH_CONTINUE;
+    }
+    if (strcmp(mode, "route") == 0) {
+        size_t ml, pl, fl;
+        const char *m = zh_method(req, &ml), *p = zh_path(req, &pl), *f = zh_function(req, &fl);
+        char out[256];
+        int n = snprintf(out, sizeof out, "%.*s %.*s %.*s %s", (int)ml, m, (int)pl, p, (int)fl,
+                         f, zh_request_id(req) > 0 ? "id>0" : "id=0");
+        uint16_t rc = zh_set_body(req, out, (size_t)n);
+        return rc ? zh_fail(req, rc, NULL) : ZH_CONTINUE;
+    }
+    if (strcmp(mode, "forward") == 0) {
+        const char *target = getenv("CFN_TARGET");
+        return zh_forward(req, target ? target : "");
+    }
+    if (strcmp(mode, "sleep") == 0) {
+        sleep(2);
+        for (size_t i = 0; i < len; i++) body[i] = (uint8_t)toupper(body[i]);
+        return ZH_CONTINUE;
     }
     return zh_fail(req, 500, "unknown CFN_MODE");
 }
