@@ -10,6 +10,8 @@
 //!   `--no-scale` skips it), the applications beside their HTTP deployments
 //!   (`zerohop-bench-apps`; `--no-apps` skips it) and activation from zero, parked next to
 //!   cold (`zerohop-bench-activation`; `--no-activation` skips it).
+//! * `cargo xtask c-sdk [--prefix DIR]`: builds the C SDK's library and installs it with its
+//!   header and a pkg-config file under DIR (default `target/c-sdk`; see `docs/sdk-c.md`).
 //! * `cargo xtask fuzz [--seconds N] [TARGET...]`: installs cargo-fuzz if it is missing, builds
 //!   the fuzz targets of `fuzz/` and runs each (or the named ones) for N seconds (default 30);
 //!   fails naming the saved input if any target crashes (see `fuzz/README.md`).
@@ -33,6 +35,7 @@ fn main() -> Result<()> {
         Some("test") => test(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
+        Some("c-sdk") => c_sdk(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
@@ -44,11 +47,64 @@ fn main() -> Result<()> {
                  scale point (--no-scale skips it), the applications (--no-apps) and\n                \
                  activation from zero (--no-activation)\n  \
                  fuzz [--seconds N] [TARGET...]\n                \
-                 run the fuzz targets (all, or the named ones) for N seconds each (default 30)"
+                 run the fuzz targets (all, or the named ones) for N seconds each (default 30)\n  \
+                 c-sdk [--prefix DIR]\n                \
+                 build the C SDK and install it (header, libraries, pkg-config file) under\n                \
+                 DIR (default target/c-sdk)"
             );
             bail!("no task given");
         }
     }
+}
+
+/// `cargo xtask c-sdk [--prefix DIR]`.
+fn c_sdk(args: &[String]) -> Result<()> {
+    let prefix = match args {
+        [] => workspace_root().join("target/c-sdk"),
+        [flag, dir] if flag == "--prefix" => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                std::env::current_dir()?.join(dir)
+            }
+        }
+        _ => bail!("usage: cargo xtask c-sdk [--prefix DIR]"),
+    };
+    run(
+        "building the C SDK (libzerohop.so, libzerohop.a)",
+        cargo().args(["build", "--release", "-p", "zerohop-c"]),
+    )?;
+    let (include, lib) = (prefix.join("include"), prefix.join("lib"));
+    let pkgconfig = lib.join("pkgconfig");
+    for d in [&include, &pkgconfig] {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let copy = |from: &str, to: &Path| -> Result<()> {
+        std::fs::copy(from, to)
+            .with_context(|| format!("copying {from} to {}", to.display()))
+            .map(drop)
+    };
+    copy("sdk/c/include/zerohop.h", &include.join("zerohop.h"))?;
+    copy("target/release/libzerohop.a", &lib.join("libzerohop.a"))?;
+    copy("target/release/libzerohop.so", &lib.join("libzerohop.so"))?;
+    for name in ["zerohop", "zerohop-static"] {
+        let template = format!("sdk/c/{name}.pc.in");
+        let pc = std::fs::read_to_string(&template)
+            .context(template)?
+            .replace("@PREFIX@", &prefix.display().to_string())
+            .replace("@VERSION@", env!("CARGO_PKG_VERSION"));
+        std::fs::write(pkgconfig.join(format!("{name}.pc")), pc)
+            .with_context(|| format!("writing {name}.pc"))?;
+    }
+    eprintln!(
+        "xtask: the C SDK is in {p}; build a function with\n  \
+         PKG_CONFIG_PATH={p}/lib/pkgconfig cc f.c $(pkg-config --cflags --libs zerohop-static) -o f\n\
+         (libzerohop.a linked in), or with `zerohop` instead of `zerohop-static` (libzerohop.so \
+         from {p}/lib at run time)",
+        p = prefix.display()
+    );
+    Ok(())
 }
 
 fn workspace_root() -> PathBuf {
@@ -94,10 +150,8 @@ fn demo(extra: &[String]) -> Result<()> {
 
 fn test(extra: &[String]) -> Result<()> {
     build_bins()?;
-    run(
-        "building the C SDK's library (the C functions of the tests link it)",
-        cargo().args(["build", "--release", "-p", "zerohop-c"]),
-    )?;
+    // The C functions of the tests are built against it, as a user builds them.
+    c_sdk(&[])?;
     run(
         "running the workspace tests",
         cargo()

@@ -11,27 +11,35 @@ use common::{client, post, testfn};
 use std::time::Duration;
 
 use zerohop_test_support::{
-    cpu_ticks, instances, target_bin, ticks_per_second, wait_until, ChainProcess, TempDir,
+    cpu_ticks, instances, ticks_per_second, wait_until, ChainProcess, TempDir,
 };
 
-/// Compiles `source` (relative to the repository) into `dir`; the program's path.
-fn compile(source: &str, dir: &Path) -> PathBuf {
+/// Compiles `source` (relative to the repository) into `dir` as a user does, with the
+/// flags pkg-config gives for `package` (`zerohop-static`: libzerohop.a linked in;
+/// `zerohop`: libzerohop.so at run time) from the SDK `cargo xtask c-sdk` installed in
+/// `target/c-sdk`; the program's path.
+fn compile(source: &str, dir: &Path, package: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let lib = target_bin("libzerohop.a");
+    let pkgconfig = root.join("target/c-sdk/lib/pkgconfig");
     assert!(
-        lib.exists(),
-        "{} is missing: `cargo build --release -p zerohop-c` (cargo xtask test does)",
-        lib.display()
+        pkgconfig.join(format!("{package}.pc")).exists(),
+        "{} has no {package}.pc: `cargo xtask c-sdk` (cargo xtask test runs it) installs the C SDK",
+        pkgconfig.display()
     );
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", package])
+        .env("PKG_CONFIG_PATH", &pkgconfig)
+        .output()
+        .expect("run pkg-config (Debian: apt-get install pkg-config)");
+    assert!(flags.status.success(), "pkg-config {package} failed");
+    let flags = String::from_utf8(flags.stdout).expect("UTF-8 flags");
     let out = dir.join(Path::new(source).file_stem().expect("a file name"));
     let status = Command::new("cc")
         .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg("-I")
-        .arg(root.join("sdk/c/include"))
         .arg(root.join(source))
-        .arg(&lib)
-        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg("-o")
         .arg(&out)
+        .args(flags.split_whitespace())
         .status()
         .expect("run cc");
     assert!(status.success(), "cc failed on {source}");
@@ -41,8 +49,9 @@ fn compile(source: &str, dir: &Path) -> PathBuf {
 #[test]
 fn c_functions_work_in_place_beside_rust_ones_and_fail_clearly() {
     let dir = TempDir::new("sdk-c");
-    let upper = compile("examples/c/upper.c", dir.path());
-    let cfn = compile("sdk/c/tests/cfn.c", dir.path());
+    // The example linked to the shared library, the test function to the static one.
+    let upper = compile("examples/c/upper.c", dir.path(), "zerohop");
+    let cfn = compile("sdk/c/tests/cfn.c", dir.path(), "zerohop-static");
     let t = testfn();
     let c = |name: &str, mode: &str| {
         format!(
@@ -97,7 +106,7 @@ fn c_functions_work_in_place_beside_rust_ones_and_fail_clearly() {
 #[test]
 fn c_functions_call_join_count_forward_and_read_headers() {
     let dir = TempDir::new("sdk-c");
-    let cfn = compile("sdk/c/tests/cfn.c", dir.path());
+    let cfn = compile("sdk/c/tests/cfn.c", dir.path(), "zerohop-static");
     let f = |name: &str, mode: &str, extra: &str| {
         format!(
             "  {name}: {{ command: [\"{}\"], env: {{ CFN_MODE: {mode}{extra} }} }}\n",
@@ -165,7 +174,7 @@ fn c_functions_call_join_count_forward_and_read_headers() {
 #[test]
 fn an_idle_c_instance_uses_no_cpu_and_a_killed_one_is_answered_and_restarted() {
     let dir = TempDir::new("sdk-c");
-    let cfn = compile("sdk/c/tests/cfn.c", dir.path());
+    let cfn = compile("sdk/c/tests/cfn.c", dir.path(), "zerohop-static");
     let spec = format!(
         "name: sdkc3\ntimeout: 10s\nfunctions:\n  slow: {{ command: [\"{}\"], env: {{ CFN_MODE: \
          sleep }} }}\nroutes:\n  - http: POST /slow\n    sequence: [slow]\n",
