@@ -2,8 +2,9 @@
 //!
 //! * `cargo xtask demo`: builds the release binaries and runs the hello chain
 //!   (`zerohop up examples/hello/chain.yaml`) until Ctrl-C.
-//! * `cargo xtask test`: builds the binaries the end-to-end tests start, runs every test of
-//!   the workspace, then the loom model checks of the allocator and the ring.
+//! * `cargo xtask test`: builds the binaries the end-to-end tests start and installs the C
+//!   SDK (`target/c-sdk`), runs every test of the workspace, the Go SDK's tests (`go test`
+//!   in `sdk/go`), then the loom model checks of the allocator and the ring.
 //! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [--no-activation] [ARGS]`: builds
 //!   everything, runs `zerohop-bench` (every system side by side, see `bench/README.md`) into
 //!   `results/`, draws the plots, then runs the scale point (`zerohop-bench-scale`;
@@ -158,6 +159,15 @@ fn test(extra: &[String]) -> Result<()> {
             .args(["test", "--release", "--workspace"])
             .args(extra),
     )?;
+    let pkgconfig = workspace_root().join("target/c-sdk/lib/pkgconfig");
+    run(
+        "the Go SDK's tests (go test in sdk/go, over the C SDK just installed)",
+        Command::new("go")
+            .args(["test", "-count=1", "./..."])
+            .current_dir("sdk/go")
+            .env("PKG_CONFIG_PATH", &pkgconfig),
+    )
+    .context("the Go SDK's tests need Go 1.22 or newer (`go` on PATH)")?;
     run(
         "loom model checks of the slot allocator and the ring",
         cargo()

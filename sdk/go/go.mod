@@ -1,0 +1,3 @@
+module zerohop.dev/zerohop
+
+go 1.22

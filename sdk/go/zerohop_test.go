@@ -1,0 +1,258 @@
+package zerohop_test
+
+// End to end: Go functions built from internal/testfn run in a chain by the real
+// `zerohop up` (target/release/zerohop, or $ZEROHOP_BIN), answered over real HTTP.
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// chain is a running `zerohop up`.
+type chain struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func zerohopBin(t *testing.T) string {
+	if b := os.Getenv("ZEROHOP_BIN"); b != "" {
+		return b
+	}
+	b, err := filepath.Abs("../../target/release/zerohop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(b); err != nil {
+		t.Fatalf("%s is missing: `cargo build --release` (cargo xtask test does), or set ZEROHOP_BIN", b)
+	}
+	return b
+}
+
+// buildTestfn builds internal/testfn into dir.
+func buildTestfn(t *testing.T, dir string) string {
+	out := filepath.Join(dir, "testfn")
+	cmd := exec.Command("go", "build", "-o", out, "./internal/testfn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build ./internal/testfn: %v", err)
+	}
+	return out
+}
+
+var ready = regexp.MustCompile(`ready at (http://[0-9.:]+)`)
+
+// start runs `zerohop up` on spec (a free port) and waits at most 30 s for its ready line
+// (on its standard output);
+// the chain is stopped when the test ends, also when it fails.
+func start(t *testing.T, dir, spec string) *chain {
+	file := filepath.Join(dir, "chain.yaml")
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(zerohopBin(t), "up", file, "--listen", "127.0.0.1:0")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &chain{cmd: cmd}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	urls := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			if m := ready.FindStringSubmatch(s.Text()); m != nil {
+				urls <- m[1]
+			}
+		}
+	}()
+	select {
+	case c.url = <-urls:
+	case <-time.After(30 * time.Second):
+		t.Fatal("zerohop up was not ready within 30 s")
+	}
+	return c
+}
+
+func post(t *testing.T, url, body string, header ...string) (int, string) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(header) == 2 {
+		req.Header.Set(header[0], header[1])
+	}
+	client := http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func fn(bin, name, mode, env, fields string) string {
+	return fmt.Sprintf("  %s: { command: [%q], env: { GOFN_MODE: %s%s }%s }\n", name, bin, mode, env, fields)
+}
+
+func expect(t *testing.T, what string, gotStatus int, got string, status int, want string) {
+	t.Helper()
+	if gotStatus != status || got != want {
+		t.Errorf("%s: got %d %q, want %d %q", what, gotStatus, got, status, want)
+	}
+}
+
+func TestGoFunctions(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildTestfn(t, dir)
+	spec := "name: gosdk\nstate: { entries: 16, value_size: 64 }\nfunctions:\n" +
+		fn(bin, "up", "upper", "", "") +
+		fn(bin, "bang", "exclaim", "", "") +
+		fn(bin, "no", "fail", "", "") +
+		fn(bin, "boom", "panic", "", "") +
+		fn(bin, "caller", "call", ", GOFN_CALLS: \"up,no\"", ", calls: [up, no]") +
+		fn(bin, "count", "count", "", ", state: true") +
+		fn(bin, "hdr", "header", "", ", headers: [X-Test]") +
+		fn(bin, "fwd", "forward", ", GOFN_TARGET: up", ", next: [up]") +
+		"routes:\n" +
+		"  - http: POST /hello\n    sequence: [up, bang]\n" +
+		"  - http: POST /no\n    sequence: [no]\n" +
+		"  - http: POST /boom\n    sequence: [boom]\n" +
+		"  - http: POST /call\n    sequence: [caller]\n" +
+		"  - http: POST /count\n    sequence: [count]\n" +
+		"  - http: POST /hdr\n    sequence: [hdr]\n" +
+		"  - http: POST /fwd\n    sequence: [fwd]\n"
+	c := start(t, dir, spec)
+	s, b := post(t, c.url+"/hello", "hello from go")
+	expect(t, "in place, then appended", s, b, 200, "HELLO FROM GO!")
+	s, b = post(t, c.url+"/no", "this")
+	expect(t, "an Error", s, b, 422, "function 'no': refusing this\n")
+	s, b = post(t, c.url+"/boom", "x")
+	expect(t, "a panic", s, b, 500, "function 'boom': panic: boom\n")
+	s, b = post(t, c.url+"/boom", "y")
+	expect(t, "a panic again (the instance serves on)", s, b, 500, "function 'boom': panic: boom\n")
+	s, b = post(t, c.url+"/call", "ab")
+	expect(t, "calls", s, b, 200, "up=AB;no!422;")
+	for i := 1; i <= 3; i++ {
+		s, b = post(t, c.url+"/count", "visits")
+		expect(t, "state", s, b, 200, strconv.Itoa(i))
+	}
+	s, b = post(t, c.url+"/hdr", "", "X-Test", "from the client")
+	expect(t, "a header", s, b, 200, "from the client")
+	s, b = post(t, c.url+"/fwd", "forwarded")
+	expect(t, "forward", s, b, 200, "FORWARDED")
+}
+
+// instances are the chain's instance processes: the children of `zerohop up` but its
+// spawner.
+func instances(t *testing.T, pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		end := strings.LastIndexByte(s, ')')
+		fields := strings.Fields(s[end+2:])
+		comm := s[strings.IndexByte(s, '(')+1 : end]
+		if ppid, _ := strconv.Atoi(fields[1]); ppid == pid && comm != "zerohop-spawner" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// cpuTicks is utime + stime of pid, in clock ticks.
+func cpuTicks(t *testing.T, pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	u, _ := strconv.Atoi(fields[11])
+	k, _ := strconv.Atoi(fields[12])
+	return u + k
+}
+
+func TestIdleAndKilled(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildTestfn(t, dir)
+	spec := "name: gosdk2\ntimeout: 10s\nfunctions:\n" + fn(bin, "slow", "sleep", "", "") +
+		"routes:\n  - http: POST /slow\n    sequence: [slow]\n"
+	c := start(t, dir, spec)
+	pids := instances(t, c.cmd.Process.Pid)
+	if len(pids) != 1 {
+		t.Fatalf("one instance expected: %v", pids)
+	}
+	// Idle for 2 s: at most a tick or two (100 ticks a second).
+	before := cpuTicks(t, pids[0])
+	time.Sleep(2 * time.Second)
+	if used := cpuTicks(t, pids[0]) - before; used > 3 {
+		t.Errorf("an idle Go instance used %d ticks in 2 s", used)
+	}
+	// Killed in the middle of a request: answered 502, restarted, serving again.
+	type answer struct {
+		status int
+		body   string
+	}
+	got := make(chan answer, 1)
+	go func() {
+		s, b := post(t, c.url+"/slow", "late")
+		got <- answer{s, b}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.status != 502 {
+		t.Errorf("killed mid-request: got %d %q, want 502", a.status, a.body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		now := instances(t, c.cmd.Process.Pid)
+		if len(now) == 1 && now[0] != pids[0] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new instance within 10 s: %v", now)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s, b := post(t, c.url+"/slow", "again")
+	expect(t, "after the restart", s, b, 200, "AGAIN")
+}
