@@ -42,7 +42,7 @@ func zerohopBin(t *testing.T) string {
 // buildTestfn builds internal/testfn into dir.
 func buildTestfn(t *testing.T, dir string) string {
 	out := filepath.Join(dir, "testfn")
-	cmd := exec.Command("go", "build", "-o", out, "./internal/testfn")
+	cmd := exec.Command("go", "build", "-buildvcs=false", "-o", out, "./internal/testfn")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("go build ./internal/testfn: %v", err)
