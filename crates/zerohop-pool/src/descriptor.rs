@@ -1,5 +1,5 @@
 //! The 16-byte descriptor that travels between parties instead of the payload (protocol
-//! version 3).
+//! version 4).
 //!
 //! ```text
 //!  byte  0          3    4        8        12       16
