@@ -8,252 +8,96 @@
 //! file's case inputs, adding the seed cases below if missing), for a deliberate protocol
 //! change; review the diff, then bump the protocol version.
 
-use std::fs::File;
-use std::os::fd::BorrowedFd;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+#[macro_use]
+mod vectors_support;
+
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use vectors_support::{about, hex, load, DescFields, Report, Shm};
 use zerohop_pool::{
     latency_bucket, Descriptor, Owner, PartyRecord, PartyState, Pool, PoolConfig, Rejected,
     SlotHeader, HEADER_MAGIC, LATENCY_BUCKETS, PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
 };
-
-const REGENERATE: &str = "ZEROHOP_BLESS=1 cargo test -p zerohop-pool --test vectors";
 
 /// Largest integer every JSON parser reads exactly (a float64 mantissa): every number in the
 /// files stays at or below it.
 const MAX_SAFE: u64 = (1 << 53) - 1;
 
 // ---------------------------------------------------------------------------------------
-// Files, hex, reports
+// Files, cases, pools (the rest is in vectors_support, shared with the transport's test)
 // ---------------------------------------------------------------------------------------
 
-fn path(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../protocol/vectors")
-        .join(file)
+/// The `about` of one of this crate's files: `what` it holds, under `section`.
+fn file_about(section: &str, what: &str) -> String {
+    about(
+        &format!("\"{section}\""),
+        &format!(
+            "{what} Bytes are hex, byte 0 first; every other number is a plain JSON number \
+             (all below 2^53)."
+        ),
+    )
 }
 
-fn blessing() -> bool {
-    std::env::var("ZEROHOP_BLESS").is_ok_and(|v| v == "1")
-}
-
-/// The parsed file; when blessing, first rewritten as `make` builds it from the file as it
-/// was (`None` if missing or no longer parsing).
-fn load<T: Serialize + DeserializeOwned>(file: &str, make: impl FnOnce(Option<T>) -> T) -> T {
-    let p = path(file);
-    if blessing() {
-        let old = std::fs::read_to_string(&p)
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok());
-        let doc = make(old);
-        let mut text = serde_json::to_string_pretty(&doc).expect("serialize");
-        text.push('\n');
-        std::fs::create_dir_all(p.parent().expect("dir")).expect("create protocol/vectors");
-        std::fs::write(&p, text).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
-        return doc;
-    }
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
-        panic!(
-            "protocol/vectors/{file}: cannot read {}: {e}\nGenerate it with `{REGENERATE}`.",
-            p.display()
-        )
-    });
-    serde_json::from_str(&text).unwrap_or_else(|e| {
-        panic!(
-            "protocol/vectors/{file} does not parse as this test expects: {e}\nIf the protocol \
-             changed on purpose, regenerate it with `{REGENERATE}`."
-        )
-    })
-}
-
-/// Cases as blessing keeps them: the file's (by their inputs), then every seed case it lacks.
-fn merge<C>(old: Option<Vec<C>>, seeds: Vec<C>, name: impl Fn(&C) -> &str) -> Vec<C> {
+/// Cases as blessing writes them: the file's (told apart by `key`), then every seed case it
+/// lacks, each remade by the code.
+fn bless_cases<C, K: PartialEq>(
+    old: Option<Vec<C>>,
+    seeds: Vec<C>,
+    key: impl Fn(&C) -> K,
+    remake: impl FnMut(C) -> C,
+) -> Vec<C> {
     let mut out = old.unwrap_or_default();
     for s in seeds {
-        if !out.iter().any(|c| name(c) == name(&s)) {
+        if !out.iter().any(|c| key(c) == key(&s)) {
             out.push(s);
         }
     }
-    out
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str, len: usize) -> Result<Vec<u8>, String> {
-    if s.len() != 2 * len {
-        return Err(format!(
-            "{s:?} has {} hex digits, expected {}",
-            s.len(),
-            2 * len
-        ));
-    }
-    (0..len)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|e| format!("{s:?}: {e}")))
-        .collect()
-}
-
-/// Differences found in one file; fails the test at the end with all of them.
-struct Report {
-    file: &'static str,
-    failures: Vec<String>,
+    out.into_iter().map(remake).collect()
 }
 
 impl Report {
-    fn new(file: &'static str) -> Self {
-        Self {
-            file,
-            failures: Vec::new(),
-        }
-    }
-
-    fn fail(&mut self, case: &str, msg: impl std::fmt::Display) {
-        self.failures.push(format!("case {case:?}: {msg}"));
-    }
-
-    fn eq<T: PartialEq + std::fmt::Debug>(&mut self, case: &str, what: &str, code: T, file: T) {
-        if code != file {
-            self.fail(
-                case,
-                format!("{what}: the code gives {code:?}, the file has {file:?}"),
-            );
-        }
-    }
-
-    fn common(&mut self, about: &str, want_about: &str, version: u32) {
-        self.eq("(file)", "protocol_version", PROTOCOL_VERSION, version);
-        self.eq("(file)", "about", want_about, about);
-    }
-
-    fn seeds_present<'a>(&mut self, names: impl Iterator<Item = &'a str>, seeds: &[&str]) {
-        let names: Vec<&str> = names.collect();
-        for (i, n) in names.iter().enumerate() {
-            if names[..i].contains(n) {
-                self.fail(n, "the name is used twice");
-            }
-        }
-        for s in seeds {
-            if !names.contains(s) {
+    /// Each of the file's `numbers` is one every JSON parser reads exactly.
+    fn safe(&mut self, case: &str, numbers: &[(&str, u64)]) {
+        for &(what, n) in numbers {
+            if n > MAX_SAFE {
                 self.fail(
-                    s,
-                    "missing (every seed case of the test must stay in the file)",
+                    case,
+                    format!(
+                        "{what} = {n} is above 2^53-1, which not every JSON parser reads exactly"
+                    ),
                 );
             }
         }
     }
-
-    fn safe(&mut self, case: &str, what: &str, n: u64) {
-        if n > MAX_SAFE {
-            self.fail(
-                case,
-                format!("{what} = {n} is above 2^53-1, which not every JSON parser reads exactly"),
-            );
-        }
-    }
-
-    fn finish(self) {
-        if !self.failures.is_empty() {
-            panic!(
-                "protocol/vectors/{} does not match the code:\n  {}\n\nIf the protocol changed \
-                 on purpose, regenerate the vectors with `{REGENERATE}`, review the diff and bump \
-                 the protocol version; otherwise the code broke the protocol (or the file was \
-                 edited by hand).",
-                self.file,
-                self.failures.join("\n  ")
-            );
-        }
-    }
 }
 
-/// A pool's memfd, read and written with pread/pwrite: the bytes every process mapping the
-/// pool sees.
-struct Shm(File);
-
 impl Shm {
-    fn of(fd: BorrowedFd<'_>) -> Self {
-        Shm(File::from(fd.try_clone_to_owned().expect("dup")))
-    }
-    fn read(&self, offset: u64, len: usize) -> Vec<u8> {
-        let mut b = vec![0; len];
-        self.0.read_exact_at(&mut b, offset).expect("pread");
-        b
-    }
-    fn write(&self, offset: u64, bytes: &[u8]) {
-        self.0.write_all_at(bytes, offset).expect("pwrite");
-    }
     fn u64_at(&self, offset: u64) -> u64 {
         u64::from_le_bytes(self.read(offset, 8).try_into().expect("8"))
     }
-    fn len(&self) -> u64 {
-        self.0.metadata().expect("fstat").len()
-    }
 }
 
-fn about(section: &str, what: &str) -> String {
-    format!(
-        "zerohop shared-memory protocol version {PROTOCOL_VERSION}, docs/protocol.md section \
-         \"{section}\". {what} Bytes are hex, byte 0 first; every other number is a plain \
-         JSON number (all below 2^53). Checked both ways by \
-         crates/zerohop-pool/tests/vectors.rs; regenerate with `{REGENERATE}`."
-    )
+fn create_pool(name: &str, c: PoolConfigJson) -> Result<Pool, String> {
+    Pool::create(&PoolConfig {
+        name: format!("vectors-{name}"),
+        slots: c.slots,
+        first_slot: c.first_slot,
+        slot_size: c.slot_size,
+        max_parties: c.max_parties,
+        hugepages: c.hugepages,
+    })
+    .map_err(|e| format!("cannot create the pool: {e}"))
 }
 
 fn pool(name: &str, slots: u32, first_slot: u32, slot_size: u32, max_parties: u16) -> Arc<Pool> {
-    Arc::new(
-        Pool::create(&PoolConfig {
-            name: format!("vectors-{name}"),
-            slots,
-            first_slot,
-            slot_size,
-            max_parties,
-            hugepages: false,
-        })
-        .expect("create pool"),
-    )
+    let config = PoolConfigJson::new(slots, first_slot, slot_size, max_parties);
+    Arc::new(create_pool(name, config).expect("create pool"))
 }
 
 // ---------------------------------------------------------------------------------------
 // descriptor.json
 // ---------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DescFields {
-    slot: u32,
-    next: u8,
-    len: u32,
-    request: u32,
-    generation: u32,
-}
-
-impl From<DescFields> for Descriptor {
-    fn from(f: DescFields) -> Self {
-        Descriptor {
-            slot: f.slot,
-            next: f.next,
-            len: f.len,
-            request: f.request,
-            generation: f.generation,
-        }
-    }
-}
-
-impl From<Descriptor> for DescFields {
-    fn from(d: Descriptor) -> Self {
-        DescFields {
-            slot: d.slot,
-            next: d.next,
-            len: d.len,
-            request: d.request,
-            generation: d.generation,
-        }
-    }
-}
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -277,7 +121,7 @@ struct DescFile {
 }
 
 fn desc_about() -> String {
-    about(
+    file_about(
         "Descriptor (16 bytes)",
         "Each case: a descriptor's fields and its 16 bytes on the wire (in a ring entry or a \
          socket message). `decoded`, where present, is what the bytes decode to when encoding \
@@ -289,13 +133,7 @@ fn desc_seeds() -> Vec<DescCase> {
     let case = |name: &str, note: Option<&str>, slot, next, len, request, generation| DescCase {
         name: name.into(),
         note: note.map(Into::into),
-        fields: DescFields {
-            slot,
-            next,
-            len,
-            request,
-            generation,
-        },
+        fields: DescFields::new(slot, next, len, request, generation),
         decoded: None,
         bytes: String::new(),
     };
@@ -361,54 +199,41 @@ fn desc_seeds() -> Vec<DescCase> {
     ]
 }
 
+/// The case with its bytes, and what they decode to where that is not `fields`, as the code
+/// makes them.
+fn desc_made(c: DescCase) -> DescCase {
+    let b = Descriptor::from(c.fields).to_bytes();
+    let back = DescFields::from(Descriptor::from_bytes(b));
+    DescCase {
+        decoded: (back != c.fields).then_some(back),
+        bytes: hex(&b),
+        ..c
+    }
+}
+
 #[test]
 fn descriptor_vectors() {
     const FILE: &str = "descriptor.json";
-    let doc: DescFile = load(FILE, |old: Option<DescFile>| {
-        let cases = merge(old.map(|d| d.cases), desc_seeds(), |c| &c.name);
-        DescFile {
-            about: desc_about(),
-            protocol_version: PROTOCOL_VERSION,
-            cases: cases
-                .into_iter()
-                .map(|c| {
-                    let d = Descriptor::from(c.fields);
-                    let b = d.to_bytes();
-                    let back = DescFields::from(Descriptor::from_bytes(b));
-                    DescCase {
-                        decoded: (back != c.fields).then_some(back),
-                        bytes: hex(&b),
-                        ..c
-                    }
-                })
-                .collect(),
-        }
+    let doc: DescFile = load(FILE, |old: Option<DescFile>| DescFile {
+        about: desc_about(),
+        protocol_version: PROTOCOL_VERSION,
+        cases: bless_cases(
+            old.map(|d| d.cases),
+            desc_seeds(),
+            |c| c.name.clone(),
+            desc_made,
+        ),
     });
-    let mut r = Report::new(FILE);
-    r.common(&doc.about, &desc_about(), doc.protocol_version);
-    r.seeds_present(
-        doc.cases.iter().map(|c| c.name.as_str()),
-        &desc_seeds()
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>(),
-    );
+    let mut r = Report::new(FILE, &doc.about, &desc_about(), doc.protocol_version);
+    r.seeds_present(&doc.cases, &desc_seeds(), |c| &c.name);
     for c in &doc.cases {
-        let bytes = match unhex(&c.bytes, Descriptor::LEN) {
-            Ok(b) => <[u8; 16]>::try_from(b).expect("16"),
-            Err(e) => {
-                r.fail(&c.name, e);
-                continue;
-            }
+        let Some(bytes) = r.bytes(&c.name, "bytes", &c.bytes, Descriptor::LEN) else {
+            continue;
         };
+        let bytes = <[u8; 16]>::try_from(bytes).expect("16");
         // Encode: the fields give the file's bytes (and the same as two ring words).
         let d = Descriptor::from(c.fields);
-        r.eq(
-            &c.name,
-            "encoded bytes",
-            hex(&d.to_bytes()),
-            c.bytes.to_lowercase(),
-        );
+        r.eq_hex(&c.name, "encoded bytes", &d.to_bytes(), &c.bytes);
         let words = d.to_words();
         let mut from_words = [0u8; 16];
         from_words[..8].copy_from_slice(&words[0].to_le_bytes());
@@ -439,9 +264,7 @@ fn descriptor_vectors() {
 // slot_header.json
 // ---------------------------------------------------------------------------------------
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HeaderFields {
+json_mirror!(HeaderFields <-> SlotHeader {
     request: u32,
     route: u16,
     hop: u8,
@@ -451,40 +274,7 @@ struct HeaderFields {
     call: u32,
     caller: u16,
     deadline_ms: u64,
-}
-
-impl From<HeaderFields> for SlotHeader {
-    fn from(f: HeaderFields) -> Self {
-        SlotHeader {
-            request: f.request,
-            route: f.route,
-            hop: f.hop,
-            flags: f.flags,
-            status: f.status,
-            meta_len: f.meta_len,
-            call: f.call,
-            caller: f.caller,
-            reserved: [0; 6],
-            deadline_ms: f.deadline_ms,
-        }
-    }
-}
-
-impl From<SlotHeader> for HeaderFields {
-    fn from(h: SlotHeader) -> Self {
-        HeaderFields {
-            request: h.request,
-            route: h.route,
-            hop: h.hop,
-            flags: h.flags,
-            status: h.status,
-            meta_len: h.meta_len,
-            call: h.call,
-            caller: h.caller,
-            deadline_ms: h.deadline_ms,
-        }
-    }
-}
+} + { reserved: [0; 6] });
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -506,7 +296,7 @@ struct HeaderFile {
 }
 
 fn header_about() -> String {
-    about(
+    file_about(
         "Slot",
         "Each case: a SlotHeader's fields and the header_len bytes at the start of the slot \
          as its owner writes them into the pool (the 6 reserved bytes at offset 18 are zero). \
@@ -629,40 +419,27 @@ fn slot_header_vectors() {
         about: header_about(),
         protocol_version: PROTOCOL_VERSION,
         header_len: SLOT_HEADER_LEN,
-        cases: merge(old.map(|d| d.cases), header_seeds(), |c| &c.name)
-            .into_iter()
-            .map(|c| HeaderCase {
+        cases: bless_cases(
+            old.map(|d| d.cases),
+            header_seeds(),
+            |c| c.name.clone(),
+            |c| HeaderCase {
                 bytes: hex(&header_bytes(&pool, &shm, c.fields)),
                 ..c
-            })
-            .collect(),
+            },
+        ),
     });
-    let mut r = Report::new(FILE);
-    r.common(&doc.about, &header_about(), doc.protocol_version);
+    let mut r = Report::new(FILE, &doc.about, &header_about(), doc.protocol_version);
     r.eq("(file)", "header_len", SLOT_HEADER_LEN, doc.header_len);
-    r.seeds_present(
-        doc.cases.iter().map(|c| c.name.as_str()),
-        &header_seeds()
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>(),
-    );
+    r.seeds_present(&doc.cases, &header_seeds(), |c| &c.name);
     for c in &doc.cases {
-        r.safe(&c.name, "deadline_ms", c.fields.deadline_ms);
-        let bytes = match unhex(&c.bytes, SLOT_HEADER_LEN) {
-            Ok(b) => b,
-            Err(e) => {
-                r.fail(&c.name, e);
-                continue;
-            }
+        r.safe(&c.name, &[("deadline_ms", c.fields.deadline_ms)]);
+        let Some(bytes) = r.bytes(&c.name, "bytes", &c.bytes, SLOT_HEADER_LEN) else {
+            continue;
         };
         // Encode: the owner writes the fields into its slot; the shared bytes are the file's.
-        r.eq(
-            &c.name,
-            "bytes in the slot",
-            hex(&header_bytes(&pool, &shm, c.fields)),
-            c.bytes.to_lowercase(),
-        );
+        let encoded = header_bytes(&pool, &shm, c.fields);
+        r.eq_hex(&c.name, "bytes in the slot", &encoded, &c.bytes);
         // Decode: the file's bytes in a slot read back as the file's fields.
         let slot = pool.alloc(Owner::party(0)).expect("a free slot");
         shm.write(slot_offset(&pool, &shm, slot.index()), &bytes);
@@ -697,6 +474,20 @@ struct PoolConfigJson {
     hugepages: bool,
 }
 
+impl PoolConfigJson {
+    fn new(slots: u32, first_slot: u32, slot_size: u32, max_parties: u16) -> Self {
+        PoolConfigJson {
+            slots,
+            first_slot,
+            slot_size,
+            max_parties,
+            hugepages: false,
+        }
+    }
+}
+
+/// PoolHeader and the wake word, as docs/protocol.md lays them out.
+// The test's own copy of the layout (pool.rs's PoolHeader is private): an independent check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PoolFields {
@@ -766,7 +557,7 @@ struct PoolFile {
 }
 
 fn pool_about() -> String {
-    about(
+    file_about(
         "Pool region",
         "Each case: a pool created with `config` and the first bytes_len bytes of its region \
          right after creation: the 64-byte PoolHeader, then the wake word at offset 64 (zero \
@@ -782,13 +573,7 @@ fn pool_seeds() -> Vec<PoolCase> {
         |name: &str, note: Option<&str>, slots, first_slot, slot_size, max_parties| PoolCase {
             name: name.into(),
             note: note.map(Into::into),
-            config: PoolConfigJson {
-                slots,
-                first_slot,
-                slot_size,
-                max_parties,
-                hugepages: false,
-            },
+            config: PoolConfigJson::new(slots, first_slot, slot_size, max_parties),
             fields: PoolFields::decode(&[0; POOL_HEAD]),
             bytes: String::new(),
         };
@@ -828,16 +613,15 @@ fn pool_seeds() -> Vec<PoolCase> {
     ]
 }
 
-fn create_pool(name: &str, c: PoolConfigJson) -> Result<Pool, String> {
-    Pool::create(&PoolConfig {
-        name: format!("vectors-{name}"),
-        slots: c.slots,
-        first_slot: c.first_slot,
-        slot_size: c.slot_size,
-        max_parties: c.max_parties,
-        hugepages: c.hugepages,
-    })
-    .map_err(|e| format!("cannot create the pool: {e}"))
+/// The case with its fields and bytes as a pool created with its configuration has them.
+fn pool_made(c: PoolCase) -> PoolCase {
+    let p = create_pool("bless", c.config).expect("a seed configuration");
+    let b = Shm::of(p.fd()).read(0, POOL_HEAD);
+    PoolCase {
+        fields: PoolFields::decode(&b),
+        bytes: hex(&b),
+        ..c
+    }
 }
 
 #[test]
@@ -848,29 +632,16 @@ fn pool_header_vectors() {
         protocol_version: PROTOCOL_VERSION,
         bytes_len: POOL_HEAD,
         ignored: Vec::new(),
-        cases: merge(old.map(|d| d.cases), pool_seeds(), |c| &c.name)
-            .into_iter()
-            .map(|c| {
-                let p = create_pool("bless", c.config).expect("a seed configuration");
-                let b = Shm::of(p.fd()).read(0, POOL_HEAD);
-                PoolCase {
-                    fields: PoolFields::decode(&b),
-                    bytes: hex(&b),
-                    ..c
-                }
-            })
-            .collect(),
+        cases: bless_cases(
+            old.map(|d| d.cases),
+            pool_seeds(),
+            |c| c.name.clone(),
+            pool_made,
+        ),
     });
-    let mut r = Report::new(FILE);
-    r.common(&doc.about, &pool_about(), doc.protocol_version);
+    let mut r = Report::new(FILE, &doc.about, &pool_about(), doc.protocol_version);
     r.eq("(file)", "bytes_len", POOL_HEAD, doc.bytes_len);
-    r.seeds_present(
-        doc.cases.iter().map(|c| c.name.as_str()),
-        &pool_seeds()
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>(),
-    );
+    r.seeds_present(&doc.cases, &pool_seeds(), |c| &c.name);
     let ignored = |i: usize| {
         doc.ignored
             .iter()
@@ -884,29 +655,27 @@ fn pool_header_vectors() {
     };
     for c in &doc.cases {
         let n = c.name.as_str();
-        let bytes = match unhex(&c.bytes, POOL_HEAD) {
-            Ok(b) => b,
-            Err(e) => {
-                r.fail(n, e);
-                continue;
-            }
+        let Some(bytes) = r.bytes(n, "bytes", &c.bytes, POOL_HEAD) else {
+            continue;
         };
-        for (what, v) in [
-            ("parties_offset", c.fields.parties_offset),
-            ("owners_offset", c.fields.owners_offset),
-            ("slots_offset", c.fields.slots_offset),
-            ("total_len", c.fields.total_len),
-        ] {
-            r.safe(n, what, v);
-        }
+        let f = &c.fields;
+        r.safe(
+            n,
+            &[
+                ("parties_offset", f.parties_offset),
+                ("owners_offset", f.owners_offset),
+                ("slots_offset", f.slots_offset),
+                ("total_len", f.total_len),
+            ],
+        );
         // The file is consistent with the documented offsets.
         r.eq(
             n,
             "fields decoded from the file's bytes at the documented offsets",
             PoolFields::decode(&bytes),
-            c.fields.clone(),
+            f.clone(),
         );
-        r.eq(n, "magic", hex(&HEADER_MAGIC), c.fields.magic.clone());
+        r.eq(n, "magic", hex(&HEADER_MAGIC), f.magic.clone());
         // Encode: a pool created with the configuration holds the file's bytes.
         let created = match create_pool(n, c.config) {
             Ok(p) => p,
@@ -922,39 +691,44 @@ fn pool_header_vectors() {
             hex(&mask(&shm.read(0, POOL_HEAD))),
             hex(&mask(&bytes)),
         );
-        r.eq(n, "memfd size", shm.len(), c.fields.total_len);
+        r.eq(n, "memfd size", shm.len(), f.total_len);
         // Decode: the file's bytes in a pool's memfd are accepted by attach and read as the
         // file's fields.
         shm.write(0, &bytes);
         match Pool::attach(created.fd().try_clone_to_owned().expect("dup")) {
             Ok(p) => {
-                let f = &c.fields;
-                r.eq(n, "attached slot_count", p.slot_count(), f.slot_count);
-                r.eq(n, "attached first_slot", p.first_slot(), f.first_slot);
-                r.eq(n, "attached slot_size", p.slot_size(), f.slot_size);
-                r.eq(
-                    n,
-                    "attached max_parties",
-                    u32::from(p.max_parties()),
+                // What attach reads, and what the configuration asked for, is the file's.
+                let geometry = "(slot_count, first_slot, slot_size, max_parties, hugepages)";
+                let want = (
+                    f.slot_count,
+                    f.first_slot,
+                    f.slot_size,
                     f.max_parties,
+                    f.flags & 1 != 0,
                 );
-                r.eq(n, "attached hugepages", p.hugepages(), f.flags & 1 != 0);
+                let attached = (
+                    p.slot_count(),
+                    p.first_slot(),
+                    p.slot_size(),
+                    u32::from(p.max_parties()),
+                    p.hugepages(),
+                );
+                r.eq(n, &format!("attached {geometry}"), attached, want);
+                let cfg = c.config;
+                let asked = (
+                    cfg.slots,
+                    cfg.first_slot,
+                    cfg.slot_size,
+                    u32::from(cfg.max_parties),
+                    cfg.hugepages,
+                );
+                r.eq(n, &format!("config {geometry}"), asked, want);
                 r.eq(
                     n,
                     "attached total length",
                     p.mapped_len() as u64,
                     f.total_len,
                 );
-                r.eq(n, "config: slots", c.config.slots, f.slot_count);
-                r.eq(n, "config: first_slot", c.config.first_slot, f.first_slot);
-                r.eq(n, "config: slot_size", c.config.slot_size, f.slot_size);
-                r.eq(
-                    n,
-                    "config: max_parties",
-                    u32::from(c.config.max_parties),
-                    f.max_parties,
-                );
-                r.eq(n, "config: hugepages", c.config.hugepages, f.flags & 1 != 0);
                 // The offsets place the party records and the owner words.
                 let party = p.party(0).expect("party 0");
                 party.set_pid(0x5A5A_5A5A);
@@ -1106,7 +880,7 @@ struct PartyFile {
 }
 
 fn party_about() -> String {
-    about(
+    file_about(
         "Pool region",
         "PartyRecord: `states` is the value of each party state in the record's state word \
          (u32 at offset 0) and its 4 bytes; `layout` the record's fields (offset within the \
@@ -1273,16 +1047,7 @@ fn party_state_vectors() {
         let (pool, shm) = fresh_pool();
         let rec = pool.party(2).expect("party 2");
         let state_word = record_offset(&shm, 2);
-        let (buckets, records) = match old {
-            Some(d) => (Some(d.latency_buckets), Some(d.records)),
-            None => (None, None),
-        };
-        let mut bucket_cases = buckets.unwrap_or_default();
-        for s in bucket_seeds() {
-            if !bucket_cases.iter().any(|c| c.us == s.us) {
-                bucket_cases.push(s);
-            }
-        }
+        let (buckets, records) = old.map(|d| (d.latency_buckets, d.records)).unzip();
         PartyFile {
             about: party_about(),
             protocol_version: PROTOCOL_VERSION,
@@ -1292,37 +1057,39 @@ fn party_state_vectors() {
                 .iter()
                 .map(|&(name, s)| {
                     rec.set_state(s);
-                    let b = shm.read(state_word, 4);
                     StateCase {
                         name: name.into(),
-                        value: u32::from_le_bytes(b.clone().try_into().expect("4")),
-                        bytes: hex(&b),
+                        value: shm.u32_at(state_word),
+                        bytes: hex(&shm.read(state_word, 4)),
                     }
                 })
                 .collect(),
             layout: layout_seeds(),
-            latency_buckets: bucket_cases
-                .into_iter()
-                .map(|c| BucketCase {
+            latency_buckets: bless_cases(
+                buckets,
+                bucket_seeds(),
+                |c| c.us,
+                |c| BucketCase {
                     bucket: latency_bucket(c.us),
                     ..c
-                })
-                .collect(),
-            records: merge(records, record_seeds(), |c| &c.name)
-                .into_iter()
-                .map(|c| {
+                },
+            ),
+            records: bless_cases(
+                records,
+                record_seeds(),
+                |c| c.name.clone(),
+                |c| {
                     let (b, fields) = record_after(&c.ops).expect("valid ops");
                     RecordCase {
                         fields,
                         bytes: hex(&b),
                         ..c
                     }
-                })
-                .collect(),
+                },
+            ),
         }
     });
-    let mut r = Report::new(FILE);
-    r.common(&doc.about, &party_about(), doc.protocol_version);
+    let mut r = Report::new(FILE, &doc.about, &party_about(), doc.protocol_version);
     r.eq("(file)", "record_len", PARTY_RECORD_LEN, doc.record_len);
     r.eq(
         "(file)",
@@ -1346,12 +1113,8 @@ fn party_state_vectors() {
             r.fail(&c.name, "no such party state");
             continue;
         };
-        let bytes = match unhex(&c.bytes, 4) {
-            Ok(b) => b,
-            Err(e) => {
-                r.fail(&c.name, e);
-                continue;
-            }
+        let Some(bytes) = r.bytes(&c.name, "bytes", &c.bytes, 4) else {
+            continue;
         };
         r.eq(
             &c.name,
@@ -1360,11 +1123,11 @@ fn party_state_vectors() {
             bytes.clone(),
         );
         rec.set_state(s);
-        r.eq(
+        r.eq_hex(
             &c.name,
             "state word written",
-            hex(&shm.read(state_word, 4)),
-            c.bytes.to_lowercase(),
+            &shm.read(state_word, 4),
+            &c.bytes,
         );
         shm.write(state_word, &bytes);
         r.eq(&c.name, "state read from the word", rec.state(), s);
@@ -1378,14 +1141,7 @@ fn party_state_vectors() {
 
     // Layout: fields tile the record, and a value stored at each field's offset is what the
     // code reads as that field.
-    let names: Vec<&str> = doc.layout.iter().map(|f| f.name.as_str()).collect();
-    r.seeds_present(
-        names.iter().copied(),
-        &layout_seeds()
-            .iter()
-            .map(|f| f.name.as_str())
-            .collect::<Vec<_>>(),
-    );
+    r.seeds_present(&doc.layout, &layout_seeds(), |f| &f.name);
     let mut end = 0;
     for f in &doc.layout {
         if f.offset != end {
@@ -1429,42 +1185,28 @@ fn party_state_vectors() {
 
     for c in &doc.latency_buckets {
         let name = format!("latency bucket of {} us", c.us);
-        r.safe(&name, "us", c.us);
+        r.safe(&name, &[("us", c.us)]);
         r.eq(&name, "bucket", latency_bucket(c.us), c.bucket);
     }
 
     // Whole records: encode by the operations, decode by writing the bytes.
-    r.seeds_present(
-        doc.records.iter().map(|c| c.name.as_str()),
-        &record_seeds()
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>(),
-    );
+    r.seeds_present(&doc.records, &record_seeds(), |c| &c.name);
     for c in &doc.records {
         let n = c.name.as_str();
-        let bytes = match unhex(&c.bytes, PARTY_RECORD_LEN) {
-            Ok(b) => b,
-            Err(e) => {
-                r.fail(n, e);
-                continue;
-            }
+        let Some(bytes) = r.bytes(n, "bytes", &c.bytes, PARTY_RECORD_LEN) else {
+            continue;
         };
-        for (what, v) in [
-            ("handled", c.fields.handled),
-            ("failed", c.fields.failed),
-            ("latency_us_sum", c.fields.latency_us_sum),
-        ] {
-            r.safe(n, what, v);
-        }
+        r.safe(
+            n,
+            &[
+                ("handled", c.fields.handled),
+                ("failed", c.fields.failed),
+                ("latency_us_sum", c.fields.latency_us_sum),
+            ],
+        );
         match record_after(&c.ops) {
             Ok((b, fields)) => {
-                r.eq(
-                    n,
-                    "record bytes after the ops",
-                    hex(&b),
-                    c.bytes.to_lowercase(),
-                );
+                r.eq_hex(n, "record bytes after the ops", &b, &c.bytes);
                 r.eq(n, "fields after the ops", fields, c.fields.clone());
             }
             Err(e) => r.fail(n, e),

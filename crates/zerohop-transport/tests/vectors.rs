@@ -11,140 +11,24 @@
 //! With `ZEROHOP_BLESS=1` the test first rewrites the file from the code (keeping the file's
 //! policy, capacity and step inputs, or the seeds below when it has none).
 
-use std::fs::File;
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+#[path = "../../zerohop-pool/tests/vectors_support/mod.rs"]
+mod vectors_support;
 
-use serde::de::DeserializeOwned;
+use std::os::fd::AsFd;
+
 use serde::{Deserialize, Serialize};
+use vectors_support::{about, hex, load, unhex, DescFields, Report, Shm};
 use zerohop_pool::{Descriptor, PROTOCOL_VERSION};
 use zerohop_transport::ring::RingTransport;
 use zerohop_transport::{Options, PartyId, Policy, Raw, Receiver, Sender, Transport, GATEWAY_FN};
 
 const FILE: &str = "ring.json";
-const REGENERATE: &str = "ZEROHOP_BLESS=1 cargo test -p zerohop-transport --test vectors";
+// The test's own copy of the ring layout (transport.rs keeps it private): an independent check.
 /// Ring region version (`docs/protocol.md`, "Ring transport": header version).
 const RING_VERSION: u32 = 2;
 const HEADER: u64 = 64;
 const LINE: u64 = 64;
 const ENTRY: u64 = 16;
-
-// ---------------------------------------------------------------------------------------
-// Files, hex, reports
-// ---------------------------------------------------------------------------------------
-
-fn path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../protocol/vectors")
-        .join(FILE)
-}
-
-fn blessing() -> bool {
-    std::env::var("ZEROHOP_BLESS").is_ok_and(|v| v == "1")
-}
-
-/// The parsed file; when blessing, first rewritten as `make` builds it from the file as it
-/// was (`None` if missing or no longer parsing).
-fn load<T: Serialize + DeserializeOwned>(make: impl FnOnce(Option<T>) -> T) -> T {
-    let p = path();
-    if blessing() {
-        let old = std::fs::read_to_string(&p)
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok());
-        let doc = make(old);
-        let mut text = serde_json::to_string_pretty(&doc).expect("serialize");
-        text.push('\n');
-        std::fs::create_dir_all(p.parent().expect("dir")).expect("create protocol/vectors");
-        std::fs::write(&p, text).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
-        return doc;
-    }
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
-        panic!(
-            "protocol/vectors/{FILE}: cannot read {}: {e}\nGenerate it with `{REGENERATE}`.",
-            p.display()
-        )
-    });
-    serde_json::from_str(&text).unwrap_or_else(|e| {
-        panic!(
-            "protocol/vectors/{FILE} does not parse as this test expects: {e}\nIf the protocol \
-             changed on purpose, regenerate it with `{REGENERATE}`."
-        )
-    })
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str, len: usize) -> Result<Vec<u8>, String> {
-    if s.len() != 2 * len {
-        return Err(format!(
-            "{s:?} has {} hex digits, expected {}",
-            s.len(),
-            2 * len
-        ));
-    }
-    (0..len)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|e| format!("{s:?}: {e}")))
-        .collect()
-}
-
-/// Differences found; fails the test at the end with all of them.
-#[derive(Default)]
-struct Report {
-    failures: Vec<String>,
-}
-
-impl Report {
-    fn fail(&mut self, case: &str, msg: impl std::fmt::Display) {
-        self.failures.push(format!("case {case:?}: {msg}"));
-    }
-
-    fn eq<T: PartialEq + std::fmt::Debug>(&mut self, case: &str, what: &str, code: T, file: T) {
-        if code != file {
-            self.fail(
-                case,
-                format!("{what}: the code gives {code:?}, the file has {file:?}"),
-            );
-        }
-    }
-
-    fn finish(self) {
-        if !self.failures.is_empty() {
-            panic!(
-                "protocol/vectors/{FILE} does not match the code:\n  {}\n\nIf the protocol \
-                 changed on purpose, regenerate the vectors with `{REGENERATE}`, review the diff \
-                 and bump the version; otherwise the code broke the protocol (or the file was \
-                 edited by hand).",
-                self.failures.join("\n  ")
-            );
-        }
-    }
-}
-
-/// A ring region's memfd, read and written with pread/pwrite.
-struct Shm(File);
-
-impl Shm {
-    fn new(fd: OwnedFd) -> Self {
-        Shm(File::from(fd))
-    }
-    fn read(&self, offset: u64, len: usize) -> Vec<u8> {
-        let mut b = vec![0; len];
-        self.0.read_exact_at(&mut b, offset).expect("pread");
-        b
-    }
-    fn write(&self, offset: u64, bytes: &[u8]) {
-        self.0.write_all_at(bytes, offset).expect("pwrite");
-    }
-    fn u32_at(&self, offset: u64) -> u32 {
-        u32::from_le_bytes(self.read(offset, 4).try_into().expect("4"))
-    }
-    fn size(&self) -> u64 {
-        self.0.metadata().expect("fstat").len()
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // The file
@@ -157,40 +41,6 @@ struct PolicyJson {
     party_function: Vec<u8>,
     /// Allowed (from function, to function) edges.
     edges: Vec<(u8, u8)>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DescFields {
-    slot: u32,
-    next: u8,
-    len: u32,
-    request: u32,
-    generation: u32,
-}
-
-impl From<DescFields> for Descriptor {
-    fn from(f: DescFields) -> Self {
-        Descriptor {
-            slot: f.slot,
-            next: f.next,
-            len: f.len,
-            request: f.request,
-            generation: f.generation,
-        }
-    }
-}
-
-impl From<Descriptor> for DescFields {
-    fn from(d: Descriptor) -> Self {
-        DescFields {
-            slot: d.slot,
-            next: d.next,
-            len: d.len,
-            request: d.request,
-            generation: d.generation,
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -260,19 +110,16 @@ struct RingFile {
     steps: Vec<Step>,
 }
 
-fn about() -> String {
-    format!(
-        "zerohop shared-memory protocol version {PROTOCOL_VERSION}, docs/protocol.md section \
-         \"Ring transport: outboxes and inboxes\" (ring region version {RING_VERSION}). For the \
-         chain `policy` (each party's function, 255 the gateway; the allowed function edges) \
-         with queues of `capacity` entries: `regions` gives each party's outbox and inbox \
-         (length and 64-byte header); `steps` are sends made in order, each received and \
+fn ring_about() -> String {
+    about(
+        &format!("\"Ring transport: outboxes and inboxes\" (ring region version {RING_VERSION})"),
+        "For the chain `policy` (each party's function, 255 the gateway; the allowed function \
+         edges) with queues of `capacity` entries: `regions` gives each party's outbox and \
+         inbox (length and 64-byte header); `steps` are sends made in order, each received and \
          consumed before the next: the queue used, the tail and the 16-byte entry the sender \
          writes in its outbox, the head the receiver writes in its inbox (offsets from the \
          region's start, tail and head values after the step). An entry's bytes are the \
-         descriptor's (protocol/vectors/descriptor.json). Bytes are hex, byte 0 first. \
-         Checked both ways by crates/zerohop-transport/tests/vectors.rs; regenerate with \
-         `{REGENERATE}`."
+         descriptor's (protocol/vectors/descriptor.json). Bytes are hex, byte 0 first.",
     )
 }
 
@@ -289,13 +136,7 @@ fn seed_steps() -> Vec<Step> {
         name: name.into(),
         from,
         to,
-        fields: DescFields {
-            slot,
-            next,
-            len,
-            request,
-            generation,
-        },
+        fields: DescFields::new(slot, next, len, request, generation),
         queue: 0,
         tail_offset: 0,
         tail_after: 0,
@@ -351,9 +192,8 @@ fn agent(policy: &Policy, capacity: u32) -> (RingTransport, Vec<(Shm, Shm)>) {
     let t = RingTransport::create("vectors", policy, options(capacity)).expect("create ring");
     let regions = (0..policy.parties())
         .map(|p| {
-            let mut fds = t.fds_for(p).expect("fds").into_iter();
-            let outbox = Shm::new(fds.next().expect("outbox"));
-            let inbox = Shm::new(fds.next().expect("inbox"));
+            let fds = t.fds_for(p).expect("fds");
+            let [outbox, inbox] = [0, 1].map(|i| Shm::of(fds[i].as_fd()));
             (outbox, inbox)
         })
         .collect();
@@ -445,7 +285,7 @@ fn regions_of(regions: &[(Shm, Shm)]) -> Vec<RegionCase> {
                 name: format!("{kind} of party {p}"),
                 kind: kind.into(),
                 party: p as PartyId,
-                len: shm.size(),
+                len: shm.len(),
                 fields: RegionFields::decode(&h),
                 header: hex(&h),
             });
@@ -481,7 +321,7 @@ fn bless(old: Option<RingFile>) -> RingFile {
         .map(|s| run_step(&regions, &senders, &mut receivers, &policy, capacity, s).expect("step"))
         .collect();
     RingFile {
-        about: about(),
+        about: ring_about(),
         protocol_version: PROTOCOL_VERSION,
         ring_version: RING_VERSION,
         policy: policy_json,
@@ -493,15 +333,8 @@ fn bless(old: Option<RingFile>) -> RingFile {
 
 #[test]
 fn ring_vectors() {
-    let doc: RingFile = load(bless);
-    let mut r = Report::default();
-    r.eq("(file)", "about", about(), doc.about.clone());
-    r.eq(
-        "(file)",
-        "protocol_version",
-        PROTOCOL_VERSION,
-        doc.protocol_version,
-    );
+    let doc: RingFile = load(FILE, bless);
+    let mut r = Report::new(FILE, &doc.about, &ring_about(), doc.protocol_version);
     r.eq("(file)", "ring_version", RING_VERSION, doc.ring_version);
     let policy = policy_of(&doc.policy);
     let cap = doc.capacity;
@@ -513,15 +346,13 @@ fn ring_vectors() {
         r.finish();
         return;
     }
-    let names: Vec<&str> = doc.steps.iter().map(|s| s.name.as_str()).collect();
-    for s in seed_steps() {
-        if doc.policy == seed_policy() && !names.contains(&s.name.as_str()) {
-            r.fail(
-                &s.name,
-                "missing (every seed step of the test must stay in the file)",
-            );
-        }
-    }
+    let seeds = seed_steps();
+    let seeds: &[Step] = if doc.policy == seed_policy() {
+        &seeds
+    } else {
+        &[]
+    };
+    r.seeds_present(&doc.steps, seeds, |s| &s.name);
 
     // The file follows the documented layout.
     for c in &doc.regions {
@@ -553,22 +384,19 @@ fn ring_vectors() {
             capacity: if c.kind == "outbox" { cap } else { 0 },
         };
         r.eq(n, "documented header fields", want, c.fields.clone());
-        match unhex(&c.header, HEADER as usize) {
-            Ok(b) => {
-                r.eq(
-                    n,
-                    "header decoded at the documented offsets",
-                    RegionFields::decode(&b),
-                    c.fields.clone(),
-                );
-                r.eq(
-                    n,
-                    "zero bytes 24..64 of the header",
-                    vec![0u8; 40],
-                    b[24..].to_vec(),
-                );
-            }
-            Err(e) => r.fail(n, e),
+        if let Some(b) = r.bytes(n, "header", &c.header, HEADER as usize) {
+            r.eq(
+                n,
+                "header decoded at the documented offsets",
+                RegionFields::decode(&b),
+                c.fields.clone(),
+            );
+            r.eq(
+                n,
+                "zero bytes 24..64 of the header",
+                vec![0u8; 40],
+                b[24..].to_vec(),
+            );
         }
     }
     r.eq(
@@ -595,11 +423,11 @@ fn ring_vectors() {
             ),
             None => r.fail(n, "the policy allows no such edge"),
         }
-        r.eq(
+        r.eq_hex(
             n,
             "entry = the descriptor's bytes",
-            hex(&Descriptor::from(s.fields).to_bytes()),
-            s.entry.to_lowercase(),
+            &Descriptor::from(s.fields).to_bytes(),
+            &s.entry,
         );
     }
 
@@ -651,8 +479,7 @@ fn ring_vectors() {
             let (_, mut receivers) = handles(&ts);
             for s in &doc.steps {
                 let n = s.name.as_str();
-                let Ok(entry) = unhex(&s.entry, ENTRY as usize) else {
-                    r.fail(n, "entry is not 16 bytes of hex");
+                let Some(entry) = r.bytes(n, "entry", &s.entry, ENTRY as usize) else {
                     continue;
                 };
                 let (out, _) = &regions[s.from as usize];
