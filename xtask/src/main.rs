@@ -4,7 +4,8 @@
 //!   (`zerohop up examples/hello/chain.yaml`) until Ctrl-C.
 //! * `cargo xtask test`: builds the binaries the end-to-end tests start and installs the C
 //!   SDK (`target/c-sdk`), runs every test of the workspace, the Go SDK's tests (`go test`
-//!   in `sdk/go`), then the loom model checks of the allocator and the ring.
+//!   in `sdk/go`), installs the Python SDK (`target/python-sdk`) and runs its tests
+//!   (pytest), then the loom model checks of the allocator and the ring.
 //! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [--no-activation] [ARGS]`: builds
 //!   everything, runs `zerohop-bench` (every system side by side, see `bench/README.md`) into
 //!   `results/`, draws the plots, then runs the scale point (`zerohop-bench-scale`;
@@ -168,6 +169,30 @@ fn test(extra: &[String]) -> Result<()> {
             .env("PKG_CONFIG_PATH", &pkgconfig),
     )
     .context("the Go SDK's tests need Go 1.22 or newer (`go` on PATH)")?;
+    run(
+        "installing the Python SDK into target/python-sdk (pip builds it with maturin)",
+        Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--upgrade",
+            "--target",
+            "target/python-sdk",
+            "sdk/python",
+        ]),
+    )
+    .context("the Python SDK needs Python 3.11 or newer with pip (`python3` on PATH)")?;
+    run(
+        "pytest for the tests of the Python SDK",
+        Command::new("python3").args(["-m", "pip", "install", "-q", "pytest>=7"]),
+    )?;
+    run(
+        "the Python SDK's tests (pytest in sdk/python/tests)",
+        Command::new("python3")
+            .args(["-m", "pytest", "-q", "sdk/python/tests"])
+            .env("PYTHONPATH", "target/python-sdk"),
+    )?;
     run(
         "loom model checks of the slot allocator and the ring",
         cargo()

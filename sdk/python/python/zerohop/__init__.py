@@ -1,0 +1,212 @@
+"""Write zerohop functions in Python.
+
+A function is a program that calls :func:`run` with its handler::
+
+    import zerohop
+
+    def upper(req: zerohop.Request):
+        with req.body as body:          # a memoryview over the request, in place
+            body[:] = bytes(body).upper()
+
+    zerohop.run(upper)
+
+The handler gets a :class:`Request` and returns where the request goes:
+
+- ``None``: on along the route, with the body as the handler left it;
+- ``bytes``, ``bytearray`` or ``memoryview``: that becomes the body, then on along the route;
+- :data:`REPLY` or ``Reply(data)``: straight back to the client;
+- ``Forward("name")``: on to the function ``name`` (in the function's ``next``).
+
+An exception becomes an error answer and the instance serves on:
+:class:`HandlerError` carries its own status, anything else is a 500 that names the
+exception's type (``function 'f': ValueError: bad input``).
+
+The body is a ``memoryview`` on the request's bytes in the chain's shared memory: reading and
+writing it copies nothing. It must not outlive the handler: the slot goes on to the next
+function once the handler returns. Use ``with req.body as body:`` (or ``body.release()``);
+an instance whose handler returns with a view still alive stops (its requests are answered
+502 and the agent starts a new instance), rather than letting the view write into a later
+request.
+
+Concurrency: with ``concurrency: N`` in the chain spec, N handler threads take requests.
+Python code holds the GIL, so CPU-bound handlers take turns; everything that waits (for the
+next request, a call to another function, the state store's lock) releases it. For CPU
+parallelism run more instances (``instances``, ``scale``): each is a process with its own GIL.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+from . import _native
+
+__all__ = [
+    "Answer",
+    "Forward",
+    "HandlerError",
+    "REPLY",
+    "Reply",
+    "Request",
+    "run",
+]
+
+
+class HandlerError(Exception):
+    """An error answer with a status of its own (400 to 599; anything else is 500)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Send the request on to the function ``function`` (one of this function's ``next``)."""
+
+    function: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Send the request straight back to the client, with ``data`` as the body if given."""
+
+    data: Optional[bytes] = None
+
+
+REPLY = Reply()
+"""Straight back to the client with the body as it is."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer of a call: ``status`` 200 and the callee's output, or the call's error
+    status (the callee's own, 502 if it died, 504 if it did not answer in time, 503 if it
+    could not be reached, 500 if this function may not call it) and its message."""
+
+    status: int
+    body: bytes
+
+    @property
+    def ok(self) -> bool:
+        """Whether the callee gave an output."""
+        return self.status == 200
+
+
+class Request:
+    """One request, valid while the handler runs."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: _native.NativeRequest) -> None:
+        self._native = native
+
+    @property
+    def body(self) -> memoryview:
+        """The body: a writable memoryview on the request in shared memory (no copy).
+        Release it before the handler returns (``with req.body as body:``)."""
+        return memoryview(self._native)
+
+    def set_body(self, data: bytes | bytearray | memoryview) -> None:
+        """Replaces the body with ``data`` (copied into the slot)."""
+        self._native.set_body(data)
+
+    def extend(self, data: bytes | bytearray | memoryview) -> None:
+        """Appends ``data`` to the body."""
+        self._native.extend(data)
+
+    def set_len(self, length: int) -> None:
+        """Resizes the body (new bytes are whatever the slot held)."""
+        self._native.set_len(length)
+
+    @property
+    def capacity(self) -> int:
+        """The most bytes the body may grow to."""
+        return self._native.capacity()
+
+    @property
+    def id(self) -> int:
+        """The gateway's id of the request."""
+        return self._native.id()
+
+    @property
+    def function(self) -> str:
+        """This function's name."""
+        return self._native.function()
+
+    @property
+    def method(self) -> str:
+        """The HTTP method of the route the request came in by."""
+        return self._native.method()
+
+    @property
+    def path(self) -> str:
+        """The path of the route the request came in by."""
+        return self._native.path()
+
+    def header(self, name: str) -> Optional[str]:
+        """The request header ``name`` (case-insensitive), if the spec lists it under the
+        function's ``headers`` and the client sent it."""
+        return self._native.header(name)
+
+    def call(self, function: str, data: bytes | bytearray | memoryview) -> Answer:
+        """Calls ``function`` (one of this function's ``calls``) with ``data`` and waits for
+        its answer; the GIL is released while waiting."""
+        status, body = self._native.call(function, data)
+        return Answer(status, body)
+
+    def state_get(self, key: bytes) -> Optional[bytes]:
+        """The chain state's value of ``key`` (the function needs ``state: true``)."""
+        return self._native.state_get(key)
+
+    def state_put(self, key: bytes, value: bytes) -> None:
+        """Sets the chain state's ``key`` to ``value``."""
+        self._native.state_put(key, value)
+
+    def state_delete(self, key: bytes) -> bool:
+        """Removes the chain state's ``key``; whether it was there."""
+        return self._native.state_delete(key)
+
+
+Result = Union[None, bytes, bytearray, memoryview, Reply, Forward]
+Handler = Callable[[Request], Result]
+
+
+def _decide(native: _native.NativeRequest, handler: Handler) -> tuple[int, int, str]:
+    """Runs the handler; (kind, status, text) for the native layer."""
+    req = Request(native)
+    try:
+        result = handler(req)
+        if result is None:
+            return (0, 0, "")
+        if isinstance(result, (bytes, bytearray, memoryview)):
+            req.set_body(result)
+            return (0, 0, "")
+        if isinstance(result, Reply):
+            if result.data is not None:
+                req.set_body(result.data)
+            return (1, 0, "")
+        if isinstance(result, Forward):
+            return (2, 0, result.function)
+        raise TypeError(
+            f"the handler returned {type(result).__name__}; return None, bytes, "
+            "zerohop.Reply or zerohop.Forward"
+        )
+    except HandlerError as e:
+        return (3, e.status, e.message)
+    except RuntimeError as e:
+        # The native layer's errors carry (status, message).
+        if len(e.args) == 2 and isinstance(e.args[0], int):
+            return (3, e.args[0], str(e.args[1]))
+        return (3, 500, f"RuntimeError: {e}")
+    except Exception as e:  # noqa: BLE001 - every exception becomes the request's answer
+        traceback.print_exc()
+        return (3, 500, f"{type(e).__name__}: {e}")
+
+
+def run(handler: Handler) -> None:
+    """Serves requests with ``handler`` until the agent stops the instance; never returns.
+    A program not started by the agent exits with status 2 and says why."""
+    _native.run(lambda native: _decide(native, handler))

@@ -1,0 +1,60 @@
+"""A Python function for the SDK's tests, its behaviour chosen by PYFN_MODE:
+upper (in place), exclaim (returns bytes), raise (ValueError), fail (HandlerError 422),
+call (calls PYFN_CALLS, comma separated: "name=output;" or "name!status;"), count (state
+counter named by the body), header (the X-Test header), forward (to PYFN_TARGET),
+keep (keeps a view of the body past its return), sleep (2 s, then upper-cases)."""
+
+import os
+import time
+
+import zerohop
+
+MODE = os.environ.get("PYFN_MODE", "upper")
+KEPT = []
+
+
+def handle(req: zerohop.Request):
+    if MODE == "upper":
+        with req.body as body:
+            body[:] = bytes(body).upper()
+        return None
+    if MODE == "exclaim":
+        with req.body as body:
+            return bytes(body) + b"!"
+    if MODE == "raise":
+        raise ValueError("bad input")
+    if MODE == "fail":
+        with req.body as body:
+            raise zerohop.HandlerError(422, "refusing " + bytes(body).decode())
+    if MODE == "call":
+        with req.body as body:
+            data = bytes(body)
+        out = b""
+        for name in os.environ["PYFN_CALLS"].split(","):
+            a = req.call(name, data)
+            out += (name.encode() + b"=" + a.body) if a.ok else f"{name}!{a.status}".encode()
+            out += b";"
+        return out
+    if MODE == "count":
+        with req.body as body:
+            key = bytes(body)
+        old = req.state_get(key)
+        n = int.from_bytes(old, "little") + 1 if old and len(old) == 8 else 1
+        req.state_put(key, n.to_bytes(8, "little"))
+        return str(n).encode()
+    if MODE == "header":
+        return (req.header("X-Test") or "<none>").encode()
+    if MODE == "forward":
+        return zerohop.Forward(os.environ["PYFN_TARGET"])
+    if MODE == "keep":
+        KEPT.append(req.body)
+        return None
+    if MODE == "sleep":
+        time.sleep(2)
+        with req.body as body:
+            body[:] = bytes(body).upper()
+        return None
+    raise zerohop.HandlerError(500, f"unknown PYFN_MODE {MODE}")
+
+
+zerohop.run(handle)

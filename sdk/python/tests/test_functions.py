@@ -1,0 +1,215 @@
+"""End to end: Python functions (tests/pyfn.py) in chains run by the real ``zerohop up``
+(target/release/zerohop, or $ZEROHOP_BIN), answered over real HTTP.
+
+The functions run as the chain's own uid, so the interpreter and the installed ``zerohop``
+package must be readable by others: the interpreter is $ZEROHOP_PYTHON, else this one if
+others may run it, else /usr/bin/python3; the package is found where this process imports
+it from (``cargo xtask test`` installs it into target/python-sdk)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import zerohop
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+PYFN = HERE / "pyfn.py"
+PACKAGE_DIR = Path(zerohop.__file__).resolve().parent.parent
+
+
+def _python() -> str:
+    if os.environ.get("ZEROHOP_PYTHON"):
+        return os.environ["ZEROHOP_PYTHON"]
+    exe = Path(sys.executable).resolve()
+    parents_open = all(p.stat().st_mode & stat.S_IXOTH for p in exe.parents)
+    if parents_open and exe.stat().st_mode & stat.S_IXOTH:
+        return str(exe)
+    return "/usr/bin/python3"
+
+
+def _zerohop() -> str:
+    b = os.environ.get("ZEROHOP_BIN") or str(ROOT / "target/release/zerohop")
+    if not Path(b).exists():
+        pytest.fail(f"{b} is missing: `cargo build --release` (cargo xtask test does)")
+    return b
+
+
+def fn(name: str, mode: str, env: str = "", fields: str = "") -> str:
+    return (
+        f'  {name}: {{ command: ["{_python()}", "{PYFN}"], env: {{ PYFN_MODE: {mode}, '
+        f'PYTHONPATH: "{PACKAGE_DIR}"{env} }}{fields} }}\n'
+    )
+
+
+class Chain:
+    """A running ``zerohop up`` on a free port; stopped by :meth:`stop`."""
+
+    def __init__(self, tmp: Path, spec: str) -> None:
+        file = tmp / "chain.yaml"
+        file.write_text(spec)
+        self.proc = subprocess.Popen(
+            [_zerohop(), "up", str(file), "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        found: list[str] = []
+
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                m = re.search(r"ready at (http://[0-9.:]+)", line)
+                if m:
+                    found.append(m.group(1))
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not found and time.monotonic() < deadline and self.proc.poll() is None:
+            time.sleep(0.05)
+        if not found:
+            self.stop()
+            pytest.fail("zerohop up was not ready within 30 s")
+        self.url = found[0]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def instances(self) -> list[int]:
+        """The chain's instance processes: the children of ``zerohop up`` but its spawner."""
+        out = []
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
+                continue
+            try:
+                s = (p / "stat").read_text()
+            except OSError:
+                continue
+            comm = s[s.index("(") + 1 : s.rindex(")")]
+            ppid = int(s[s.rindex(")") + 2 :].split()[1])
+            if ppid == self.proc.pid and comm != "zerohop-spawner":
+                out.append(int(p.name))
+        return out
+
+
+@pytest.fixture
+def chain_of(tmp_path: Path):
+    chains: list[Chain] = []
+
+    def start(spec: str) -> Chain:
+        c = Chain(tmp_path, spec)
+        chains.append(c)
+        return c
+
+    yield start
+    for c in chains:
+        c.stop()
+
+
+def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=body, headers=headers or {}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_python_functions(chain_of) -> None:
+    spec = (
+        "name: pysdk\nstate: { entries: 16, value_size: 64 }\nfunctions:\n"
+        + fn("up", "upper")
+        + fn("bang", "exclaim")
+        + fn("oops", "raise")
+        + fn("no", "fail")
+        + fn("caller", "call", ', PYFN_CALLS: "up,no"', ", calls: [up, no]")
+        + fn("count", "count", "", ", state: true")
+        + fn("hdr", "header", "", ", headers: [X-Test]")
+        + fn("fwd", "forward", ", PYFN_TARGET: up", ", next: [up]")
+        + "routes:\n"
+        + "  - http: POST /hello\n    sequence: [up, bang]\n"
+        + "  - http: POST /oops\n    sequence: [oops]\n"
+        + "  - http: POST /no\n    sequence: [no]\n"
+        + "  - http: POST /call\n    sequence: [caller]\n"
+        + "  - http: POST /count\n    sequence: [count]\n"
+        + "  - http: POST /hdr\n    sequence: [hdr]\n"
+        + "  - http: POST /fwd\n    sequence: [fwd]\n"
+    )
+    c = chain_of(spec)
+    assert post(c.url + "/hello", b"hello from python") == (200, "HELLO FROM PYTHON!")
+    # An exception: 500 naming its type; the instance serves on.
+    for _ in range(2):
+        assert post(c.url + "/oops", b"x") == (500, "function 'oops': ValueError: bad input\n")
+    assert post(c.url + "/no", b"this") == (422, "function 'no': refusing this\n")
+    assert post(c.url + "/call", b"ab") == (200, "up=AB;no!422;")
+    for n in range(1, 4):
+        assert post(c.url + "/count", b"visits") == (200, str(n))
+    assert post(c.url + "/hdr", b"", {"X-Test": "from the client"}) == (200, "from the client")
+    assert post(c.url + "/hdr", b"") == (200, "<none>")
+    assert post(c.url + "/fwd", b"forwarded") == (200, "FORWARDED")
+
+
+def test_a_view_kept_past_the_handler_stops_the_instance(chain_of) -> None:
+    spec = (
+        "name: pysdk2\nfunctions:\n"
+        + fn("keep", "keep")
+        + "routes:\n  - http: POST /keep\n    sequence: [keep]\n"
+    )
+    c = chain_of(spec)
+    first = c.instances()
+    assert len(first) == 1
+    status, body = post(c.url + "/keep", b"kept")
+    assert status == 502, body
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (c.instances() == first or not c.instances()):
+        time.sleep(0.05)
+    assert c.instances() and c.instances() != first, "a new instance replaces it"
+
+
+def _ticks(pid: int) -> int:
+    s = Path(f"/proc/{pid}/stat").read_text()
+    f = s[s.rindex(")") + 2 :].split()
+    return int(f[11]) + int(f[12])
+
+
+def test_an_idle_instance_uses_no_cpu_and_a_killed_one_is_restarted(chain_of) -> None:
+    spec = (
+        "name: pysdk3\ntimeout: 10s\nfunctions:\n"
+        + fn("slow", "sleep")
+        + "routes:\n  - http: POST /slow\n    sequence: [slow]\n"
+    )
+    c = chain_of(spec)
+    (pid,) = c.instances()
+    time.sleep(0.5)
+    before = _ticks(pid)
+    time.sleep(2)
+    used = _ticks(pid) - before
+    assert used <= 3, f"an idle Python instance used {used} ticks in 2 s"
+    answers: list[tuple[int, str]] = []
+    t = threading.Thread(target=lambda: answers.append(post(c.url + "/slow", b"late")))
+    t.start()
+    time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    t.join(30)
+    assert answers and answers[0][0] == 502, answers
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and [p for p in c.instances() if p != pid] == []:
+        time.sleep(0.05)
+    assert post(c.url + "/slow", b"again") == (200, "AGAIN")
