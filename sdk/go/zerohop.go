@@ -269,7 +269,7 @@ func (r *Request) CallAll(calls []Call) []Answer {
 	n := len(calls)
 	// The specs and the names live in C memory: Go memory passed to C must hold no Go
 	// pointers.
-	specs := (*[1 << 20]C.zh_call_spec)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(C.zh_call_spec{}))))[:n:n]
+	specs := unsafe.Slice((*C.zh_call_spec)(C.malloc(C.size_t(n)*C.size_t(unsafe.Sizeof(C.zh_call_spec{})))), n)
 	inputs := make([]unsafe.Pointer, n)
 	for i, c := range calls {
 		specs[i].function = C.CString(c.Function)
@@ -277,7 +277,7 @@ func (r *Request) CallAll(calls []Call) []Answer {
 		specs[i].input = inputs[i]
 		specs[i].len = C.size_t(len(c.Input))
 	}
-	out := (*[1 << 20]*C.zh_answer)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof((*C.zh_answer)(nil)))))[:n:n]
+	out := unsafe.Slice((**C.zh_answer)(C.malloc(C.size_t(n)*C.size_t(unsafe.Sizeof((*C.zh_answer)(nil))))), n)
 	C.zh_call_all(r.r, &specs[0], C.size_t(n), &out[0])
 	answers := make([]Answer, n)
 	for i := range calls {

@@ -285,19 +285,7 @@ fn bench(extra: &[String]) -> Result<()> {
 /// Returns whether every run was free of errors.
 fn apps(out: &Path, quick: bool) -> Result<bool> {
     eprintln!("xtask: applications (Online Boutique, IoT motion) beside HTTP microservices");
-    let mut cmd = Command::new("target/release/zerohop-bench-apps");
-    cmd.arg("--out").arg(out);
-    if quick {
-        cmd.arg("--quick");
-    }
-    let status = cmd
-        .status()
-        .context("running target/release/zerohop-bench-apps")?;
-    match status.code() {
-        Some(0) => Ok(true),
-        Some(1) => Ok(false),
-        _ => bail!("zerohop-bench-apps failed ({status})"),
-    }
+    report_bench("zerohop-bench-apps", out, quick)
 }
 
 /// Activation of a function scaled to zero, a parked instance next to a cold start
@@ -305,18 +293,23 @@ fn apps(out: &Path, quick: bool) -> Result<bool> {
 /// `out/activation.md` and `out/activation.json`. Returns whether it ran without errors.
 fn activation(out: &Path, quick: bool) -> Result<bool> {
     eprintln!("xtask: activation from zero (parked instance beside a cold start)");
-    let mut cmd = Command::new("target/release/zerohop-bench-activation");
+    report_bench("zerohop-bench-activation", out, quick)
+}
+
+/// Runs the benchmark binary `name` writing into `out` (`--quick` if asked): `Ok(true)`
+/// when it exits 0, `Ok(false)` when it exits 1 (some run had errors), else an error.
+fn report_bench(name: &str, out: &Path, quick: bool) -> Result<bool> {
+    let bin = format!("target/release/{name}");
+    let mut cmd = Command::new(&bin);
     cmd.arg("--out").arg(out);
     if quick {
         cmd.arg("--quick");
     }
-    let status = cmd
-        .status()
-        .context("running target/release/zerohop-bench-activation")?;
+    let status = cmd.status().with_context(|| format!("running {bin}"))?;
     match status.code() {
         Some(0) => Ok(true),
         Some(1) => Ok(false),
-        _ => bail!("zerohop-bench-activation failed ({status})"),
+        _ => bail!("{name} failed ({status})"),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Bringing a chain up and down.
 
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -383,7 +383,14 @@ fn http_listeners(
     inherited: Vec<std::net::TcpListener>,
     listen: SocketAddr,
     threads: u16,
-) -> Result<(Vec<std::net::TcpListener>, Vec<OwnedFd>, SocketAddr), AgentError> {
+) -> Result<
+    (
+        Vec<std::net::TcpListener>,
+        Vec<std::net::TcpListener>,
+        SocketAddr,
+    ),
+    AgentError,
+> {
     let failed = |addr| move |source| AgentError::Listen { addr, source };
     let sockets = if inherited.is_empty() {
         let first = bind(listen, threads > 1).map_err(failed(listen))?;
@@ -406,7 +413,7 @@ fn http_listeners(
     let addr = sockets[0].local_addr().map_err(failed(listen))?;
     let dups = sockets
         .iter()
-        .map(|l| l.as_fd().try_clone_to_owned())
+        .map(std::net::TcpListener::try_clone)
         .collect::<Result<Vec<_>, _>>()
         .map_err(failed(addr))?;
     Ok((sockets, dups, addr))
@@ -769,22 +776,21 @@ pub async fn up_with(
             r.set_state(PartyState::Ready);
         });
     }
-    let (sockets, http_fds, addr) = http_listeners(inherit.http, opts.listen, gateway_threads)?;
+    let (sockets, http_sockets, addr) = http_listeners(inherit.http, opts.listen, gateway_threads)?;
     let mut listeners = vec![format!("http://{addr}")];
     let (mqtt, coap) = bind_others(&spec, &opts, inherit.coap, &mut listeners)?;
     let coap_addr = coap.as_ref().and_then(|s| s.local_addr().ok());
-    let coap_fd = match &coap {
-        Some(c) => {
-            Some(
-                c.as_fd()
-                    .try_clone_to_owned()
-                    .map_err(|source| AgentError::ListenOther {
-                        protocol: "coap",
-                        addr: coap_addr.unwrap_or(addr),
-                        source,
-                    })?,
-            )
-        }
+    let coap_socket = match &coap {
+        Some(c) => Some(
+            c.as_fd()
+                .try_clone_to_owned()
+                .map(std::net::UdpSocket::from)
+                .map_err(|source| AgentError::ListenOther {
+                    protocol: "coap",
+                    addr: coap_addr.unwrap_or(addr),
+                    source,
+                })?,
+        ),
         None => None,
     };
     // Per gateway thread the sockets it accepts from: socket i goes to thread i % threads,
@@ -875,8 +881,8 @@ pub async fn up_with(
             .map(|_| PartyControl::new(Want::Stop))
             .collect(),
         state,
-        http_fds,
-        coap_fd,
+        http_sockets,
+        coap_socket,
         stateful: spec.functions.iter().map(|f| f.state).collect(),
         logs: {
             let names: Vec<&str> = spec.functions.iter().map(|f| f.name.as_str()).collect();

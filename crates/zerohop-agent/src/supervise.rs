@@ -42,8 +42,8 @@ pub(crate) struct Shared {
     pub stateful: Vec<bool>,
     /// Duplicates of the chain's listening HTTP sockets and its CoAP socket, to hand over
     /// to a chain replacing this one ([`crate::ChainView::handover`]).
-    pub http_fds: Vec<std::os::fd::OwnedFd>,
-    pub coap_fd: Option<std::os::fd::OwnedFd>,
+    pub http_sockets: Vec<std::net::TcpListener>,
+    pub coap_socket: Option<std::net::UdpSocket>,
     /// Every instance's standard output and error.
     pub logs: crate::logs::LogBook,
     /// The chain's timeout: how long a drain may wait for an instance's last request.

@@ -253,10 +253,11 @@ impl ChainView {
         listen: Option<std::net::SocketAddr>,
     ) -> std::io::Result<crate::Inherit> {
         let s = &self.shared;
-        let mut http = Vec::new();
-        for fd in &s.http_fds {
-            http.push(std::net::TcpListener::from(fd.try_clone()?));
-        }
+        let mut http = s
+            .http_sockets
+            .iter()
+            .map(std::net::TcpListener::try_clone)
+            .collect::<std::io::Result<Vec<_>>>()?;
         let bound = http.first().map(|l| l.local_addr()).transpose()?;
         let same = match listen {
             None => true,
@@ -265,8 +266,8 @@ impl ChainView {
         if !same {
             http.clear();
         }
-        let coap = match (&s.coap_fd, old.coap == new.coap) {
-            (Some(fd), true) => Some(std::net::UdpSocket::from(fd.try_clone()?)),
+        let coap = match (&s.coap_socket, old.coap == new.coap) {
+            (Some(c), true) => Some(c.try_clone()?),
             _ => None,
         };
         Ok(crate::Inherit {

@@ -50,8 +50,9 @@ pub struct zh_request {
     req: *mut Request<'static>,
     forward: Option<String>,
     error: Option<HandlerError>,
-    /// The message of the last failed call, NUL-terminated, for zh_last_error.
-    last: CString,
+    /// The message of the last failed call, NUL-terminated, for zh_last_error (`None`
+    /// until a call fails: nothing is allocated per request).
+    last: Option<CString>,
     /// The static fan-out's branches this function joins, as answers.
     branches: Vec<zh_answer>,
 }
@@ -116,21 +117,24 @@ impl zh_request {
         unsafe { &mut *self.req }
     }
 
+    /// Keeps `message` for zh_last_error; returns `status`.
+    fn remember(&mut self, status: u16, message: &str) -> u16 {
+        self.last = Some(CString::new(message.replace('\0', " ")).unwrap_or_default());
+        status
+    }
+
+    /// Fails the request with `e` (zh_fail, zh_forward).
     fn fail_with(&mut self, e: HandlerError) -> u16 {
-        let status = e.status;
-        self.last = CString::new(e.message.replace('\0', " ")).unwrap_or_default();
+        let status = self.remember(e.status, &e.message);
         self.error = Some(e);
         status
     }
 
+    /// 0, or the error's status with its message kept.
     fn result(&mut self, r: Result<(), HandlerError>) -> u16 {
         match r {
             Ok(()) => 0,
-            Err(e) => {
-                let status = e.status;
-                self.last = CString::new(e.message.replace('\0', " ")).unwrap_or_default();
-                status
-            }
+            Err(e) => self.remember(e.status, &e.message),
         }
     }
 }
@@ -191,9 +195,10 @@ pub unsafe extern "C" fn zh_run(handler: zh_handler, user: *mut c_void) -> ! {
             req: (req as *mut Request<'_>).cast::<Request<'static>>(),
             forward: None,
             error: None,
-            last: CString::default(),
+            last: None,
             branches,
         };
+        // Captures `user` whole (Send + Sync), not only its raw-pointer field (neither).
         let _ = &user;
         // SAFETY: the C handler gets the request for this call only (zerohop.h says so).
         let next = unsafe { handler(&mut r, user.0) };
@@ -267,7 +272,7 @@ pub unsafe extern "C" fn zh_set_len(req: *mut zh_request, len: usize) -> u16 {
 pub unsafe extern "C" fn zh_set_body(req: *mut zh_request, data: *const c_void, len: usize) -> u16 {
     let Some(r) = request(req) else { return 500 };
     let Some(data) = bytes(data, len) else {
-        return r.fail_with_status(400, "zh_set_body: data is NULL");
+        return r.remember(400, "zh_set_body: data is NULL");
     };
     let result = r.req().set_body(data);
     r.result(result)
@@ -284,17 +289,10 @@ pub unsafe extern "C" fn zh_set_body(req: *mut zh_request, data: *const c_void, 
 pub unsafe extern "C" fn zh_extend(req: *mut zh_request, data: *const c_void, len: usize) -> u16 {
     let Some(r) = request(req) else { return 500 };
     let Some(data) = bytes(data, len) else {
-        return r.fail_with_status(400, "zh_extend: data is NULL");
+        return r.remember(400, "zh_extend: data is NULL");
     };
     let result = r.req().extend(data);
     r.result(result)
-}
-
-impl zh_request {
-    fn fail_with_status(&mut self, status: u16, message: &str) -> u16 {
-        self.last = CString::new(message).unwrap_or_default();
-        status
-    }
 }
 
 /// The message of the last call on this request that returned a nonzero status
@@ -308,7 +306,7 @@ impl zh_request {
 pub unsafe extern "C" fn zh_last_error(req: *const zh_request) -> *const c_char {
     // SAFETY: C passes the pointer its handler got.
     match unsafe { req.as_ref() } {
-        Some(r) => r.last.as_ptr(),
+        Some(r) => r.last.as_deref().unwrap_or(c"").as_ptr(),
         None => c"zh_last_error: the request is NULL".as_ptr(),
     }
 }
@@ -330,7 +328,10 @@ pub unsafe extern "C" fn zh_fail(
         return zh_next::ZH_FAIL;
     };
     let message = if message.is_null() {
-        r.last.to_string_lossy().into_owned()
+        r.last
+            .as_deref()
+            .map(|m| m.to_string_lossy().into_owned())
+            .unwrap_or_default()
     } else {
         // SAFETY: C passes a NUL-terminated string.
         unsafe { CStr::from_ptr(message) }
@@ -624,7 +625,7 @@ pub unsafe extern "C" fn zh_state_get(
     put_len(len, 0);
     let Some(r) = request(req) else { return 500 };
     let Some(key) = bytes(key, key_len) else {
-        return r.fail_with_status(400, "zh_state_get: the key is NULL");
+        return r.remember(400, "zh_state_get: the key is NULL");
     };
     let got = match r.req().state() {
         Ok(s) => s.get(key).map_err(HandlerError::from),
@@ -662,7 +663,7 @@ pub unsafe extern "C" fn zh_state_put(
 ) -> u16 {
     let Some(r) = request(req) else { return 500 };
     let (Some(key), Some(value)) = (bytes(key, key_len), bytes(value, len)) else {
-        return r.fail_with_status(400, "zh_state_put: the key or the value is NULL");
+        return r.remember(400, "zh_state_put: the key or the value is NULL");
     };
     let done = match r.req().state() {
         Ok(s) => s.put(key, value).map_err(HandlerError::from),
@@ -686,7 +687,7 @@ pub unsafe extern "C" fn zh_state_delete(
 ) -> u16 {
     let Some(r) = request(req) else { return 500 };
     let Some(key) = bytes(key, key_len) else {
-        return r.fail_with_status(400, "zh_state_delete: the key is NULL");
+        return r.remember(400, "zh_state_delete: the key is NULL");
     };
     let done = match r.req().state() {
         Ok(s) => s.delete(key).map_err(HandlerError::from),

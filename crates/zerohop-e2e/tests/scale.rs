@@ -36,6 +36,16 @@ fn create(d: &Daemon, name: &str, spec: &str) -> String {
         .to_owned()
 }
 
+/// Chain `name` of one function `a` (the test function in `mode` with `env`, scaled by
+/// `scale`) on the route `POST /go`.
+fn one_function(name: &str, mode: &str, env: &str, scale: &str) -> String {
+    format!(
+        "name: {name}\ntimeout: 10s\nfunctions:\n{}routes:\n  - http: POST /go\n    \
+         sequence: [a]\n",
+        func("a", mode, env, &format!(", scale: {scale}"))
+    )
+}
+
 /// One function's entry of a status.
 fn function<'a>(status: &'a Value, name: &str) -> &'a Value {
     status["functions"]
@@ -288,15 +298,11 @@ fn scales_out_under_a_load_step_and_back_in() {
     let url = create(
         &d,
         "step",
-        &format!(
-            "name: step\ntimeout: 10s\nfunctions:\n{}routes:\n  - http: POST /go\n    \
-             sequence: [a]\n",
-            func(
-                "a",
-                "slow",
-                "DELAY_MS: 20",
-                ", scale: { min: 1, max: 4, target: 1, parked: 1, cooldown: 2s }"
-            )
+        &one_function(
+            "step",
+            "slow",
+            "DELAY_MS: 20",
+            "{ min: 1, max: 4, target: 1, parked: 1, cooldown: 2s }",
         ),
     );
     let mut idle = Timeline::new();
@@ -587,15 +593,11 @@ fn zerohop_scale_sets_the_minimum() {
     create(
         &d,
         "pinned",
-        &format!(
-            "name: pinned\ntimeout: 10s\nfunctions:\n{}routes:\n  - http: POST /go\n    \
-             sequence: [a]\n",
-            func(
-                "a",
-                "upper",
-                "",
-                ", scale: { min: 1, max: 4, target: 1, parked: 1, cooldown: 1s }"
-            )
+        &one_function(
+            "pinned",
+            "upper",
+            "",
+            "{ min: 1, max: 4, target: 1, parked: 1, cooldown: 1s }",
         ),
     );
     let mut tl = Timeline::new();

@@ -357,6 +357,14 @@ fn pids(list: &[Inst]) -> BTreeSet<u32> {
     list.iter().filter_map(|i| i.pid).collect()
 }
 
+/// The pids of the instances in `state`.
+fn pids_in(list: &[Inst], state: &str) -> BTreeSet<u32> {
+    list.iter()
+        .filter(|i| i.state == state)
+        .filter_map(|i| i.pid)
+        .collect()
+}
+
 fn count(list: &[Inst], function: &str, state: &str) -> usize {
     list.iter()
         .filter(|i| i.function == function && i.state == state)
@@ -645,11 +653,7 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
 /// starting.
 fn rolled_back(d: &Daemon, url: &str, v1: &str, broken: &str, why: &str, what: &str, watch: bool) {
     let rest = wait_for(d, "back", Duration::from_secs(20), "at rest", at_rest);
-    let served: BTreeSet<u32> = rest
-        .iter()
-        .filter(|i| i.state == "ready")
-        .filter_map(|i| i.pid)
-        .collect();
+    let served = pids_in(&rest, "ready");
     let load = Load::start(&format!("{url}/go"), 4);
     let file = d.write("back", broken);
     let u = std::thread::scope(|scope| {
@@ -697,11 +701,7 @@ fn rolled_back(d: &Daemon, url: &str, v1: &str, broken: &str, why: &str, what: &
         &format!("{what}: after the rollback"),
         at_rest,
     );
-    let still: BTreeSet<u32> = after
-        .iter()
-        .filter(|i| i.state == "ready")
-        .filter_map(|i| i.pid)
-        .collect();
+    let still = pids_in(&after, "ready");
     assert!(
         served.is_subset(&still),
         "the instances that served before ({served:?}) still serve: {}",
@@ -1185,11 +1185,7 @@ fn a_broken_rebuild_is_rolled_back(mode: u32) {
         &format!("folder {mode:o}: after the rollback"),
         at_rest,
     );
-    let serving: Vec<u32> = rest
-        .iter()
-        .filter(|i| i.state == "ready")
-        .filter_map(|i| i.pid)
-        .collect();
+    let serving = pids_in(&rest, "ready");
     assert!(
         serving.iter().all(|p| pids(&after).contains(p)),
         "{}",

@@ -35,9 +35,8 @@ impl hyper::service::Service<Request<Incoming>> for Service {
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let gw = self.0.clone();
         Box::pin(async move {
-            gw.handling.fetch_add(1, Ordering::Relaxed);
-            let _handled = Handled(&gw);
             let mut answer = gw.handle(req).await;
+            // Relaxed: a late sight of the flag costs one more keep-alive answer, no more.
             if gw.closing.load(Ordering::Relaxed) {
                 // hyper closes the connection once this answer is written.
                 answer.headers_mut().insert(
@@ -50,23 +49,13 @@ impl hyper::service::Service<Request<Incoming>> for Service {
     }
 }
 
-/// Counts a request out of [`Gateway::handling`] when its task ends, also when hyper drops
-/// it (the client went away).
-struct Handled<'a>(&'a Gateway);
-
-impl Drop for Handled<'_> {
-    fn drop(&mut self) {
-        self.0.handling.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// How long a client may take to send a request's headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// After [`Gateway::close_connections`], how long connections with no request get to close
-/// (a client between two requests sends its next one and is told to close) before they
-/// are closed by the gateway.
+/// After [`Gateway::close_connections`], how long connections get to close after their next
+/// answer (a client between two requests sends its next one and is told to close) before
+/// the rest are shut down gracefully (idle ones closed, busy ones after their answer).
 const IDLE_GRACE: Duration = Duration::from_secs(1);
 /// How often the winding down looks at the connections.
 const CLOSE_POLL: Duration = Duration::from_millis(5);
@@ -101,9 +90,9 @@ impl Gateway {
     /// served at once; the next waits in the listen backlog until one closes.
     ///
     /// After [`Gateway::close_connections`] it first waits, once stopped, for its
-    /// connections to close after their next answer: until none is left, or none has a
-    /// request and [`IDLE_GRACE`] has passed, or the chain timeout has (then the idle ones
-    /// are closed).
+    /// connections to close after their next answer: until none is left or [`IDLE_GRACE`]
+    /// has passed; the graceful shutdown then closes the idle ones and lets busy ones
+    /// finish their request.
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
@@ -144,17 +133,15 @@ impl Gateway {
             });
         }
         drop(listener);
+        // Relaxed: `close_connections` is called before the shutdown signal this loop was
+        // stopped by, and the watch channel orders the two.
         if self.closing.load(Ordering::Relaxed) {
             let all = self.config.max_connections.max(1) as usize;
             let started = tokio::time::Instant::now();
             loop {
                 let waited = started.elapsed();
                 let open = all - slots.available_permits();
-                let idle = self.handling.load(Ordering::Relaxed) == 0;
-                if open == 0
-                    || (idle && waited >= IDLE_GRACE)
-                    || waited >= self.config.timeout + IDLE_GRACE
-                {
+                if open == 0 || waited >= IDLE_GRACE {
                     tracing::debug!(
                         open,
                         "gateway {}: connections wound down in {waited:?}",

@@ -52,7 +52,7 @@ pub use ingress::Reply;
 pub use mqtt::MqttIngress;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -141,8 +141,6 @@ pub struct Gateway {
     /// Set when another gateway took the listeners over: every answer closes its connection
     /// (see [`Gateway::close_connections`]).
     closing: AtomicBool,
-    /// HTTP requests being handled now (read to tell busy connections from idle ones).
-    handling: AtomicUsize,
 }
 
 impl Gateway {
@@ -211,7 +209,6 @@ impl Gateway {
             next_request: AtomicU32::new(0),
             stats: GatewayStats::default(),
             closing: AtomicBool::new(false),
-            handling: AtomicUsize::new(0),
         })
     }
 
@@ -222,6 +219,8 @@ impl Gateway {
     /// it is sending. When its serve loops are then stopped, they wait for connections to
     /// close this way (see [`Gateway::serve`]).
     pub fn close_connections(&self) {
+        // Relaxed: see the loads in `ingress.rs` (a flag; the shutdown signal that follows
+        // orders it for the serve loops).
         self.closing.store(true, Ordering::Relaxed);
     }
 

@@ -21,6 +21,9 @@ use zerohop_runtime::{HandlerError, Next, Request};
 #[pyclass(module = "zerohop._native")]
 struct NativeRequest {
     req: *mut Request<'static>,
+    /// SYNC POINT: every store and load of `live` and `views` happens with the GIL held
+    /// (Python calls into this object, buffer exports and releases, and the check after the
+    /// handler in `run`): the GIL orders them; the atomics only make the shared `Arc`s Sync.
     live: Arc<AtomicBool>,
     /// Buffers exported over the body and not yet released.
     views: Arc<AtomicUsize>,

@@ -261,15 +261,7 @@ impl Daemon {
                 status,
             });
         }
-        let opts = UpOptions {
-            listen: listen
-                .or(spec.listen)
-                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
-            uid_range: self.opts.uid_range,
-            cgroups: self.opts.cgroups,
-            echo_logs: false,
-            ..UpOptions::default()
-        };
+        let opts = self.chain_options(listen.or(spec.listen));
         let hosted = host(spec, req.text, opts, crate::Inherit::default()).await?;
         let mut status = hosted.view.status();
         status.metrics_url = self.metrics_url();
@@ -293,7 +285,7 @@ impl Daemon {
             let s = hosted.view.status();
             s.gateway.ok + s.gateway.errors
         };
-        stop(hosted).await;
+        stop(hosted, false).await;
         tracing::info!(chain = %name, "down");
         Ok(DownResponse {
             name: name.to_owned(),
@@ -307,13 +299,25 @@ impl Daemon {
         let all: Vec<Hosted> = std::mem::take(&mut *self.table()).into_values().collect();
         for h in all {
             let name = h.view.name().to_owned();
-            stop(h).await;
+            stop(h, false).await;
             tracing::info!(chain = %name, "down");
         }
     }
 }
 
 impl Daemon {
+    /// How a chain of this daemon comes up: on `listen`, else a free port of 127.0.0.1,
+    /// under the daemon's uid range and cgroup mode, its output kept in its log book only.
+    fn chain_options(&self, listen: Option<SocketAddr>) -> UpOptions {
+        UpOptions {
+            listen: listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
+            uid_range: self.opts.uid_range,
+            cgroups: self.opts.cgroups,
+            echo_logs: false,
+            ..UpOptions::default()
+        }
+    }
+
     /// Applies `spec` to the running chain `view` (running `old`) by replacing it: the new
     /// chain comes up beside it, taking its listeners over (see [`crate::update`]), then the
     /// old one winds down. If the new one does not come up, the old one serves on.
@@ -335,13 +339,7 @@ impl Daemon {
             ))
         })?;
         let kept_address = !inherit.http.is_empty();
-        let opts = UpOptions {
-            listen: wanted.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
-            uid_range: self.opts.uid_range,
-            cgroups: self.opts.cgroups,
-            echo_logs: false,
-            ..UpOptions::default()
-        };
+        let opts = self.chain_options(wanted);
         let started = Instant::now();
         let new = host(spec, text, opts, inherit).await.map_err(|e| {
             DaemonError::Conflict(format!(
@@ -352,7 +350,7 @@ impl Daemon {
         let came_up = started.elapsed();
         let old_hosted = self.table().insert(name.clone(), new);
         if let Some(h) = old_hosted {
-            wind_down(h).await;
+            stop(h, true).await;
         }
         let wound_down = started.elapsed() - came_up;
         let mut changes = vec![format!(
@@ -453,17 +451,11 @@ async fn host(
     }
 }
 
-/// Shuts a hosted chain down and waits for its thread.
-async fn stop(h: Hosted) {
-    end(h, false).await
-}
-
-/// Shuts down a hosted chain whose listeners another took over, and waits for its thread.
-async fn wind_down(h: Hosted) {
-    end(h, true).await
-}
-
-async fn end(mut h: Hosted, handed_over: bool) {
+/// Shuts a hosted chain down and waits for its thread; `handed_over`: another chain took
+/// its listeners over, so it winds its connections down first ([`Running::wind_down`]).
+///
+/// [`Running::wind_down`]: crate::Running::wind_down
+async fn stop(mut h: Hosted, handed_over: bool) {
     if let Some(s) = h.stop.take() {
         let _ = s.send(handed_over);
     }
