@@ -15,7 +15,7 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyBufferError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use zerohop_runtime::{HandlerError, Next, Request};
+use zerohop_runtime::{Answer, CallError, HandlerError, Next, Request};
 
 /// The request of one handler call. Its methods fail once the handler has returned.
 #[pyclass(module = "zerohop._native")]
@@ -49,6 +49,18 @@ impl NativeRequest {
         }
         // SAFETY: live means the handler call that owns the request is still running.
         Ok(unsafe { &mut *self.req })
+    }
+}
+
+/// A call's result as Python sees it: status 200 and the output, or the error's status and
+/// message.
+fn answer(py: Python<'_>, r: &Result<Answer, CallError>) -> (u16, Py<PyBytes>) {
+    match r {
+        Ok(a) => (200, PyBytes::new(py, a.body()).unbind()),
+        Err(e) => (
+            e.status,
+            PyBytes::new(py, e.to_string().as_bytes()).unbind(),
+        ),
     }
 }
 
@@ -116,13 +128,34 @@ impl NativeRequest {
         let req = self.get()?;
         // The GIL is released while the call waits: other handler threads run meanwhile.
         let result = py.detach(|| req.call(function, data));
-        Ok(match result {
-            Ok(a) => (200, PyBytes::new(py, a.body()).unbind()),
-            Err(e) => (
-                e.status,
-                PyBytes::new(py, e.to_string().as_bytes()).unbind(),
-            ),
-        })
+        Ok(answer(py, &result))
+    }
+
+    /// Calls every `(function, data)` of `calls` at once; their `(status, body)` in order.
+    fn call_all(
+        &self,
+        py: Python<'_>,
+        calls: Vec<(String, Vec<u8>)>,
+    ) -> PyResult<Vec<(u16, Py<PyBytes>)>> {
+        let req = self.get()?;
+        let calls: Vec<(&str, &[u8])> = calls
+            .iter()
+            .map(|(f, d)| (f.as_str(), d.as_slice()))
+            .collect();
+        // The GIL is released while the calls wait, as for `call`.
+        let results = py.detach(|| req.call_all(&calls));
+        Ok(results.iter().map(|r| answer(py, r)).collect())
+    }
+
+    /// The answers of a static fan-out's branches, `(status, body)` in the route's order
+    /// (empty unless this function joins a fan-out).
+    fn branches(&self, py: Python<'_>) -> PyResult<Vec<(u16, Py<PyBytes>)>> {
+        Ok(self
+            .get()?
+            .branches()
+            .iter()
+            .map(|r| answer(py, r))
+            .collect())
     }
 
     /// The chain state's value of `key`, or None.

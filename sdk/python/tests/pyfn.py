@@ -1,6 +1,7 @@
 """A Python function for the SDK's tests, its behaviour chosen by PYFN_MODE:
 upper (in place), exclaim (returns bytes), raise (ValueError), fail (HandlerError 422),
-call (calls PYFN_CALLS, comma separated: "name=output;" or "name!status;"), count (state
+call (calls PYFN_CALLS, comma separated: "name=output;" or "name!status;"), callall (the
+same with one fan-out call), join (the same over a static fan-out's branches), count (state
 counter named by the body), header (the X-Test header), forward (to PYFN_TARGET),
 keep (keeps a view of the body past its return), sleep (2 s, then upper-cases)."""
 
@@ -11,6 +12,14 @@ import zerohop
 
 MODE = os.environ.get("PYFN_MODE", "upper")
 KEPT = []
+
+
+def _listed(names: list[str], answers: list[zerohop.Answer]) -> bytes:
+    out = b""
+    for name, a in zip(names, answers, strict=True):
+        out += (name.encode() + b"=" + a.body) if a.ok else f"{name}!{a.status}".encode()
+        out += b";"
+    return out
 
 
 def handle(req: zerohop.Request):
@@ -35,6 +44,13 @@ def handle(req: zerohop.Request):
             out += (name.encode() + b"=" + a.body) if a.ok else f"{name}!{a.status}".encode()
             out += b";"
         return out
+    if MODE == "callall":
+        with req.body as body:
+            data = bytes(body)
+        names = os.environ["PYFN_CALLS"].split(",")
+        return _listed(names, req.call_all([(n, data) for n in names]))
+    if MODE == "join":
+        return _listed(os.environ["PYFN_CALLS"].split(","), req.branches())
     if MODE == "count":
         with req.body as body:
             key = bytes(body)

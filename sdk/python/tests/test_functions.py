@@ -140,6 +140,8 @@ def test_python_functions(chain_of) -> None:
         + fn("oops", "raise")
         + fn("no", "fail")
         + fn("caller", "call", ', PYFN_CALLS: "up,no"', ", calls: [up, no]")
+        + fn("fan", "callall", ', PYFN_CALLS: "up,no,bang"', ", calls: [up, no, bang]")
+        + fn("join", "join", ', PYFN_CALLS: "up,bang"')
         + fn("count", "count", "", ", state: true")
         + fn("hdr", "header", "", ", headers: [X-Test]")
         + fn("fwd", "forward", ", PYFN_TARGET: up", ", next: [up]")
@@ -148,6 +150,8 @@ def test_python_functions(chain_of) -> None:
         + "  - http: POST /oops\n    sequence: [oops]\n"
         + "  - http: POST /no\n    sequence: [no]\n"
         + "  - http: POST /call\n    sequence: [caller]\n"
+        + "  - http: POST /fan\n    sequence: [fan]\n"
+        + "  - http: POST /join\n    sequence: [{ fan_out: [up, bang], join: join }]\n"
         + "  - http: POST /count\n    sequence: [count]\n"
         + "  - http: POST /hdr\n    sequence: [hdr]\n"
         + "  - http: POST /fwd\n    sequence: [fwd]\n"
@@ -159,6 +163,8 @@ def test_python_functions(chain_of) -> None:
         assert post(c.url + "/oops", b"x") == (500, "function 'oops': ValueError: bad input\n")
     assert post(c.url + "/no", b"this") == (422, "function 'no': refusing this\n")
     assert post(c.url + "/call", b"ab") == (200, "up=AB;no!422;")
+    assert post(c.url + "/fan", b"cd") == (200, "up=CD;no!422;bang=cd!;")
+    assert post(c.url + "/join", b"ef") == (200, "up=EF;bang=ef!;")
     for n in range(1, 4):
         assert post(c.url + "/count", b"visits") == (200, str(n))
     assert post(c.url + "/hdr", b"", {"X-Test": "from the client"}) == (200, "from the client")

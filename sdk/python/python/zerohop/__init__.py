@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 from . import _native
 
@@ -156,6 +156,22 @@ class Request:
         its answer; the GIL is released while waiting."""
         status, body = self._native.call(function, data)
         return Answer(status, body)
+
+    def call_all(
+        self, calls: Sequence[tuple[str, bytes | bytearray | memoryview]]
+    ) -> list[Answer]:
+        """Calls every ``(function, data)`` of ``calls`` at once (a fan-out) and waits for
+        all of them; their answers in the same order. The GIL is released while waiting."""
+        return [
+            Answer(status, body)
+            for status, body in self._native.call_all([(f, bytes(d)) for f, d in calls])
+        ]
+
+    def branches(self) -> list[Answer]:
+        """The answers of a static fan-out's branches in the route's order, when this
+        function is the route's ``join`` (the runtime called them before the handler);
+        empty otherwise."""
+        return [Answer(status, body) for status, body in self._native.branches()]
 
     def state_get(self, key: bytes) -> Optional[bytes]:
         """The chain state's value of ``key`` (the function needs ``state: true``)."""
