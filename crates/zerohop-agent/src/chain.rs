@@ -580,6 +580,22 @@ pub(crate) fn check_program(
     spec: &ChainSpec,
     f: &crate::spec::FunctionSpec,
 ) -> Result<std::path::PathBuf, SpecError> {
+    if f.command.get(1).map(String::as_str) == Some("-e")
+        && f.command.get(2).map(String::as_str) == Some(crate::spec::NODE_LOADER)
+    {
+        // `runtime: node`: the handler file too.
+        let file = &f.command[3];
+        if !Path::new(file).is_file() {
+            return Err(SpecError {
+                file: spec.file.display().to_string(),
+                line: f.line,
+                field: format!("functions.{}.handler", f.name),
+                message: format!(
+                    "`{file}` not found (relative paths are resolved against the spec's folder)"
+                ),
+            });
+        }
+    }
     let prog = &f.command[0];
     let found = if prog.contains('/') {
         Some(Path::new(prog).to_owned()).filter(|p| p.is_file())

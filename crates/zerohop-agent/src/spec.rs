@@ -58,6 +58,30 @@ pub const MAX_CONCURRENCY: u16 = 1024;
 pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(30);
 /// Default time without requests before a `min: 0` function scales to zero.
 pub const DEFAULT_ZERO_AFTER: Duration = Duration::from_secs(60);
+/// What `runtime: node` runs (`node -e LOADER FILE [EXPORT]`): loads the handler file,
+/// takes its export (`EXPORT`, else the module itself if it is a function, else its
+/// `handler`) and runs it with the `zerohop` package found from the handler's folder, so
+/// both share one copy of the package.
+pub const NODE_LOADER: &str = "const [file, name] = process.argv.slice(1); \
+const m = require(file); \
+const h = name ? m[name] : typeof m === 'function' ? m : m.handler; \
+if (typeof h !== 'function') { console.error(`zerohop: ${file} exports no function ${name || 'handler'}`); process.exit(2); } \
+require('module').createRequire(file)('zerohop').run(h);";
+
+/// `path` made absolute against the current directory (the handler of `runtime` is found by
+/// the interpreter, which needs no `./` to tell a file from a package).
+fn absolute(path: &Path) -> String {
+    let path = if path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        path
+    };
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_owned())
+        .display()
+        .to_string()
+}
+
 /// Most functions in one chain (the descriptor's `next` is one byte, 0xFF is the gateway).
 pub const MAX_FUNCTIONS: usize = 254;
 
@@ -684,6 +708,100 @@ impl Cx {
         Ok(())
     }
 
+    /// The command of a function given as `runtime` + `handler` (+ `interpreter`): the
+    /// interpreter (`python3`, `node`, or `interpreter`) running the SDK's loader on the
+    /// handler, which is found relative to the spec's folder.
+    fn runtime_command(
+        &self,
+        key: &MarkedYaml<'_>,
+        f: &Map<'_, '_>,
+        rt: &MarkedYaml<'_>,
+        p: &str,
+        dir: &Path,
+    ) -> Result<Vec<String>, SpecError> {
+        if let Some(n) = get(f, "command") {
+            return Err(self.err(
+                line(n),
+                &format!("{p}command"),
+                "give either `command` or `runtime` with `handler`, not both",
+            ));
+        }
+        let runtime = self.string(rt, &format!("{p}runtime"))?;
+        let handler_node = self.required(key, f, "handler", p)?;
+        let handler = self.string(handler_node, &format!("{p}handler"))?;
+        let field = format!("{p}handler");
+        let interpreter = match get(f, "interpreter") {
+            Some(n) => {
+                let i = self.string(n, &format!("{p}interpreter"))?;
+                if i.is_empty() {
+                    return Err(self.err(line(n), &format!("{p}interpreter"), "empty"));
+                }
+                Some(i)
+            }
+            None => None,
+        };
+        let ident = |s: &str| {
+            !s.is_empty()
+                && !s.starts_with(|c: char| c.is_ascii_digit())
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        match runtime.as_str() {
+            "python" => {
+                let ok = handler
+                    .split_once(':')
+                    .is_some_and(|(m, f)| m.split('.').all(ident) && ident(f));
+                if !ok {
+                    return Err(self.err(
+                        line(handler_node),
+                        &field,
+                        format!(
+                            "`{handler}` is not MODULE:FUNCTION, e.g. `greet:handle` for the \
+                             function `handle` of greet.py beside the spec"
+                        ),
+                    ));
+                }
+                Ok(vec![
+                    interpreter.unwrap_or_else(|| "python3".into()),
+                    "-m".into(),
+                    "zerohop".into(),
+                    "--path".into(),
+                    absolute(dir),
+                    handler,
+                ])
+            }
+            "node" => {
+                let (file, export) = match handler.rsplit_once(':') {
+                    Some((file, export)) if ident(export) => (file, Some(export)),
+                    _ => (handler.as_str(), None),
+                };
+                if file.is_empty() {
+                    return Err(self.err(
+                        line(handler_node),
+                        &field,
+                        "empty; give FILE or FILE:EXPORT, e.g. `shout.js:handle`",
+                    ));
+                }
+                let file = absolute(&dir.join(file));
+                let mut command = vec![
+                    interpreter.unwrap_or_else(|| "node".into()),
+                    "-e".into(),
+                    NODE_LOADER.into(),
+                    file,
+                ];
+                command.extend(export.map(str::to_owned));
+                Ok(command)
+            }
+            other => Err(self.err(
+                line(rt),
+                &format!("{p}runtime"),
+                format!(
+                    "unknown runtime `{other}`; use python or node, or give the program \
+                     itself as `command` (Rust, C, Go and any other language)"
+                ),
+            )),
+        }
+    }
+
     fn required<'a, 'y>(
         &self,
         parent: &MarkedYaml<'y>,
@@ -787,6 +905,9 @@ impl Cx {
                 &p,
                 &[
                     "command",
+                    "runtime",
+                    "handler",
+                    "interpreter",
                     "instances",
                     "concurrency",
                     "env",
@@ -799,15 +920,32 @@ impl Cx {
                     "resources",
                 ],
             )?;
-            let cmd_node = self.required(k, &f, "command", &p)?;
-            let mut command = self.strings(cmd_node, &format!("{p}command"))?;
-            if command.is_empty() || command[0].is_empty() {
-                return Err(self.err(
-                    line(cmd_node),
-                    &format!("{p}command"),
-                    "empty; give the program and its arguments, e.g. [\"./target/release/upper\"]",
-                ));
-            }
+            let mut command = match get(&f, "runtime") {
+                Some(rt) => self.runtime_command(k, &f, rt, &p, dir)?,
+                None => {
+                    for field in ["handler", "interpreter"] {
+                        if let Some(n) = get(&f, field) {
+                            return Err(self.err(
+                                line(n),
+                                &format!("{p}{field}"),
+                                "only with `runtime` (python or node); a function with \
+                                 `command` names its program there",
+                            ));
+                        }
+                    }
+                    let cmd_node = self.required(k, &f, "command", &p)?;
+                    let command = self.strings(cmd_node, &format!("{p}command"))?;
+                    if command.is_empty() || command[0].is_empty() {
+                        return Err(self.err(
+                            line(cmd_node),
+                            &format!("{p}command"),
+                            "empty; give the program and its arguments, e.g. \
+                             [\"./target/release/upper\"]",
+                        ));
+                    }
+                    command
+                }
+            };
             if command[0].contains('/') && Path::new(&command[0]).is_relative() {
                 command[0] = dir.join(&command[0]).display().to_string();
             }
@@ -1671,6 +1809,85 @@ routes:
 
     fn err(yaml: &str) -> String {
         parse(Path::new("c.yaml"), yaml).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn runtime_and_handler_expand_to_a_command() {
+        let t = HELLO.replace(
+            "  upper:   { command: [\"bin/upper\", \"-v\"], instances: 2, concurrency: 4 }",
+            "  upper:   { runtime: python, handler: \"shouty.text:upper\" }",
+        );
+        let t = t.replace(
+            "    command: [/bin/exclaim]",
+            "    runtime: node\n    handler: js/bang.js:handle\n    interpreter: /usr/bin/node",
+        );
+        let s = parse(Path::new("/srv/c.yaml"), &t).unwrap();
+        assert_eq!(
+            s.functions[0].command,
+            [
+                "python3",
+                "-m",
+                "zerohop",
+                "--path",
+                "/srv",
+                "shouty.text:upper"
+            ]
+        );
+        assert_eq!(
+            s.functions[1].command,
+            [
+                "/usr/bin/node",
+                "-e",
+                NODE_LOADER,
+                "/srv/js/bang.js",
+                "handle"
+            ]
+        );
+        // A path without an export, relative to a spec in the current folder.
+        let t = t.replace("js/bang.js:handle", "bang.js");
+        let s = parse(Path::new("c.yaml"), &t).unwrap();
+        let here = std::env::current_dir().unwrap();
+        assert_eq!(
+            s.functions[1].command[3],
+            here.join("bang.js").display().to_string()
+        );
+        assert_eq!(s.functions[1].command.len(), 4);
+        assert_eq!(s.functions[0].command[4], here.display().to_string());
+
+        let py = "  upper:   { command: [\"bin/upper\", \"-v\"], instances: 2, concurrency: 4 }";
+        for (with, expect) in [
+            (
+                "  upper: { runtime: ruby, handler: x }",
+                "c.yaml:5: functions.upper.runtime: unknown runtime `ruby`; use python or node",
+            ),
+            (
+                "  upper: { runtime: python }",
+                "c.yaml:5: functions.upper.handler: missing",
+            ),
+            (
+                "  upper: { runtime: python, handler: greet }",
+                "c.yaml:5: functions.upper.handler: `greet` is not MODULE:FUNCTION",
+            ),
+            (
+                "  upper: { runtime: python, handler: \"greet:1x\" }",
+                "c.yaml:5: functions.upper.handler: `greet:1x` is not MODULE:FUNCTION",
+            ),
+            (
+                "  upper: { runtime: python, handler: \"a:b\", command: [x] }",
+                "c.yaml:5: functions.upper.command: give either `command` or `runtime`",
+            ),
+            (
+                "  upper: { command: [x], handler: \"a:b\" }",
+                "c.yaml:5: functions.upper.handler: only with `runtime`",
+            ),
+            (
+                "  upper: { runtime: node, handler: \"\" }",
+                "c.yaml:5: functions.upper.handler: empty",
+            ),
+        ] {
+            let e = err(&HELLO.replace(py, with));
+            assert!(e.starts_with(expect), "{with}: {e}");
+        }
     }
 
     #[test]

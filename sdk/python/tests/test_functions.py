@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -170,6 +172,54 @@ def test_python_functions(chain_of) -> None:
     assert post(c.url + "/hdr", b"", {"X-Test": "from the client"}) == (200, "from the client")
     assert post(c.url + "/hdr", b"") == (200, "<none>")
     assert post(c.url + "/fwd", b"forwarded") == (200, "FORWARDED")
+
+
+def test_runtime_python_runs_a_handler_by_module_and_function() -> None:
+    # The chain's uid reads the module, so its folder must be open to others (pytest's
+    # tmp_path is not).
+    folder = Path(tempfile.mkdtemp(prefix="zerohop-pyrt-"))
+    folder.chmod(0o755)
+    c = None
+    try:
+        (folder / "greeting.py").write_text(
+            "import zerohop\n\n"
+            "def greet(req: zerohop.Request) -> bytes:\n"
+            "    with req.body as body:\n"
+            "        return b'hello, ' + bytes(body)\n"
+        )
+        (folder / "greeting.py").chmod(0o644)
+        spec = (
+            "name: pyrt\nfunctions:\n"
+            f'  greet: {{ runtime: python, handler: "greeting:greet", '
+            f'interpreter: "{_python()}", env: {{ PYTHONPATH: "{PACKAGE_DIR}" }} }}\n'
+            "routes:\n  - http: POST /greet\n    sequence: [greet]\n"
+        )
+        c = Chain(folder, spec)
+        assert post(c.url + "/greet", b"world") == (200, "hello, world")
+        c.stop()
+        # `python3 -m zerohop` names what is missing, and exits 2.
+        out = subprocess.run(
+            [_python(), "-m", "zerohop", "--path", str(folder), "greeting:absent"],
+            env={**os.environ, "PYTHONPATH": str(PACKAGE_DIR)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 2
+        assert "greeting has no function 'absent'" in out.stderr
+        out = subprocess.run(
+            [_python(), "-m", "zerohop", "nomodule_here:f"],
+            env={**os.environ, "PYTHONPATH": str(PACKAGE_DIR)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 2
+        assert "cannot import 'nomodule_here'" in out.stderr
+    finally:
+        if c is not None:
+            c.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_view_kept_past_the_handler_stops_the_instance(chain_of) -> None:
