@@ -152,8 +152,23 @@ fn demo(extra: &[String]) -> Result<()> {
 
 fn test(extra: &[String]) -> Result<()> {
     build_bins()?;
-    // The C functions of the tests are built against it, as a user builds them.
+    // The C functions of the tests are built against it, as a user builds them; the
+    // workspace's end-to-end tests (starters, the polyglot chain) use every SDK.
     c_sdk(&[])?;
+    run(
+        "installing the Python SDK into target/python-sdk (pip builds it with maturin)",
+        Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--upgrade",
+            "--target",
+            "target/python-sdk",
+            "sdk/python",
+        ]),
+    )
+    .context("the Python SDK needs Python 3.11 or newer with pip (`python3` on PATH)")?;
     run(
         "running the workspace tests",
         cargo()
@@ -169,20 +184,6 @@ fn test(extra: &[String]) -> Result<()> {
             .env("PKG_CONFIG_PATH", &pkgconfig),
     )
     .context("the Go SDK's tests need Go 1.22 or newer (`go` on PATH)")?;
-    run(
-        "installing the Python SDK into target/python-sdk (pip builds it with maturin)",
-        Command::new("python3").args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--upgrade",
-            "--target",
-            "target/python-sdk",
-            "sdk/python",
-        ]),
-    )
-    .context("the Python SDK needs Python 3.11 or newer with pip (`python3` on PATH)")?;
     run(
         "pytest for the tests of the Python SDK",
         Command::new("python3").args(["-m", "pip", "install", "-q", "pytest>=7"]),

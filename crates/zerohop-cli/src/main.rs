@@ -6,6 +6,7 @@
 
 mod client;
 mod commands;
+mod new;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -59,6 +60,19 @@ enum Command {
         /// free port).
         #[arg(long)]
         coap: Option<SocketAddr>,
+    },
+    /// Writes a starter function in a new folder: the handler, its build file, a chain.yaml
+    /// that runs it, and a README with the commands.
+    New {
+        /// The language: rust, c, go, python or node.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: new::Lang,
+        /// The zerohop checkout the SDK is taken from (default: the one this binary was built
+        /// from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+        /// The folder to create; its name names the function, the chain and the route.
+        name: PathBuf,
     },
     /// Validates a chain spec and exits (2 when invalid).
     Check {
@@ -185,6 +199,13 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
     match cli.command {
+        Command::New { lang, sdk, name } => match new::new(lang, &name, sdk) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("zerohop: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Command::Check { spec: path } => match spec::load(&path) {
             Ok(s) => {
                 println!(
