@@ -1,0 +1,187 @@
+'use strict';
+// End to end: Node.js functions (test/jsfn.js) in chains run by the real `zerohop up`,
+// answered over real HTTP. Build first: `cargo build --release --bins` at the repository's
+// root, `npm run build` here.
+
+const assert = require('node:assert/strict');
+const { spawnSync } = require('node:child_process');
+const test = require('node:test');
+
+const { Chain, fn, post, ticks, until, JSFN } = require('./chain.js');
+
+async function chain(t, spec) {
+  const c = await Chain.start(spec);
+  t.after(() => c.stop());
+  return c;
+}
+
+test('functions: in place, new bodies, errors, outcomes, calls, state, headers', async (t) => {
+  const spec =
+    'name: nodesdk\nstate: { entries: 16, value_size: 64 }\nfunctions:\n' +
+    fn('up', 'upper') +
+    fn('bang', 'exclaim') +
+    fn('oops', 'throw') +
+    fn('rej', 'reject') +
+    fn('no', 'fail') +
+    fn('caller', 'call', ', JSFN_CALLS: "up,no"', ', calls: [up, no]') +
+    fn('fan', 'callall', ', JSFN_CALLS: "up,no,bang"', ', calls: [up, no, bang]') +
+    fn('join', 'join', ', JSFN_CALLS: "up,bang"') +
+    fn('count', 'count', '', ', state: true') +
+    fn('del', 'statedel', '', ', state: true') +
+    fn('hdr', 'header', '', ', headers: [X-Test]') +
+    fn('fwd', 'forward', ', JSFN_TARGET: up', ', next: [up]') +
+    fn('rep', 'reply') +
+    fn('meta', 'meta') +
+    fn('resize', 'resize') +
+    fn('big', 'toolarge') +
+    fn('gone', 'gone') +
+    fn('busy', 'busy', ', JSFN_CALLS: up', ', calls: [up]') +
+    fn('keep', 'keep') +
+    'routes:\n' +
+    '  - http: POST /hello\n    sequence: [up, bang]\n' +
+    '  - http: POST /up\n    sequence: [up]\n' +
+    '  - http: POST /oops\n    sequence: [oops]\n' +
+    '  - http: POST /reject\n    sequence: [rej]\n' +
+    '  - http: POST /no\n    sequence: [no]\n' +
+    '  - http: POST /call\n    sequence: [caller]\n' +
+    '  - http: POST /fan\n    sequence: [fan]\n' +
+    '  - http: POST /join\n    sequence: [{ fan_out: [up, bang], join: join }]\n' +
+    '  - http: POST /count\n    sequence: [count]\n' +
+    '  - http: POST /del\n    sequence: [del]\n' +
+    '  - http: POST /hdr\n    sequence: [hdr]\n' +
+    '  - http: POST /fwd\n    sequence: [fwd]\n' +
+    '  - http: POST /reply\n    sequence: [rep, up]\n' +
+    '  - http: POST /meta\n    sequence: [meta]\n' +
+    '  - http: POST /resize\n    sequence: [resize]\n' +
+    '  - http: POST /big\n    sequence: [big]\n' +
+    '  - http: POST /gone\n    sequence: [gone]\n' +
+    '  - http: POST /busy\n    sequence: [busy]\n' +
+    '  - http: POST /keep\n    sequence: [keep]\n';
+  const c = await chain(t, spec);
+  const expect = async (route, body, status, text, headers) => {
+    const r = await post(c.url + route, body, headers);
+    const what = `${route} ${JSON.stringify(body)}: ${r.status} ${r.text}`;
+    assert.equal(r.status, status, what);
+    if (text instanceof RegExp) assert.match(r.text, text, what);
+    else assert.equal(r.text, text, what);
+    return r;
+  };
+
+  await expect('/hello', 'hello from node', 200, 'HELLO FROM NODE!');
+  // In place through the Buffer: only ASCII letters change, every other byte is kept.
+  const r = await post(c.url + '/up', Buffer.from([0x61, 0xff, 0x00, 0x7a, 0x80, 0x31]));
+  assert.equal(r.status, 200);
+  assert.deepEqual([...r.body], [0x41, 0xff, 0x00, 0x5a, 0x80, 0x31]);
+  // An empty body is an empty Buffer.
+  await expect('/hello', '', 200, '!');
+
+  // A thrown error: 500 naming it; the instance serves on (the same process).
+  const before = c.instances().sort();
+  for (let i = 0; i < 2; i++) {
+    await expect('/oops', 'x', 500, "function 'oops': TypeError: notAFunction is not a function\n");
+  }
+  await expect('/reject', 'x', 500, "function 'rej': RangeError: out of range\n");
+  await expect('/no', 'this', 422, "function 'no': refusing this\n");
+  await expect('/big', 'x', 500, /^function 'big': output of \d+ bytes exceeds the slot capacity/);
+  await expect('/hello', 'again', 200, 'AGAIN!');
+  assert.deepEqual(c.instances().sort(), before, 'no instance was restarted');
+
+  // Outcomes.
+  await expect('/fwd', 'forwarded', 200, 'FORWARDED');
+  await expect('/reply', 'ignored', 200, 'replied');
+  const meta = await post(c.url + '/meta', 'x');
+  assert.equal(meta.status, 200);
+  assert.match(meta.text, /^\d+ meta POST \/meta \d+$/);
+  await expect('/resize', 'abc', 200, 'abc mor');
+
+  // Calls, one at a time and as a fan-out, and a static fan-out's branches.
+  await expect('/call', 'ab', 200, 'up=AB;no!422;');
+  await expect('/fan', 'cd', 200, 'up=CD;no!422;bang=cd!;');
+  await expect('/join', 'ef', 200, 'up=EF;bang=ef!;');
+
+  // State.
+  for (let n = 1; n <= 3; n++) await expect('/count', 'visits', 200, String(n));
+  await expect('/del', 'visits', 200, 'true');
+  await expect('/del', 'visits', 200, 'false');
+  await expect('/count', 'visits', 200, '1');
+
+  // Headers the spec lists.
+  await expect('/hdr', '', 200, 'from the client', { 'X-Test': 'from the client' });
+  await expect('/hdr', '', 200, '<none>');
+
+  // A request kept past its handler, or used while a call is in flight, throws.
+  await expect('/gone', 'a', 200, 'none');
+  await expect('/gone', 'b', 200, 'the request is gone: its handler has returned');
+  await expect('/busy', 'x', 200, 'a call is in flight on this request; await it first');
+
+  // A body Buffer kept past the handler is detached: the next request finds it empty.
+  await expect('/keep', 'first', 200, 'kept=none');
+  await expect('/keep', 'second', 200, 'kept=0');
+  await expect('/keep', 'third', 200, 'kept=0');
+});
+
+test('async handlers: concurrency N has N requests in flight at once', async (t) => {
+  const spec =
+    'name: nodesdk2\nfunctions:\n' +
+    fn('slow', 'sleep', ', JSFN_SLEEP_MS: 1000', ', concurrency: 4') +
+    fn('one', 'sleep', ', JSFN_SLEEP_MS: 200') +
+    'routes:\n' +
+    '  - http: POST /slow\n    sequence: [slow]\n' +
+    '  - http: POST /one\n    sequence: [one]\n';
+  const c = await chain(t, spec);
+  const started = Date.now();
+  const answers = await Promise.all(['a', 'b', 'c', 'd'].map((b) => post(`${c.url}/slow`, b)));
+  const took = Date.now() - started;
+  const most = answers.map((a) => {
+    assert.equal(a.status, 200, a.text);
+    const m = /^[A-D] max=(\d)$/.exec(a.text);
+    assert.ok(m, a.text);
+    return Number(m[1]);
+  });
+  assert.ok(Math.max(...most) >= 2, `requests overlapped in the handler: ${most}`);
+  assert.ok(took < 3500, `four 1 s handlers at concurrency 4 took ${took} ms`);
+  // At concurrency 1 they take turns.
+  const one = await Promise.all(['x', 'y'].map((b) => post(`${c.url}/one`, b)));
+  assert.deepEqual(
+    one.map((a) => a.text),
+    ['X max=1', 'Y max=1'],
+  );
+});
+
+test('an idle instance uses no CPU; a killed one is answered 502 and restarted', async (t) => {
+  const spec =
+    'name: nodesdk3\ntimeout: 10s\nfunctions:\n' +
+    fn('slow', 'sleep', ', JSFN_SLEEP_MS: 2000') +
+    'routes:\n  - http: POST /slow\n    sequence: [slow]\n';
+  const c = await chain(t, spec);
+  await until(() => c.instances().length === 1, 10_000, 'one instance');
+  const [pid] = c.instances();
+  await new Promise((r) => setTimeout(r, 1000));
+  const before = ticks(pid);
+  await new Promise((r) => setTimeout(r, 2000));
+  const used = ticks(pid) - before;
+  assert.ok(used <= 5, `an idle Node.js instance used ${used} ticks in 2 s`);
+
+  const inFlight = post(`${c.url}/slow`, 'late');
+  await new Promise((r) => setTimeout(r, 500));
+  process.kill(pid, 'SIGKILL');
+  const killed = await inFlight;
+  assert.equal(killed.status, 502, killed.text);
+  await until(
+    () => c.instances().some((p) => p !== pid),
+    10_000,
+    'a new instance',
+  );
+  const again = await post(`${c.url}/slow`, 'again');
+  assert.deepEqual([again.status, again.text], [200, 'AGAIN max=1']);
+});
+
+test('outside a chain, run() exits 2 and says why', () => {
+  const out = spawnSync(process.execPath, [JSFN], {
+    env: { ...process.env, JSFN_MODE: 'upper' },
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  assert.equal(out.status, 2, out.stderr);
+  assert.match(out.stderr, /zerohop: cannot start: ZEROHOP_\w+ is not set/);
+});

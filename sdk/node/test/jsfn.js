@@ -1,0 +1,170 @@
+'use strict';
+// A Node.js function for the SDK's tests, its behaviour chosen by JSFN_MODE:
+//   upper     upper-cases the body in place (through the Buffer)
+//   exclaim   returns the body with "!" appended (a new body)
+//   throw     throws a TypeError (calls something that is not a function)
+//   fail      throws HandlerError 422 naming the body
+//   reject    an async handler whose promise rejects with a RangeError
+//   call      calls JSFN_CALLS (comma separated) one by one: "name=output;" or "name!status;"
+//   callall   the same with one fan-out (callAll)
+//   join      the same over a static fan-out's branches
+//   count     a state counter named by the body (stateGet/stateSet), "N"
+//   statedel  deletes the key named by the body: "true" or "false"
+//   header    the X-Test header, or "<none>"
+//   forward   on to JSFN_TARGET
+//   reply     straight back to the client with "replied"
+//   meta      "id function method path capacity" of the request
+//   resize    extend(" more"), then setLen(body length - 1), then returns req.body
+//   toolarge  setLen past the capacity (a HandlerError 500 naming it)
+//   sleep     waits JSFN_SLEEP_MS (default 300) on a timer, then upper-cases the body and
+//             appends " max=N": the most handlers this instance had in flight at once
+//   keep      keeps the body's Buffer; answers the length the Buffer kept by the previous
+//             request reads now ("kept=N")
+//   gone      keeps the request; the next request answers what using it throws
+//   busy      starts a call and, without awaiting it, reads req.body: what that throws
+//   block     busy-waits JSFN_SLEEP_MS (default 2000) on the event loop, then upper-cases
+
+const zerohop = require('../index.js');
+
+const MODE = process.env.JSFN_MODE || 'upper';
+const CALLS = (process.env.JSFN_CALLS || '').split(',').filter(Boolean);
+const SLEEP_MS = Number(process.env.JSFN_SLEEP_MS || (MODE === 'block' ? 2000 : 300));
+
+let kept = null;
+let keptReq = null;
+let inFlight = 0;
+let most = 0;
+
+function listed(names, answers) {
+  let out = '';
+  names.forEach((name, i) => {
+    const a = answers[i];
+    out += a.ok ? `${name}=${a.body.toString()};` : `${name}!${a.status};`;
+  });
+  return out;
+}
+
+function upper(buf) {
+  for (let i = 0; i < buf.length; i++) {
+    if (buf[i] >= 0x61 && buf[i] <= 0x7a) buf[i] -= 0x20;
+  }
+}
+
+const handlers = {
+  upper(req) {
+    upper(req.body);
+  },
+  exclaim(req) {
+    return Buffer.concat([req.body, Buffer.from('!')]);
+  },
+  throw(req) {
+    const notAFunction = req.body.length;
+    return notAFunction();
+  },
+  fail(req) {
+    throw new zerohop.HandlerError(422, `refusing ${req.body.toString()}`);
+  },
+  async reject() {
+    await new Promise((r) => setTimeout(r, 10));
+    throw new RangeError('out of range');
+  },
+  async call(req) {
+    const data = Buffer.from(req.body);
+    const answers = [];
+    for (const name of CALLS) answers.push(await req.call(name, data));
+    return listed(CALLS, answers);
+  },
+  async callall(req) {
+    const answers = await req.callAll(CALLS.map((n) => [n, req.body]));
+    return listed(CALLS, answers);
+  },
+  join(req) {
+    return listed(CALLS, req.branches());
+  },
+  count(req) {
+    const key = req.body.toString();
+    const old = req.stateGet(key);
+    const n = old && old.length === 8 ? old.readBigUInt64LE() + 1n : 1n;
+    const v = Buffer.alloc(8);
+    v.writeBigUInt64LE(n);
+    req.stateSet(key, v);
+    return String(n);
+  },
+  statedel(req) {
+    return String(req.stateDelete(req.body));
+  },
+  header(req) {
+    return req.header('X-Test') ?? '<none>';
+  },
+  forward() {
+    return zerohop.forward(process.env.JSFN_TARGET);
+  },
+  reply() {
+    return zerohop.reply('replied');
+  },
+  meta(req) {
+    return `${req.id} ${req.function} ${req.method} ${req.path} ${req.capacity}`;
+  },
+  resize(req) {
+    req.extend(' more');
+    req.setLen(req.body.length - 1);
+    return req.body;
+  },
+  toolarge(req) {
+    req.setLen(req.capacity + 1);
+  },
+  async sleep(req) {
+    inFlight++;
+    most = Math.max(most, inFlight);
+    try {
+      await new Promise((r) => setTimeout(r, SLEEP_MS));
+      upper(req.body);
+      req.extend(` max=${most}`);
+    } finally {
+      inFlight--;
+    }
+  },
+  keep(req) {
+    const before = kept === null ? 'none' : String(kept.length);
+    kept = req.body;
+    return `kept=${before}`;
+  },
+  gone(req) {
+    let said = 'none';
+    if (keptReq !== null) {
+      try {
+        keptReq.setBody('late');
+        said = 'nothing thrown';
+      } catch (e) {
+        said = e.message;
+      }
+    }
+    keptReq = req;
+    return said;
+  },
+  async busy(req) {
+    const pending = req.call(CALLS[0], 'x');
+    let said = 'nothing thrown';
+    try {
+      void req.body;
+    } catch (e) {
+      said = e.message;
+    }
+    await pending;
+    return said;
+  },
+  block(req) {
+    const until = Date.now() + SLEEP_MS;
+    while (Date.now() < until) {
+      // The event loop is held.
+    }
+    upper(req.body);
+  },
+};
+
+const handler = handlers[MODE];
+if (!handler) {
+  process.stderr.write(`jsfn: unknown JSFN_MODE ${MODE}\n`);
+  process.exit(2);
+}
+zerohop.run(handler);
