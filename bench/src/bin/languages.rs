@@ -11,20 +11,26 @@
 //! own runtime. Measured, per language:
 //!
 //! * **per-hop cost**: closed loop at concurrency 1 (the bench's load generator, hyper
-//!   keep-alive, 100-byte bodies, every answer checked) on `/one` and `/chain`, in `--rounds`
-//!   alternating rounds (ABBA); per-hop = (p50(K) - p50(1)) / (K - 1) from the medians over
-//!   the rounds, and the same with the means; RPS; p99; CPU of the function instances per
-//!   request and per hop (`utime + stime` of `/proc/PID/stat`), and of the `zerohop up`
-//!   process (gateway and agent) for comparison;
-//! * **idle CPU**: with the chain up and no traffic for `--idle-seconds`, CPU of the K
+//!   keep-alive, 100-byte bodies, every answer checked) on `/one` and `/chain`; per-hop =
+//!   (p50(K) - p50(1)) / (K - 1) from the medians over `--rounds` rounds, and the same with
+//!   the means; RPS; p99; CPU of the function instances per request and per hop (`utime +
+//!   stime` of `/proc/PID/stat`), and of the `zerohop up` process (gateway and agent);
+//! * **idle CPU**: with every chain up and no traffic for `--idle-seconds`, CPU of the K
 //!   instances (clock ticks, and nanoseconds from `/proc/PID/task/TID/schedstat`) and how
-//!   often their threads ran;
+//!   often their threads were switched in;
 //! * **idle RSS**: `VmRSS` of `p1` (which served both routes) from `/proc/PID/status`, `Pss`
 //!   and private memory from `/proc/PID/smaps_rollup`, and its threads.
 //!
-//! Rust is the reference: every language's per-hop cost and CPU per hop are also given as a
-//! ratio to Rust's, from the same run. The machine this was written on has 2 vCPUs with steal
-//! time: trust ratios within one run, not absolute numbers. Nothing is pinned.
+//! Every language's chain is up at once and the languages take turns within each round (each
+//! round starting with another one, the routes' order alternating), so that a disturbance of
+//! the machine falls on all of them alike; the CPU that other processes and the host (steal)
+//! took while the points ran is reported beside the numbers, and a run where they took more
+//! than a tenth of a core is called disturbed. As in `zerohop-bench`, on 2 or more CPUs the
+//! load generator runs on CPU 0 and every chain on CPU 1 (`--no-pin` turns that off): a hop
+//! is then a wake-up on the same core, and the numbers do not depend on where the scheduler
+//! put each process (unpinned, the same point ran at 32 or at 70 us from one run to the
+//! next). Rust is the reference: per-hop cost, CPU per hop and RSS are also given as a ratio
+//! to Rust's from the same run. Trust ratios within one run, not absolute numbers.
 //!
 //! The binary builds what it needs (C with `cc` and `pkg-config` against the installed C SDK,
 //! Go with `go build`, into `target/bench-languages/`) and checks the rest; a language whose
