@@ -9,9 +9,10 @@
 //! handler threads wait like this, so N requests can be in JavaScript at once.
 //!
 //! The thread never waits for good on a request JavaScript lost: the channel's only sender
-//! is the request's JavaScript object, so a job that never reached JavaScript, or an
-//! object dropped without an outcome, ends the wait with a 500; and a dispatcher that
-//! throws answers 500 as well (`request::fail`).
+//! travels with the job, so a job that could not be queued, or was dropped before it
+//! became a JavaScript object, ends the wait with a 500; a dispatcher that throws answers
+//! 500 too (`request::fail`). A handler whose promise never settles does hold its thread:
+//! the client gets 504 at the chain's timeout, and the agent stops the instance as hung.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};

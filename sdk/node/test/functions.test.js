@@ -5,6 +5,9 @@
 
 const assert = require('node:assert/strict');
 const { spawnSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
 const test = require('node:test');
 
 const { Chain, fn, post, ticks, until, JSFN } = require('./chain.js');
@@ -184,4 +187,45 @@ test('outside a chain, run() exits 2 and says why', () => {
   });
   assert.equal(out.status, 2, out.stderr);
   assert.match(out.stderr, /zerohop: cannot start: ZEROHOP_\w+ is not set/);
+});
+
+test('runtime: node runs a handler file with the package from its node_modules', async (t) => {
+  // As a user's project has it: the handler beside a node_modules/zerohop (here a link to
+  // this package), in a folder the chain's uid can read.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'zerohop-node-rt-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  fs.chmodSync(dir, 0o755);
+  fs.mkdirSync(path.join(dir, 'node_modules'), { mode: 0o755 });
+  fs.symlinkSync(path.resolve(__dirname, '..'), path.join(dir, 'node_modules', 'zerohop'));
+  fs.writeFileSync(
+    path.join(dir, 'greet.js'),
+    "const zerohop = require('zerohop');\n" +
+      'exports.handle = async (req) => {\n' +
+      "  if (req.body.length === 0) throw new zerohop.HandlerError(400, 'say who');\n" +
+      "  return Buffer.concat([Buffer.from('hello, '), req.body]);\n" +
+      '};\n',
+    { mode: 0o644 },
+  );
+  // The example, both ways: its export run by the loader, and run as a program.
+  const example = path.resolve(__dirname, '..', 'examples', 'upper.js');
+  const node = process.execPath;
+  const c = await chain(
+    t,
+    'name: noderuntime\nfunctions:\n' +
+      `  greet: { runtime: node, handler: "${dir}/greet.js:handle", interpreter: "${node}" }\n` +
+      `  upper: { runtime: node, handler: "${example}", interpreter: "${node}" }\n` +
+      `  upper2: { command: ["${node}", "${example}"] }\n` +
+      'routes:\n' +
+      '  - http: POST /greet\n    sequence: [greet]\n' +
+      '  - http: POST /upper\n    sequence: [upper]\n' +
+      '  - http: POST /upper2\n    sequence: [upper2]\n',
+  );
+  const r = await post(`${c.url}/greet`, 'world');
+  assert.deepEqual([r.status, r.text], [200, 'hello, world']);
+  const e = await post(`${c.url}/greet`, '');
+  assert.deepEqual([e.status, e.text], [400, "function 'greet': say who\n"]);
+  for (const route of ['/upper', '/upper2']) {
+    const u = await post(c.url + route, 'hello');
+    assert.deepEqual([u.status, u.text], [200, 'HELLO'], route);
+  }
 });
