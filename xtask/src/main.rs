@@ -2,9 +2,12 @@
 //!
 //! * `cargo xtask demo`: builds the release binaries and runs the hello chain
 //!   (`zerohop up examples/hello/chain.yaml`) until Ctrl-C.
-//! * `cargo xtask test`: builds the binaries the end-to-end tests start and installs the C
-//!   SDK (`target/c-sdk`), runs every test of the workspace, the Go SDK's tests (`go test`
-//!   in `sdk/go`), installs the Python SDK (`target/python-sdk`) and runs its tests
+//! * `cargo xtask polyglot`: builds the five functions of `examples/polyglot` (Python, Go,
+//!   Rust, Node.js, C) and runs its chain until Ctrl-C.
+//! * `cargo xtask test`: builds the binaries the end-to-end tests start, every SDK (the C SDK
+//!   in `target/c-sdk`, the Python SDK in `target/python-sdk`, the Node.js addon) and the
+//!   polyglot example's functions, runs every test of the workspace, the Go SDK's tests
+//!   (`go test` in `sdk/go`), the Node.js SDK's (`node --test`) and the Python SDK's
 //!   (pytest), then the loom model checks of the allocator and the ring.
 //! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [--no-activation] [ARGS]`: builds
 //!   everything, runs `zerohop-bench` (every system side by side, see `bench/README.md`) into
@@ -38,11 +41,14 @@ fn main() -> Result<()> {
         Some("bench") => bench(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         Some("c-sdk") => c_sdk(&args[1..]),
+        Some("polyglot") => polyglot(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
                  tasks:\n  \
                  demo [ARGS]   build and run the hello chain (extra ARGS go to `zerohop up`)\n  \
+                 polyglot [ARGS]\n                \
+                 build and run examples/polyglot (Python -> Go -> Rust -> Node.js -> C)\n  \
                  test [ARGS]   build, run all tests (extra ARGS go to `cargo test`), then loom checks\n  \
                  bench [ARGS]  build, benchmark zerohop against the baselines (ARGS go to\n                \
                  zerohop-bench, e.g. --quick), write results/ and its plots, then the\n                \
@@ -150,11 +156,8 @@ fn demo(extra: &[String]) -> Result<()> {
     Err(err).context("starting target/release/zerohop")
 }
 
-fn test(extra: &[String]) -> Result<()> {
-    build_bins()?;
-    // The C functions of the tests are built against it, as a user builds them; the
-    // workspace's end-to-end tests (starters, the polyglot chain) use every SDK.
-    c_sdk(&[])?;
+/// Installs the Python SDK into `target/python-sdk` (pip builds it with maturin).
+fn python_sdk() -> Result<()> {
     run(
         "installing the Python SDK into target/python-sdk (pip builds it with maturin)",
         Command::new("python3").args([
@@ -168,7 +171,95 @@ fn test(extra: &[String]) -> Result<()> {
             "sdk/python",
         ]),
     )
-    .context("the Python SDK needs Python 3.11 or newer with pip (`python3` on PATH)")?;
+    .context("the Python SDK needs Python 3.11 or newer with pip (`python3` on PATH)")
+}
+
+/// Builds the Node.js SDK's native addon (`sdk/node/zerohop.node`, `npm run build`).
+fn node_sdk() -> Result<()> {
+    run(
+        "building the Node.js SDK's addon (npm run build in sdk/node)",
+        Command::new("npm")
+            .args(["run", "--silent", "build"])
+            .current_dir("sdk/node"),
+    )
+    .context("the Node.js SDK needs Node.js 18 or newer with npm (`npm` on PATH)")
+}
+
+/// Builds every SDK and the functions of `examples/polyglot` (after [`build_bins`], which
+/// builds its Rust step): the C SDK, the C step (`target/polyglot/step-c`), the Go step
+/// (`target/polyglot/step-go`), the Python SDK, the Node.js addon and the example's
+/// `node_modules`.
+fn polyglot_build() -> Result<()> {
+    c_sdk(&[])?;
+    let pkgconfig = workspace_root().join("target/c-sdk/lib/pkgconfig");
+    let out = workspace_root().join("target/polyglot");
+    std::fs::create_dir_all(&out)?;
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "zerohop-static"])
+        .env("PKG_CONFIG_PATH", &pkgconfig)
+        .output()
+        .context("running pkg-config (Debian: apt-get install pkg-config)")?;
+    if !flags.status.success() {
+        bail!(
+            "pkg-config found no zerohop-static in {}",
+            pkgconfig.display()
+        );
+    }
+    let flags = String::from_utf8(flags.stdout)?;
+    run(
+        "compiling the C step of examples/polyglot",
+        Command::new("cc")
+            .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
+            .arg("examples/polyglot/step.c")
+            .arg("-o")
+            .arg(out.join("step-c"))
+            .args(flags.split_whitespace()),
+    )?;
+    run(
+        "building the Go step of examples/polyglot",
+        Command::new("go")
+            .args(["build", "-buildvcs=false", "-o"])
+            .arg(out.join("step-go"))
+            .arg(".")
+            .current_dir("examples/polyglot")
+            .env("PKG_CONFIG_PATH", &pkgconfig),
+    )
+    .context("the Go step needs Go 1.22 or newer (`go` on PATH)")?;
+    python_sdk()?;
+    node_sdk()?;
+    run(
+        "linking the Node.js SDK into examples/polyglot/node_modules",
+        Command::new("npm")
+            .args([
+                "install",
+                "--offline",
+                "--no-audit",
+                "--no-fund",
+                "--silent",
+            ])
+            .current_dir("examples/polyglot"),
+    )
+}
+
+/// `cargo xtask polyglot`: builds the polyglot example's five functions and runs its chain
+/// until Ctrl-C.
+fn polyglot(extra: &[String]) -> Result<()> {
+    build_bins()?;
+    polyglot_build()?;
+    eprintln!("xtask: starting the polyglot chain; try it with:");
+    eprintln!("  curl -s -X POST --data 'hello' http://127.0.0.1:8080/polyglot");
+    let err = Command::new("target/release/zerohop")
+        .args(["up", "examples/polyglot/chain.yaml"])
+        .args(extra)
+        .exec();
+    Err(err).context("starting target/release/zerohop")
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    build_bins()?;
+    // The C functions of the tests are built against the C SDK, as a user builds them; the
+    // workspace's end-to-end tests (starters, the polyglot chain) use every SDK.
+    polyglot_build()?;
     run(
         "running the workspace tests",
         cargo()
@@ -184,6 +275,12 @@ fn test(extra: &[String]) -> Result<()> {
             .env("PKG_CONFIG_PATH", &pkgconfig),
     )
     .context("the Go SDK's tests need Go 1.22 or newer (`go` on PATH)")?;
+    run(
+        "the Node.js SDK's tests (npm test: node --test in sdk/node)",
+        Command::new("npm")
+            .args(["test", "--silent"])
+            .current_dir("sdk/node"),
+    )?;
     run(
         "pytest for the tests of the Python SDK",
         Command::new("python3").args(["-m", "pip", "install", "-q", "pytest>=7"]),

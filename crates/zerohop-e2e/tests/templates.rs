@@ -141,3 +141,18 @@ fn python_starter_serves() {
     .expect("write chain.yaml");
     serves(tmp, &dir, "python");
 }
+
+#[test]
+fn node_starter_builds_and_serves() {
+    let (tmp, dir) = new_starter("node");
+    assert!(
+        root().join("sdk/node/zerohop.node").exists(),
+        "the Node.js addon is not built: `npm run build` in sdk/node (cargo xtask test does)"
+    );
+    run(
+        &dir,
+        "npm install",
+        Command::new("npm").args(["install", "--offline", "--no-audit", "--no-fund"]),
+    );
+    serves(tmp, &dir, "node");
+}

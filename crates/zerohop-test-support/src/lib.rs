@@ -422,8 +422,17 @@ impl ChainProcess {
 
     /// Runs `zerohop up` on an existing spec file; `dir` is removed when the chain drops.
     pub fn start_file(file: &Path, args: &[&str], dir: TempDir) -> Self {
+        Self::start_file_in(file, args, dir, None)
+    }
+
+    /// [`start_file`](Self::start_file) with `zerohop up` running in the folder `cwd` (for
+    /// specs with paths relative to where they are run from, such as `env` values).
+    pub fn start_file_in(file: &Path, args: &[&str], dir: TempDir, cwd: Option<&Path>) -> Self {
         use std::io::BufRead;
         let mut cmd = Command::new(target_bin("zerohop"));
+        if let Some(cwd) = cwd {
+            cmd.current_dir(cwd);
+        }
         cmd.arg("up")
             .arg(file)
             .args(["--listen", "127.0.0.1:0"])

@@ -1,0 +1,24 @@
+// Step 2 of the polyglot chain, in Go: checks that the Python step came first and appends
+// its tag, both on the slot's bytes (r.Body is a slice over shared memory). A body starting
+// with `SLEEP-GO:` waits 2 s first.
+package main
+
+import (
+	"bytes"
+	"time"
+
+	"zerohop.dev/zerohop"
+)
+
+func main() {
+	zerohop.Run(func(r *zerohop.Request) (zerohop.Next, error) {
+		b := r.Body()
+		if !bytes.HasSuffix(b, []byte("+py")) {
+			return zerohop.Continue, &zerohop.Error{Status: 500, Message: "go: the Python step did not run first"}
+		}
+		if bytes.HasPrefix(b, []byte("SLEEP-GO:")) {
+			time.Sleep(2 * time.Second)
+		}
+		return zerohop.Continue, r.Extend([]byte("+go"))
+	})
+}
