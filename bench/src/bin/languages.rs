@@ -28,7 +28,7 @@
 //! than a tenth of a core is called disturbed. As in `zerohop-bench`, on 2 or more CPUs the
 //! load generator runs on CPU 0 and every chain on CPU 1 (`--no-pin` turns that off): a hop
 //! is then a wake-up on the same core, and the numbers do not depend on where the scheduler
-//! put each process (unpinned, the same point ran at 32 or at 70 us from one run to the
+//! put each process (unpinned, the same point ran at 32 us in one round and 70 us in the
 //! next). Rust is the reference: per-hop cost, CPU per hop and RSS are also given as a ratio
 //! to Rust's from the same run. Trust ratios within one run, not absolute numbers.
 //!
@@ -1241,13 +1241,15 @@ fn markdown(r: &Report) -> String {
          of the body where the gateway wrote it (no copy) and sends the body on unchanged \
          (`bench/languages/`). The bench's load generator (hyper, keep-alive, {} B bodies, \
          every answer checked) drives each route in a closed loop at concurrency 1, {:.0} s \
-         per point after a {:.1} s warm-up per route, in {} rounds alternating the order of \
-         the routes; p50, mean and p99 are medians over the rounds. Per-hop = (p50({k}) - \
+         per point after a {:.1} s warm-up per route, in {} rounds; every language's chain \
+         is up at once and the languages take turns within each round (each round starting \
+         with another one, the routes' order alternating), so that a disturbance falls on \
+         all alike. p50, mean and p99 are medians over the rounds. Per-hop = (p50({k}) - \
          p50(1)) / {}; the ratio is to Rust's from this run. CPU is `utime + stime` of the \
          instances' `/proc/PID/stat` over the points (clock ticks of {:.0} ms); per hop is \
          the {k} instances' CPU per request of `/chain` over {k}. Idle: {:.1} s with no \
-         traffic after {:.1} s of quiet, CPU of the {k} instances (ticks; the second table \
-         has the same from the threads' `schedstat` in ns) and how often their threads were \
+         traffic after {:.1} s of quiet, every chain up, CPU of each language's {k} instances \
+         (ticks; the second table has the same from the threads' `schedstat` in ns) and how often their threads were \
          switched in. RSS: `VmRSS` of `p1` after it served both routes and the idle window; \
          Pss and private memory from `smaps_rollup`. On a small VM with steal time, \
          compare ratios within one run, not absolute numbers across runs.\n",
