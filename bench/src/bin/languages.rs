@@ -517,8 +517,8 @@ fn prepare(language: Language, p: &Paths) -> Result<Function, Skip> {
             let sdk = p.target.join("python-sdk");
             if !sdk.join("zerohop").is_dir() {
                 return not_run(format!(
-                    "the Python SDK is not installed in {}: run `python3 -m pip install \
-                     --target target/python-sdk sdk/python`",
+                    "the Python SDK is not installed in {0}: run `python3 -m pip install \
+                     --target {0} sdk/python`",
                     sdk.display()
                 ));
             }
