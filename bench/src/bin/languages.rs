@@ -1368,6 +1368,7 @@ fn run(args: &Args) -> Result<bool> {
         plan.seconds > 0.0 && plan.idle_seconds > 0.0,
         "--seconds and --idle-seconds must be positive"
     );
+    let machine = Machine::read();
     let loadavg_before = std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
         .split_whitespace()
@@ -1532,7 +1533,7 @@ fn run(args: &Args) -> Result<bool> {
         .iter()
         .all(|r| r.status != Status::Failed && r.errors.is_empty());
     let report = Report {
-        machine: Machine::read(),
+        machine,
         loadavg_before,
         settings: Settings {
             hops: plan.hops,
