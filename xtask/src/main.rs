@@ -9,12 +9,13 @@
 //!   polyglot example's functions, runs every test of the workspace, the Go SDK's tests
 //!   (`go test` in `sdk/go`), the Node.js SDK's (`node --test`) and the Python SDK's
 //!   (pytest), then the loom model checks of the allocator and the ring.
-//! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [--no-activation] [ARGS]`: builds
-//!   everything, runs `zerohop-bench` (every system side by side, see `bench/README.md`) into
-//!   `results/`, draws the plots, then runs the scale point (`zerohop-bench-scale`;
-//!   `--no-scale` skips it), the applications beside their HTTP deployments
-//!   (`zerohop-bench-apps`; `--no-apps` skips it) and activation from zero, parked next to
-//!   cold (`zerohop-bench-activation`; `--no-activation` skips it).
+//! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [--no-activation] [--no-languages]
+//!   [ARGS]`: builds everything, runs `zerohop-bench` (every system side by side, see
+//!   `bench/README.md`) into `results/`, draws the plots, then runs the scale point
+//!   (`zerohop-bench-scale`; `--no-scale` skips it), the applications beside their HTTP
+//!   deployments (`zerohop-bench-apps`; `--no-apps` skips it), activation from zero, parked
+//!   next to cold (`zerohop-bench-activation`; `--no-activation` skips it) and functions in
+//!   each language (`zerohop-bench-languages`; `--no-languages` skips it).
 //! * `cargo xtask c-sdk [--prefix DIR]`: builds the C SDK's library and installs it with its
 //!   header and a pkg-config file under DIR (default `target/c-sdk`; see `docs/sdk-c.md`).
 //! * `cargo xtask fuzz [--seconds N] [TARGET...]`: installs cargo-fuzz if it is missing, builds
@@ -53,7 +54,7 @@ fn main() -> Result<()> {
                  bench [ARGS]  build, benchmark zerohop against the baselines (ARGS go to\n                \
                  zerohop-bench, e.g. --quick), write results/ and its plots, then the\n                \
                  scale point (--no-scale skips it), the applications (--no-apps) and\n                \
-                 activation from zero (--no-activation)\n  \
+                 activation from zero (--no-activation) and the languages (--no-languages)\n  \
                  fuzz [--seconds N] [TARGET...]\n                \
                  run the fuzz targets (all, or the named ones) for N seconds each (default 30)\n  \
                  c-sdk [--prefix DIR]\n                \
@@ -325,7 +326,12 @@ fn bench(extra: &[String]) -> Result<()> {
         .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
     // `--no-scale`, `--no-apps` and `--no-activation` are ours (skip the scale point, the
     // applications, activation); the rest goes to zerohop-bench.
-    let ours = ["--no-scale", "--no-apps", "--no-activation"];
+    let ours = [
+        "--no-scale",
+        "--no-apps",
+        "--no-activation",
+        "--no-languages",
+    ];
     let status = Command::new("target/release/zerohop-bench")
         .args(extra.iter().filter(|a| !ours.contains(&a.as_str())))
         .status()
@@ -368,6 +374,20 @@ fn bench(extra: &[String]) -> Result<()> {
             out.display()
         );
     }
+    let languages_ok = if extra
+        .iter()
+        .any(|a| a == "--smoke" || a == "--no-languages")
+    {
+        true
+    } else {
+        languages(&out, extra.iter().any(|a| a == "--quick"))?
+    };
+    if !languages_ok {
+        bail!(
+            "a language failed or had errors; see {}/languages.md",
+            out.display()
+        );
+    }
     if status.code() == Some(1) {
         bail!(
             "some systems failed or answered wrongly; see {}/summary.md",
@@ -392,6 +412,19 @@ fn apps(out: &Path, quick: bool) -> Result<bool> {
 fn activation(out: &Path, quick: bool) -> Result<bool> {
     eprintln!("xtask: activation from zero (parked instance beside a cold start)");
     report_bench("zerohop-bench-activation", out, quick)
+}
+
+/// Pass-through functions in Rust, C, Go, Python and Node.js on the same runtime (per-hop
+/// cost against Rust's, CPU per hop, idle CPU, idle memory), written to `out/languages.md`
+/// and `out/languages.json`. Returns whether it ran without errors; a language whose
+/// toolchain is missing is reported as not run, not as an error.
+fn languages(out: &Path, quick: bool) -> Result<bool> {
+    // C and Go are built against the C SDK; Python and Node.js need theirs installed.
+    c_sdk(&[])?;
+    python_sdk()?;
+    node_sdk()?;
+    eprintln!("xtask: functions in each language (Rust, C, Go, Python, Node.js)");
+    report_bench("zerohop-bench-languages", out, quick)
 }
 
 /// Runs the benchmark binary `name` writing into `out` (`--quick` if asked): `Ok(true)`
