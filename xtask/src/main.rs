@@ -53,7 +53,7 @@ fn main() -> Result<()> {
                  test [ARGS]   build, run all tests (extra ARGS go to `cargo test`), then loom checks\n  \
                  bench [ARGS]  build, benchmark zerohop against the baselines (ARGS go to\n                \
                  zerohop-bench, e.g. --quick), write results/ and its plots, then the\n                \
-                 scale point (--no-scale skips it), the applications (--no-apps) and\n                \
+                 scale point (--no-scale skips it), the applications (--no-apps),\n                \
                  activation from zero (--no-activation) and the languages (--no-languages)\n  \
                  fuzz [--seconds N] [TARGET...]\n                \
                  run the fuzz targets (all, or the named ones) for N seconds each (default 30)\n  \
