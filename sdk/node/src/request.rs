@@ -21,7 +21,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{SendError, Sender};
 
 use napi::bindgen_prelude::{ArrayBuffer, Buffer, Object, Uint8ArraySlice};
 use napi::{Env, Error, Status};
@@ -29,7 +29,7 @@ use napi_derive::napi;
 use zerohop_runtime::{Answer, CallError, HandlerError, Next, Request};
 
 use crate::raw::{self, BodyRef, Detached};
-use crate::serve::{CallDeferred, Command, Job, RequestPtr};
+use crate::serve::{Command, Job, RequestPtr};
 
 /// A native method's failure as JavaScript sees it: `err.code` names it (index.js turns
 /// `ZEROHOP_STATUS_<n>` into a `HandlerError` with status n).
@@ -360,15 +360,16 @@ impl NativeRequest {
             .into_iter()
             .zip(inputs.iter().map(|d| d.to_vec()))
             .collect();
-        let (answer, promise) = env.create_deferred().map_err(napi_error)?;
-        let answer: CallDeferred = answer;
         let tx = self.inner.tx.borrow();
         let tx = tx.as_ref().ok_or_else(gone)?;
+        let (answer, promise) = env.create_deferred().map_err(napi_error)?;
         self.inner.phase.set(Phase::Calling);
-        if tx.send(Command::Call { calls, answer }).is_err() {
-            // The runtime thread is gone (the instance is going down); the deferred went
-            // with the command, which rejects nothing: say so here.
+        if let Err(SendError(command)) = tx.send(Command::Call { calls, answer }) {
+            // The handler thread is gone (the instance is going down).
             self.inner.phase.set(Phase::Gone);
+            if let Command::Call { answer, .. } = command {
+                answer.reject(Error::new(Status::Cancelled, "the instance is stopping"));
+            }
             return Err(gone());
         }
         Ok(promise)
