@@ -128,9 +128,11 @@ test('async handlers: concurrency N has N requests in flight at once', async (t)
     'name: nodesdk2\nfunctions:\n' +
     fn('slow', 'sleep', ', JSFN_SLEEP_MS: 1000', ', concurrency: 4') +
     fn('one', 'sleep', ', JSFN_SLEEP_MS: 200') +
+    fn('fan', 'callall', ', JSFN_CALLS: "slow,slow"', ', calls: [slow], concurrency: 2') +
     'routes:\n' +
     '  - http: POST /slow\n    sequence: [slow]\n' +
-    '  - http: POST /one\n    sequence: [one]\n';
+    '  - http: POST /one\n    sequence: [one]\n' +
+    '  - http: POST /fan\n    sequence: [fan]\n';
   const c = await chain(t, spec);
   const started = Date.now();
   const answers = await Promise.all(['a', 'b', 'c', 'd'].map((b) => post(`${c.url}/slow`, b)));
@@ -143,6 +145,16 @@ test('async handlers: concurrency N has N requests in flight at once', async (t)
   });
   assert.ok(Math.max(...most) >= 2, `requests overlapped in the handler: ${most}`);
   assert.ok(took < 3500, `four 1 s handlers at concurrency 4 took ${took} ms`);
+  // Two requests, each calling `slow` twice at once: four calls in flight, made by two
+  // handler threads, each resolving its own promise.
+  const fanned = Date.now();
+  const fans = await Promise.all(['e', 'f'].map((b) => post(`${c.url}/fan`, b)));
+  const fanTook = Date.now() - fanned;
+  for (const [i, a] of fans.entries()) {
+    const b = 'EF'[i];
+    assert.match(a.text, new RegExp(`^slow=${b} max=\\d;slow=${b} max=\\d;$`), a.text);
+  }
+  assert.ok(fanTook < 3500, `two fan-outs of two 1 s calls took ${fanTook} ms`);
   // At concurrency 1 they take turns.
   const one = await Promise.all(['x', 'y'].map((b) => post(`${c.url}/one`, b)));
   assert.deepEqual(
