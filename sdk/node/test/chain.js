@@ -106,7 +106,7 @@ class Chain {
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
 
-  /** The chain's Node.js instances: processes named `node` under `zerohop up`. */
+  /** The chain's Node.js instances: processes named as this `node` under `zerohop up`. */
   instances() {
     const parent = new Map();
     const name = new Map();
@@ -128,7 +128,9 @@ class Chain {
       }
       return false;
     };
-    return [...name].filter(([pid, comm]) => comm === 'node' && under(pid)).map(([pid]) => pid);
+    // The kernel keeps the first 15 bytes of a program's name.
+    const node = path.basename(process.execPath).slice(0, 15);
+    return [...name].filter(([pid, comm]) => comm === node && under(pid)).map(([pid]) => pid);
   }
 }
 
