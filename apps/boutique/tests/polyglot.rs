@@ -294,6 +294,7 @@ impl Pair {
             "{service} {:?}: Rust, polyglot",
             String::from_utf8_lossy(input)
         );
+        assert_eq!(rust.body, poly.body, "{service}: byte for byte");
         rust
     }
 
