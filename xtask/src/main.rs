@@ -222,7 +222,7 @@ fn polyglot_build() -> Result<()> {
             .args(["build", "-buildvcs=false", "-o"])
             .arg(out.join("step-go"))
             .arg(".")
-            .current_dir("examples/polyglot")
+            .current_dir("examples/polyglot/go")
             .env("PKG_CONFIG_PATH", &pkgconfig),
     )
     .context("the Go step needs Go 1.22 or newer (`go` on PATH)")?;
