@@ -132,6 +132,26 @@ pub fn gateway_thread_ticks(pid: u32) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// The numbers of the `Name:   N kB` lines `names` of a /proc file (status, smaps_rollup,
+/// meminfo), in KiB, 0 for a name absent; `None` when the file cannot be read.
+pub fn kib_fields(path: &str, names: &[&str]) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut out = vec![0; names.len()];
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        if let Some(i) = names.iter().position(|n| *n == key) {
+            out[i] = value
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

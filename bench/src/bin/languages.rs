@@ -56,7 +56,7 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use zerohop_bench::loadgen::{self, BodyMix, Load, RunResult};
 use zerohop_bench::procstat::{
-    cpu_ticks, online_cpus, pin_current_thread, ticks_per_second, ProcessId,
+    self as procstat, cpu_ticks, online_cpus, pin_current_thread, ticks_per_second, ProcessId,
 };
 use zerohop_bench::report::Machine;
 use zerohop_bench::Step;
@@ -794,32 +794,13 @@ fn sched(pid: u32) -> (u64, u64) {
         .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
 }
 
-/// Fields of a `Name:   N kB` file, KiB (0 when absent); `None` when it cannot be read.
-fn kib_fields(path: &str, names: &[&str]) -> Option<Vec<u64>> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let mut out = vec![0; names.len()];
-    for line in text.lines() {
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
-        if let Some(i) = names.iter().position(|n| *n == key) {
-            out[i] = value
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-        }
-    }
-    Some(out)
-}
-
 fn memory(pid: u32) -> Result<Memory> {
-    let s = kib_fields(
+    let s = procstat::kib_fields(
         &format!("/proc/{pid}/status"),
         &["VmRSS", "RssAnon", "RssFile", "RssShmem", "Threads"],
     )
     .ok_or_else(|| anyhow!("cannot read /proc/{pid}/status"))?;
-    let rollup = kib_fields(
+    let rollup = procstat::kib_fields(
         &format!("/proc/{pid}/smaps_rollup"),
         &["Pss", "Private_Clean", "Private_Dirty"],
     );

@@ -50,7 +50,7 @@ use nix::unistd::Pid;
 use serde::Serialize;
 use zerohop_bench::loadgen::{self, BodyMix, Load};
 use zerohop_bench::passes;
-use zerohop_bench::procstat::{stat, ticks_per_second, ProcessId as Proc};
+use zerohop_bench::procstat::{self, stat, ticks_per_second, ProcessId as Proc};
 use zerohop_bench::report::Machine;
 use zerohop_bench::systems::{FUNCTION_ENV, ZEROHOP_PATH};
 use zerohop_test_support::{all_stats, children, cpu_ticks, instances, open_fds, wait_until};
@@ -508,28 +508,9 @@ impl Drop for Chain {
 // ---------------------------------------------------------------------------------------
 // /proc readers.
 
-/// Fields of smaps_rollup / status, KiB.
-fn kib_fields(path: &str, names: &[&str]) -> Option<Vec<u64>> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let mut out = vec![0; names.len()];
-    for line in text.lines() {
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
-        if let Some(i) = names.iter().position(|n| *n == key) {
-            out[i] = value
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-        }
-    }
-    Some(out)
-}
-
 /// (Rss, Pss, private, Pss_Shmem) of smaps_rollup, KiB.
 fn rollup(pid: u32) -> Option<(u64, u64, u64, u64)> {
-    let v = kib_fields(
+    let v = procstat::kib_fields(
         &format!("/proc/{pid}/smaps_rollup"),
         &["Rss", "Pss", "Private_Clean", "Private_Dirty", "Pss_Shmem"],
     )?;
@@ -538,7 +519,7 @@ fn rollup(pid: u32) -> Option<(u64, u64, u64, u64)> {
 
 /// (VmPTE KiB, threads) of /proc/PID/status.
 fn status(pid: u32) -> (u64, u64) {
-    kib_fields(&format!("/proc/{pid}/status"), &["VmPTE", "Threads"])
+    procstat::kib_fields(&format!("/proc/{pid}/status"), &["VmPTE", "Threads"])
         .map_or((0, 0), |v| (v[0], v[1]))
 }
 
@@ -666,7 +647,7 @@ fn function_of(pid: u32) -> String {
 }
 
 fn meminfo_kib(name: &str) -> u64 {
-    kib_fields("/proc/meminfo", &[name]).map_or(0, |v| v[0])
+    procstat::kib_fields("/proc/meminfo", &[name]).map_or(0, |v| v[0])
 }
 
 /// The memfds `pid` holds, each region once: (name, bytes) plus the descriptor count.
