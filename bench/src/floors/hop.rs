@@ -103,6 +103,7 @@ pub(super) fn measure(
             "receivers blocked in poll; {} us pause before each round trip (not timed)",
             PAUSE.as_micros()
         ),
+        (Backend::Poll, _) => "receivers polling, never asleep (poll mode)".into(),
     };
     Ok(Floor::from_samples(
         name,

@@ -1,7 +1,7 @@
 //! `zerohop-transport`: how descriptors move between the parties of a chain and wake the
 //! receiver.
 //!
-//! One trait pair, [`Sender`] and [`Receiver`], and one factory, [`Transport`], with two
+//! One trait pair, [`Sender`] and [`Receiver`], and one factory, [`Transport`], with three
 //! backends today:
 //!
 //! * [`Backend::Ring`] (default): bounded single-producer queues in shared memory, one per
@@ -12,6 +12,8 @@
 //!   receiver has said it sleeps.
 //! * [`Backend::Socket`]: one `SOCK_SEQPACKET` socketpair per allowed edge, the reference
 //!   and fallback. Each party inherits only the ends of its own edges.
+//! * [`Backend::Poll`]: the ring, with function instances' receivers that never sleep
+//!   (SPRIGHT's D-mode): for comparison, a core per polling thread even when idle.
 //!
 //! A transport never sees payloads. What it delivers is checked by an [`Endpoint`] against
 //! the pool (slot in range, length within the slot, generation, current owner) and against
@@ -60,17 +62,21 @@ pub enum Backend {
     Ring,
     /// Unix `SOCK_SEQPACKET` socketpair per allowed edge.
     Socket,
+    /// The ring with function instances' receivers that never sleep (SPRIGHT's D-mode, for
+    /// comparison): the lowest hop latency, a core per polling thread, busy when idle.
+    Poll,
 }
 
 impl Backend {
     /// Every backend, for tests and benchmarks that run each.
-    pub const ALL: [Backend; 2] = [Backend::Ring, Backend::Socket];
+    pub const ALL: [Backend; 3] = [Backend::Ring, Backend::Socket, Backend::Poll];
 
     /// Lower-case name as used in specs and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Backend::Ring => "ring",
             Backend::Socket => "socket",
+            Backend::Poll => "poll",
         }
     }
 }
@@ -87,8 +93,9 @@ impl FromStr for Backend {
         match s {
             "ring" => Ok(Backend::Ring),
             "socket" => Ok(Backend::Socket),
+            "poll" => Ok(Backend::Poll),
             other => Err(format!(
-                "unknown transport {other:?}; use one of: ring, socket"
+                "unknown transport {other:?}; use one of: ring, socket, poll"
             )),
         }
     }
@@ -256,6 +263,9 @@ pub struct Options {
     pub spin_us: u32,
     /// How long a sender retries a full queue before it gives up, in milliseconds.
     pub send_timeout_ms: u32,
+    /// Ring receivers of function instances never sleep ([`Backend::Poll`]); set by
+    /// [`create`] and [`attach`] from the backend.
+    pub poll: bool,
 }
 
 impl Default for Options {
@@ -264,6 +274,7 @@ impl Default for Options {
             queue_capacity: 1024,
             spin_us: 20,
             send_timeout_ms: 1000,
+            poll: false,
         }
     }
 }
@@ -278,6 +289,11 @@ pub fn create(
 ) -> Result<Box<dyn Transport>, TransportError> {
     Ok(match backend {
         Backend::Ring => Box::new(ring::RingTransport::create(name, policy, opts)?),
+        Backend::Poll => Box::new(ring::RingTransport::create(
+            name,
+            policy,
+            Options { poll: true, ..opts },
+        )?),
         Backend::Socket => Box::new(socket::SocketTransport::create(policy, opts)?),
     })
 }
@@ -294,6 +310,12 @@ pub fn attach(
 ) -> Result<Box<dyn Transport>, TransportError> {
     Ok(match backend {
         Backend::Ring => Box::new(ring::RingTransport::attach(policy, me, fds, opts)?),
+        Backend::Poll => Box::new(ring::RingTransport::attach(
+            policy,
+            me,
+            fds,
+            Options { poll: true, ..opts },
+        )?),
         Backend::Socket => Box::new(socket::SocketTransport::attach(policy, me, fds, opts)?),
     })
 }

@@ -184,6 +184,7 @@ fn options(capacity: u32) -> Options {
         queue_capacity: capacity,
         spin_us: 0,
         send_timeout_ms: 100,
+        poll: false,
     }
 }
 

@@ -30,6 +30,10 @@ pub struct RingReceiver {
     peeked: Option<usize>,
     /// Per lane, the sender's tail as last read ([`Spsc::peek_cached`]).
     tails: Vec<u32>,
+    /// Poll mode (`transport: poll`): never sleep, look at the queues again and again.
+    poll: bool,
+    /// This thread may run on one CPU only.
+    one_cpu: bool,
     /// Spin budget before sleeping: the configured one, or zero when this thread may run on
     /// one CPU only. Spinning then only keeps the sender (which needs that very CPU) from
     /// running, so the receiver sleeps at once.
@@ -94,6 +98,27 @@ impl Stop for RingStop {
 const MIN_SPIN: Duration = Duration::from_micros(1);
 
 impl RingReceiver {
+    /// Poll mode's receive: the queues, round after round, until work or a stop; never a
+    /// system call, except a `sched_yield` every 64 rounds on a thread that may run on one
+    /// CPU only (where the sender needs that very CPU).
+    fn poll_forever(&mut self) -> Option<Raw> {
+        let mut rounds = 0u32;
+        loop {
+            if self.stop.stopped.load(Ordering::Acquire) {
+                return None;
+            }
+            if let Some(raw) = self.poll_once() {
+                return Some(raw);
+            }
+            rounds = rounds.wrapping_add(1);
+            if self.one_cpu && rounds % 64 == 0 {
+                std::thread::yield_now();
+            } else {
+                spin_hint();
+            }
+        }
+    }
+
     /// Doubles the spin budget (from [`MIN_SPIN`] when it was zero), up to the configured one.
     fn grow_budget(&mut self) {
         if self.spin >= MIN_SPIN {
@@ -102,7 +127,8 @@ impl RingReceiver {
     }
 
     pub(crate) fn new(shared: Arc<RingShared>, me: PartyId) -> Self {
-        let spin = if sys::allowed_cpus() > 1 {
+        let one_cpu = sys::allowed_cpus() <= 1;
+        let spin = if !one_cpu {
             Duration::from_micros(shared.opts.spin_us as u64)
         } else {
             Duration::ZERO
@@ -130,6 +156,8 @@ impl RingReceiver {
             word: AtomicU32::new(0),
         });
         Self {
+            poll: shared.opts.poll,
+            one_cpu,
             shared,
             me,
             tails: vec![0; lanes.len()],
@@ -208,6 +236,9 @@ impl Receiver for RingReceiver {
     }
 
     fn peek(&mut self) -> Option<Raw> {
+        if self.poll {
+            return self.poll_forever();
+        }
         let mut spin_start: Option<Instant> = None;
         let mut rounds = 0u32;
         loop {

@@ -387,7 +387,11 @@ impl RingTransport {
 
 impl Transport for RingTransport {
     fn backend(&self) -> Backend {
-        Backend::Ring
+        if self.shared.opts.poll {
+            Backend::Poll
+        } else {
+            Backend::Ring
+        }
     }
 
     fn parties(&self) -> u16 {
