@@ -74,7 +74,7 @@ pub enum SystemId {
 }
 
 impl SystemId {
-    /// Name in reports and on the command line: `zerohop-ring`, `zerohop-socket`,
+    /// Name in reports and on the command line: `zerohop-ring`, `zerohop-socket`, `zerohop-poll`,
     /// `monolith`, `http-chain`, `nginx-broker`.
     pub fn name(&self) -> String {
         match self {
@@ -834,6 +834,7 @@ mod tests {
             [
                 "zerohop-ring",
                 "zerohop-socket",
+                "zerohop-poll",
                 "monolith",
                 "http-chain",
                 "nginx-broker"

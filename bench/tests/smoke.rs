@@ -7,9 +7,10 @@ use std::process::Command;
 use serde_json::Value;
 use zerohop_test_support::{target_bin, TempDir};
 
-const SYSTEMS: [&str; 5] = [
+const SYSTEMS: [&str; 6] = [
     "zerohop-ring",
     "zerohop-socket",
+    "zerohop-poll",
     "monolith",
     "http-chain",
     "nginx-broker",

@@ -193,6 +193,11 @@ fn zerohop_socket() {
 }
 
 #[test]
+fn zerohop_poll() {
+    check(SystemId::Zerohop(Backend::Poll));
+}
+
+#[test]
 fn monolith() {
     check(SystemId::Monolith);
 }
@@ -216,6 +221,7 @@ fn all_lists_every_system_once() {
         [
             "zerohop-ring",
             "zerohop-socket",
+            "zerohop-poll",
             "monolith",
             "http-chain",
             "nginx-broker"
