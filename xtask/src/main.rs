@@ -283,14 +283,25 @@ fn test(extra: &[String]) -> Result<()> {
             .current_dir("sdk/node"),
     )?;
     run(
-        "pytest for the tests of the Python SDK",
-        Command::new("python3").args(["-m", "pip", "install", "-q", "pytest>=7"]),
+        "pytest for the tests of the Python SDK (into target/python-test)",
+        // Into a folder of its own, as the SDK: a system Python (PEP 668) refuses installs
+        // into its own environment, not into a target folder.
+        Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--upgrade",
+            "--target",
+            "target/python-test",
+            "pytest>=7",
+        ]),
     )?;
     run(
         "the Python SDK's tests (pytest in sdk/python/tests)",
         Command::new("python3")
             .args(["-m", "pytest", "-q", "sdk/python/tests"])
-            .env("PYTHONPATH", "target/python-sdk"),
+            .env("PYTHONPATH", "target/python-sdk:target/python-test"),
     )?;
     run(
         "loom model checks of the slot allocator and the ring",
