@@ -68,20 +68,6 @@ const h = name ? m[name] : typeof m === 'function' ? m : m.handler; \
 if (typeof h !== 'function') { console.error(`zerohop: ${file} exports no function ${name || 'handler'}`); process.exit(2); } \
 require('module').createRequire(file)('zerohop').run(h);";
 
-/// `path` made absolute against the current directory (the handler of `runtime` is found by
-/// the interpreter, which needs no `./` to tell a file from a package).
-fn absolute(path: &Path) -> String {
-    let path = if path.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        path
-    };
-    std::path::absolute(path)
-        .unwrap_or_else(|_| path.to_owned())
-        .display()
-        .to_string()
-}
-
 /// Most functions in one chain (the descriptor's `next` is one byte, 0xFF is the gateway).
 pub const MAX_FUNCTIONS: usize = 254;
 
@@ -1695,6 +1681,20 @@ fn http_header_name_invalid(h: &str) -> bool {
         || !h
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// `path` made absolute against the current directory (the handler of `runtime` is found by
+/// the interpreter, which needs no `./` to tell a file from a package).
+fn absolute(path: &Path) -> String {
+    let path = if path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        path
+    };
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_owned())
+        .display()
+        .to_string()
 }
 
 /// Parses `65536`, `64KiB`, `64K`, `1MiB`, `2GB`, `100B` (powers of two for every unit).

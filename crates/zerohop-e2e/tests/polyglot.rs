@@ -119,12 +119,12 @@ fn one_route_through_five_languages_on_one_slot() {
     std::thread::sleep(Duration::from_millis(300));
     let ticks: Vec<_> = before
         .values()
-        .map(|&p| cpu_ticks(p).unwrap_or(0))
+        .map(|&p| cpu_ticks(p).expect("an idle instance is alive"))
         .collect();
     let idle = Duration::from_secs(2);
     std::thread::sleep(idle);
     for ((name, &pid), t0) in before.iter().zip(ticks) {
-        let used = cpu_ticks(pid).unwrap_or(0) - t0;
+        let used = cpu_ticks(pid).expect("an idle instance is alive") - t0;
         let share = used as f64 / ticks_per_second() / idle.as_secs_f64();
         // Generous: a busy loop would be 1.0; sleeping in the kernel is 0.
         assert!(

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyRuntimeError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 use zerohop_runtime::{Answer, CallError, HandlerError, Next, Request};
 
@@ -135,13 +136,12 @@ impl NativeRequest {
     fn call_all(
         &self,
         py: Python<'_>,
-        calls: Vec<(String, Vec<u8>)>,
+        calls: Vec<(String, PyBackedBytes)>,
     ) -> PyResult<Vec<(u16, Py<PyBytes>)>> {
         let req = self.get()?;
-        let calls: Vec<(&str, &[u8])> = calls
-            .iter()
-            .map(|(f, d)| (f.as_str(), d.as_slice()))
-            .collect();
+        // The inputs are read where Python holds them (no copy until the runtime's own
+        // into each call's slot).
+        let calls: Vec<(&str, &[u8])> = calls.iter().map(|(f, d)| (f.as_str(), &**d)).collect();
         // The GIL is released while the calls wait, as for `call`.
         let results = py.detach(|| req.call_all(&calls));
         Ok(results.iter().map(|r| answer(py, r)).collect())

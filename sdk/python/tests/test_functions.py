@@ -198,22 +198,19 @@ def test_runtime_python_runs_a_handler_by_module_and_function() -> None:
         assert post(c.url + "/greet", b"world") == (200, "hello, world")
         c.stop()
         # `python3 -m zerohop` names what is missing, and exits 2.
-        out = subprocess.run(
-            [_python(), "-m", "zerohop", "--path", str(folder), "greeting:absent"],
-            env={**os.environ, "PYTHONPATH": str(PACKAGE_DIR)},
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        def loader(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [_python(), "-m", "zerohop", *args],
+                env={**os.environ, "PYTHONPATH": str(PACKAGE_DIR)},
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+
+        out = loader("--path", str(folder), "greeting:absent")
         assert out.returncode == 2
         assert "greeting has no function 'absent'" in out.stderr
-        out = subprocess.run(
-            [_python(), "-m", "zerohop", "nomodule_here:f"],
-            env={**os.environ, "PYTHONPATH": str(PACKAGE_DIR)},
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        out = loader("nomodule_here:f")
         assert out.returncode == 2
         assert "cannot import 'nomodule_here'" in out.stderr
     finally:

@@ -30,8 +30,6 @@ pub struct RingReceiver {
     peeked: Option<usize>,
     /// Per lane, the sender's tail as last read ([`Spsc::peek_cached`]).
     tails: Vec<u32>,
-    /// Poll mode (`transport: poll`): never sleep, look at the queues again and again.
-    poll: bool,
     /// This thread may run on one CPU only.
     one_cpu: bool,
     /// Spin budget before sleeping: the configured one, or zero when this thread may run on
@@ -104,7 +102,9 @@ impl RingReceiver {
     fn poll_forever(&mut self) -> Option<Raw> {
         let mut rounds = 0u32;
         loop {
-            if self.stop.stopped.load(Ordering::Acquire) {
+            // Relaxed: a flag looked at every round; nothing the stopper wrote before it is
+            // read after (the sleeping receiver's SeqCst look is for its futex wait).
+            if self.stop.stopped.load(Ordering::Relaxed) {
                 return None;
             }
             if let Some(raw) = self.poll_once() {
@@ -156,7 +156,6 @@ impl RingReceiver {
             word: AtomicU32::new(0),
         });
         Self {
-            poll: shared.opts.poll,
             one_cpu,
             shared,
             me,
@@ -236,7 +235,8 @@ impl Receiver for RingReceiver {
     }
 
     fn peek(&mut self) -> Option<Raw> {
-        if self.poll {
+        // Poll mode (`transport: poll`): never sleep.
+        if self.shared.opts.poll {
             return self.poll_forever();
         }
         let mut spin_start: Option<Instant> = None;
