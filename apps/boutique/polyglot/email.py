@@ -17,8 +17,9 @@ SERVICE = "email"
 
 def amount(m: wire.Money) -> str:
     """``12.34 EUR``: cents truncated toward zero, as ``Money``'s ``Display`` in money.rs."""
-    cents = abs(m.total_nanos) // 10_000_000
-    sign = "-" if m.total_nanos <= -10_000_000 else ""
+    nanos = m.total_nanos
+    cents = abs(nanos) // 10_000_000
+    sign = "-" if cents and nanos < 0 else ""
     return f"{sign}{cents // 100}.{cents % 100:02} {m.currency_code}"
 
 

@@ -255,4 +255,4 @@ const read = {
   },
 };
 
-module.exports = { WireError, JsonObject, JsonFloat, parse, rustDebug, read };
+module.exports = { WireError, parse, rustDebug, read };

@@ -153,10 +153,13 @@ class Reader:
     def string(self, v: Any) -> str:
         if not isinstance(v, str):
             raise self.bad(f"invalid type: {describe(v)}, expected a string")
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            raise self.bad("lone surrogate in hex escape") from None
+        # Only a \uD800-\uDFFF escape makes a surrogate (the text was valid UTF-8), and a
+        # surrogate is not ASCII: most strings need no encoding to rule one out.
+        if not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise self.bad("lone surrogate in hex escape") from None
         return v
 
     def integer(self, v: Any, lo: int, hi: int, what: str) -> int:

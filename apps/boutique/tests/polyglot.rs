@@ -19,23 +19,27 @@
 //! the Python SDK (`target/python-sdk`), the Node.js addon (`sdk/node/zerohop.node`).
 //! Every wait is bounded; every process is stopped by a guard, also on failure.
 
+mod harness;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use harness::{checkout_form, User, BAD_CARD, BARISTA_KIT, GOOD_CARD, TYPEWRITER, WAIT};
 use serde_json::{json, Value};
-use zerohop_app_boutique::load::report::Report;
-use zerohop_app_boutique::services::{payment, productcatalog};
-use zerohop_test_support::{instances, wait_until, ChainProcess, ChildGuard, ChildLines};
+use zerohop_app_boutique::money::Money;
+use zerohop_app_boutique::rpc::Service;
+use zerohop_app_boutique::services::productcatalog;
+use zerohop_app_boutique::services::recommendation::Recommendations;
+use zerohop_test_support::{instances, wait_until, ChainProcess, ChildGuard};
 
-/// Longest wait for anything to start or stop.
-const WAIT: Duration = Duration::from_secs(30);
 /// Longest a port's build may take (the first Go build compiles the cgo glue).
 const BUILD_WAIT: Duration = Duration::from_secs(600);
 
-/// The ported services, by what their instance runs: (service, language).
+/// The ported services, by what their instance runs: (service, language). Each is also
+/// called directly, by a route `POST /direct/SERVICE` the test adds to both specs.
 const PORTS: [(&str, &str); 4] = [
     ("currency", "Node.js"),
     ("email", "Python"),
@@ -114,32 +118,22 @@ fn replace(text: &str, from: &str, to: &str, count: usize) -> String {
     text.replace(from, to)
 }
 
-/// The services called directly, each by a route `POST /direct/NAME` the test adds.
-const DIRECT: [&str; 4] = ["currency", "email", "recommendation", "shipping"];
-
-/// `spec` (a boutique chain, routes last) with the function program's real path (the
-/// build's target folder need not be `../../target`) and the direct routes.
-fn test_spec(spec: &str, functions_of_boutique_fn: usize) -> String {
-    let program = env!("CARGO_BIN_EXE_boutique-fn");
-    let mut spec = replace(
-        spec,
-        "../../target/release/boutique-fn",
-        program,
-        functions_of_boutique_fn,
-    );
+/// The app's spec `file` (a boutique chain, routes last, `functions` of them run by
+/// boutique-fn) ready for a test ([`harness::chain_spec`]), with the direct routes.
+fn test_spec(file: &str, functions: usize) -> String {
+    let mut spec = harness::chain_spec(file, functions);
     assert!(
         spec.trim_end().ends_with("sequence: [frontend] }"),
         "routes last"
     );
-    for s in DIRECT {
+    for (s, _) in PORTS {
         spec += &format!("  - {{ http: POST /direct/{s}, sequence: [{s}] }}\n");
     }
     spec
 }
 
 fn start_rust() -> ChainProcess {
-    let spec = std::fs::read_to_string(boutique().join("chain.yaml")).expect("read chain.yaml");
-    ChainProcess::start(&test_spec(&spec, 10), &[])
+    ChainProcess::start(&test_spec("chain.yaml", 10), &[])
 }
 
 /// The polyglot chain, its relative paths made absolute (the spec is written to a scratch
@@ -147,9 +141,7 @@ fn start_rust() -> ChainProcess {
 fn start_polyglot() -> ChainProcess {
     let shipping = build_ports();
     let (root, boutique) = (root(), boutique());
-    let spec = std::fs::read_to_string(boutique.join("chain-polyglot.yaml"))
-        .expect("read chain-polyglot.yaml");
-    let spec = test_spec(&spec, 6);
+    let spec = test_spec("chain-polyglot.yaml", 6);
     let spec = replace(
         &spec,
         "../../target/polyglot/boutique-shipping",
@@ -184,13 +176,6 @@ impl Answer {
     }
 }
 
-/// Who asks: the session and currency headers, if sent.
-#[derive(Clone, Copy)]
-struct User<'a> {
-    session: Option<&'a str>,
-    currency: Option<&'a str>,
-}
-
 const ANONYMOUS: User<'static> = User {
     session: None,
     currency: None,
@@ -212,21 +197,7 @@ struct Pair {
 
 impl Pair {
     fn send(&self, url: &str, method: &str, path: &str, who: User<'_>, body: &[u8]) -> Answer {
-        let mut req = self.http.request(method, &format!("{url}{path}"));
-        if let Some(s) = who.session {
-            req = req.set("X-Session", s);
-        }
-        if let Some(c) = who.currency {
-            req = req.set("X-Currency", c);
-        }
-        let resp = match req.send_bytes(body) {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => panic!("{method} {path} to {url}: {e}"),
-        };
-        let status = resp.status();
-        let mut body = Vec::new();
-        std::io::Read::read_to_end(&mut resp.into_reader(), &mut body).expect("read the body");
+        let (status, body) = harness::send(&self.http, url, method, path, who, body);
         Answer { status, body }
     }
 
@@ -325,13 +296,16 @@ fn catalog() -> Vec<&'static str> {
 
 /// Checks recommendations: distinct catalog products, none of `excluded`, as many as there
 /// are others up to five.
-fn check_recommendations(ids: &[&str], excluded: &[&str], what: &str) {
+fn check_recommendations(ids: &[String], excluded: &[&str], what: &str) {
     let catalog = catalog();
     let others = catalog.iter().filter(|id| !excluded.contains(id)).count();
     assert_eq!(ids.len(), others.min(5), "{what}: {ids:?}");
     for (i, id) in ids.iter().enumerate() {
-        assert!(catalog.contains(id), "{what}: {id} is no product");
-        assert!(!excluded.contains(id), "{what}: {id} was to be left out");
+        assert!(catalog.contains(&id.as_str()), "{what}: {id} is no product");
+        assert!(
+            !excluded.contains(&id.as_str()),
+            "{what}: {id} was to be left out"
+        );
         assert!(!ids[..i].contains(id), "{what}: {id} twice");
     }
 }
@@ -360,65 +334,46 @@ fn is_tracking_id(s: &str) -> bool {
 /// Checks the random parts of a page and replaces them with what both chains must agree on.
 fn mask(v: &mut Value, excluded: &[&str], what: &str) {
     match v {
-        Value::Object(map) => {
-            for (k, x) in map.iter_mut() {
-                match k.as_str() {
-                    "ad" => {
-                        let ad = x.as_object().unwrap_or_else(|| panic!("{what}: ad {x}"));
-                        assert!(ad["redirect_url"]
-                            .as_str()
-                            .unwrap()
-                            .starts_with("/product/"));
-                        assert!(!ad["text"].as_str().unwrap().is_empty());
-                        *x = json!("<ad>");
-                    }
-                    "recommendations" => {
-                        let ids: Vec<&str> = x
-                            .as_array()
-                            .unwrap_or_else(|| panic!("{what}: recommendations {x}"))
-                            .iter()
-                            .map(|i| i.as_str().expect("an id"))
-                            .collect();
-                        check_recommendations(&ids, excluded, what);
-                        *x = json!("<recommendations>");
-                    }
-                    "order_id" | "transaction_id" => {
-                        assert!(is_uuid(x.as_str().unwrap_or_default()), "{what}: {k} {x}");
-                        *x = json!("<uuid>");
-                    }
-                    "shipping_tracking_id" => {
-                        let id = x.as_str().unwrap_or_default();
-                        assert!(is_tracking_id(id), "{what}: tracking id {x}");
-                        *x = json!("<tracking id>");
-                    }
-                    _ => mask(x, excluded, what),
-                }
-            }
-        }
+        Value::Object(map) => map
+            .iter_mut()
+            .for_each(|(k, x)| mask_member(k, x, excluded, what)),
         Value::Array(items) => items.iter_mut().for_each(|x| mask(x, excluded, what)),
         _ => {}
     }
 }
 
-fn checkout_form(email: &str, street: &str, card: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "email": email,
-        "street_address": street,
-        "zip_code": "94043",
-        "city": "Mountain View",
-        "state": "CA",
-        "country": "United States",
-        "credit_card_number": card,
-        "credit_card_expiration_month": 1,
-        "credit_card_expiration_year": payment::current_year_month().0 + 1,
-        "credit_card_cvv": "672",
-    }))
-    .unwrap()
+/// [`mask`] for the member `key` of an object, `x`.
+fn mask_member(key: &str, x: &mut Value, excluded: &[&str], what: &str) {
+    let placeholder = match key {
+        "ad" => {
+            let ad = x.as_object().unwrap_or_else(|| panic!("{what}: ad {x}"));
+            assert!(ad["redirect_url"]
+                .as_str()
+                .unwrap()
+                .starts_with("/product/"));
+            assert!(!ad["text"].as_str().unwrap().is_empty());
+            "<ad>"
+        }
+        "recommendations" => {
+            let ids: Vec<String> = serde_json::from_value(x.clone())
+                .unwrap_or_else(|e| panic!("{what}: recommendations {x}: {e}"));
+            check_recommendations(&ids, excluded, what);
+            "<recommendations>"
+        }
+        "order_id" | "transaction_id" => {
+            assert!(is_uuid(x.as_str().unwrap_or_default()), "{what}: {key} {x}");
+            "<uuid>"
+        }
+        "shipping_tracking_id" => {
+            let id = x.as_str().unwrap_or_default();
+            assert!(is_tracking_id(id), "{what}: tracking id {x}");
+            "<tracking id>"
+        }
+        _ => return mask(x, excluded, what),
+    };
+    *x = json!(placeholder);
 }
 
-const GOOD_CARD: &str = "4432-8015-6152-0454";
-const TYPEWRITER: &str = "OLJCESPC7Z";
-const BARISTA_KIT: &str = "1YMWWN1N4O";
 const CAMERA: &str = "66VCHSJNUP";
 
 fn add(product: &str, quantity: i64) -> Vec<u8> {
@@ -494,7 +449,7 @@ fn same_pages(p: &Pair) {
     );
     let failing = [
         (
-            checkout_form("someone@example.com", "1 Main St", "4432-8015-6152-0455"),
+            checkout_form("someone@example.com", "1 Main St", BAD_CARD),
             Some("EUR"),
         ),
         (
@@ -557,7 +512,7 @@ fn same_pages(p: &Pair) {
 }
 
 fn money(code: &str, units: i64, nanos: i32) -> Value {
-    json!({ "currency_code": code, "units": units, "nanos": nanos })
+    json!(Money::new(code, units, nanos))
 }
 
 fn to_vec(v: &Value) -> Vec<u8> {
@@ -856,14 +811,10 @@ fn same_recommendation(p: &Pair) {
             assert_eq!(a.status, 200, "{who}: {}", a.text());
             let v: Value = serde_json::from_slice(&a.body).unwrap();
             assert_eq!(v.as_object().unwrap().len(), 1, "{who}: {v}");
-            let mut ids: Vec<String> = v["product_ids"]
-                .as_array()
+            let mut ids = serde_json::from_value::<Recommendations>(v)
                 .unwrap()
-                .iter()
-                .map(|i| i.as_str().unwrap().to_owned())
-                .collect();
-            let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-            check_recommendations(&refs, excluded, &format!("{who} recommendation"));
+                .product_ids;
+            check_recommendations(&ids, excluded, &format!("{who} recommendation"));
             ids.sort();
             answers.push(ids);
         }
@@ -905,7 +856,7 @@ fn who_serves(chain: &ChainProcess) -> BTreeMap<String, (&'static str, u32)> {
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
         let arg = |i: usize| argv.get(i).map_or("", String::as_str);
-        let served = if arg(0).ends_with("/boutique-fn") {
+        let (service, language) = if arg(0).ends_with("/boutique-fn") {
             (arg(1).to_owned(), "Rust")
         } else if arg(0).ends_with("/boutique-shipping") {
             ("shipping".to_owned(), "Go")
@@ -924,7 +875,7 @@ fn who_serves(chain: &ChainProcess) -> BTreeMap<String, (&'static str, u32)> {
         } else {
             (format!("pid {pid}: {argv:?}"), "unknown")
         };
-        out.insert(served.0, (served.1, pid));
+        out.insert(service, (language, pid));
     }
     out
 }
@@ -932,11 +883,10 @@ fn who_serves(chain: &ChainProcess) -> BTreeMap<String, (&'static str, u32)> {
 /// The ports run in the polyglot chain, and only there; every instance's pid, Rust chain's
 /// first.
 fn ports_run(p: &Pair) -> Vec<BTreeMap<String, (&'static str, u32)>> {
-    let all: Vec<&str> = zerohop_app_boutique::rpc::Service::ALL
+    let rust: BTreeMap<String, &str> = Service::ALL
         .iter()
-        .map(|s| s.name())
+        .map(|s| (s.name().to_owned(), "Rust"))
         .collect();
-    let rust: BTreeMap<String, &str> = all.iter().map(|s| (s.to_string(), "Rust")).collect();
     let mut poly = rust.clone();
     for (service, language) in PORTS {
         poly.insert(service.to_owned(), language);
@@ -959,43 +909,12 @@ fn ports_run(p: &Pair) -> Vec<BTreeMap<String, (&'static str, u32)>> {
     pids
 }
 
-/// `boutique-load` briefly on `url`: every answer checked, no error.
-fn load(url: &str) -> Report {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_boutique-load"));
-    cmd.args([
-        "--url",
-        url,
-        "--duration",
-        "2s",
-        "--concurrency",
-        "4",
-        "--seed",
-        "3",
-        "--json",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped());
-    let mut guard = ChildGuard::new(cmd.spawn().expect("spawn boutique-load"));
-    let lines = ChildLines::new(&mut guard);
-    let line = lines
-        .next_line(WAIT)
-        .expect("boutique-load printed its report");
-    let code = guard.wait_timeout(WAIT);
-    let report: Report = serde_json::from_str(&line).expect("the report is JSON");
-    assert_eq!(report.errors, 0, "errors: {:?}", report.error_samples);
-    assert!(report.requests > 0, "no request made: {line}");
-    assert_eq!(code, Some(0), "boutique-load failed: {line}");
-    report
-}
-
 #[test]
 fn ported_services_answer_as_the_rust_ones() {
     let pair = Pair {
         poly: start_polyglot(),
         rust: start_rust(),
-        http: ureq::AgentBuilder::new()
-            .timeout(Duration::from_secs(10))
-            .build(),
+        http: harness::http_agent(),
     };
     let started = ports_run(&pair);
     same_pages(&pair);
@@ -1003,7 +922,7 @@ fn ported_services_answer_as_the_rust_ones() {
     same_email(&pair);
     same_shipping(&pair);
     same_recommendation(&pair);
-    let report = load(&pair.poly.url);
+    let report = harness::run_load(&pair.poly.url, 3);
     eprintln!(
         "polyglot chain under boutique-load (2 s, 4 users): {} requests, {:.0}/s",
         report.requests, report.rps

@@ -6,35 +6,24 @@
 //! a short run of `boutique-load` (every answer checked there) that must count requests and
 //! no error. Every wait is bounded; every process is stopped by a guard, also on failure.
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+mod harness;
 
+use std::process::{Command, Stdio};
+
+use harness::{checkout_form, User, BAD_CARD, BARISTA_KIT, GOOD_CARD, TYPEWRITER, WAIT};
 use zerohop_app_boutique::load::report::Report;
 use zerohop_app_boutique::money::Money;
 use zerohop_app_boutique::services::frontend::{
-    CartChanged, CartPage, CheckoutForm, CurrencyChoice, HomePage, OrderPage, ProductPage,
+    CartChanged, CartPage, CurrencyChoice, HomePage, OrderPage, ProductPage,
 };
-use zerohop_app_boutique::services::{currency, payment, shipping};
+use zerohop_app_boutique::services::{currency, shipping};
 use zerohop_test_support::{
     alive, children, wait_until, ChainProcess, ChildGuard, ChildLines, Signal,
 };
 
-/// Longest wait for anything to start or stop.
-const WAIT: Duration = Duration::from_secs(30);
-
-/// The repository's chain spec, with the function program's real path (the build's target
-/// folder need not be `../../target`).
+/// The repository's chain spec, one function per service.
 fn start_chain() -> ChainProcess {
-    let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/chain.yaml"))
-        .expect("read chain.yaml");
-    let program = env!("CARGO_BIN_EXE_boutique-fn");
-    let spec = spec.replace("../../target/release/boutique-fn", program);
-    assert_eq!(
-        spec.matches(program).count(),
-        10,
-        "one function per service"
-    );
-    ChainProcess::start(&spec, &[])
+    ChainProcess::start(&harness::chain_spec("chain.yaml", 10), &[])
 }
 
 /// `boutique-http` and the frontend's URL; killed (and its services with it) on drop.
@@ -53,36 +42,13 @@ fn start_http() -> HttpDeployment {
     HttpDeployment { guard, url }
 }
 
-/// Runs `boutique-load` briefly with a few users; checks its report.
+/// Runs `boutique-load` briefly with a few users; checks its report, per route too.
 fn smoke_load(url: &str) -> Report {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_boutique-load"));
-    cmd.args([
-        "--url",
-        url,
-        "--duration",
-        "2s",
-        "--concurrency",
-        "4",
-        "--seed",
-        "7",
-    ])
-    .arg("--json")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped());
-    let mut guard = ChildGuard::new(cmd.spawn().expect("spawn boutique-load"));
-    let lines = ChildLines::new(&mut guard);
-    let line = lines
-        .next_line(WAIT)
-        .expect("boutique-load printed its report");
-    let code = guard.wait_timeout(WAIT);
-    let report: Report = serde_json::from_str(&line).expect("the report is JSON");
-    assert_eq!(report.errors, 0, "errors: {:?}", report.error_samples);
-    assert!(report.requests > 0, "no request made: {line}");
+    let report = harness::run_load(url, 7);
     assert_eq!(
         report.routes.iter().map(|r| r.requests).sum::<u64>(),
         report.requests
     );
-    assert_eq!(code, Some(0), "boutique-load failed: {line}");
     report
 }
 
@@ -97,9 +63,7 @@ struct Client {
 impl Client {
     fn new(url: &str, session: &str) -> Self {
         Self {
-            agent: ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(10))
-                .build(),
+            agent: harness::http_agent(),
             url: url.to_owned(),
             session: session.to_owned(),
             currency: None,
@@ -108,20 +72,12 @@ impl Client {
 
     /// Status and body of `METHOD path`.
     fn send(&self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-        let mut req = self
-            .agent
-            .request(method, &format!("{}{path}", self.url))
-            .set("X-Session", &self.session);
-        if let Some(c) = &self.currency {
-            req = req.set("X-Currency", c);
-        }
-        let resp = match req.send_bytes(body) {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => panic!("{method} {path}: {e}"),
+        let who = User {
+            session: Some(&self.session),
+            currency: self.currency.as_deref(),
         };
-        let status = resp.status();
-        (status, resp.into_string().expect("a text body"))
+        let (status, body) = harness::send(&self.agent, &self.url, method, path, who, body);
+        (status, String::from_utf8(body).expect("a text body"))
     }
 
     /// The page at `METHOD path`, which must answer 200 with JSON of type `T`.
@@ -136,26 +92,13 @@ impl Client {
     }
 }
 
-fn checkout_form(card: &str) -> Vec<u8> {
-    serde_json::to_vec(&CheckoutForm {
-        email: "someone@example.com".into(),
-        street_address: "1600 Amphitheatre Parkway".into(),
-        zip_code: "94043".into(),
-        city: "Mountain View".into(),
-        state: "CA".into(),
-        country: "United States".into(),
-        credit_card_number: card.into(),
-        credit_card_expiration_month: 1,
-        credit_card_expiration_year: payment::current_year_month().0 + 1,
-        credit_card_cvv: "672".into(),
-    })
-    .unwrap()
+/// The checkout form of the scripted session, paid with `card`.
+fn form(card: &str) -> Vec<u8> {
+    checkout_form("someone@example.com", "1600 Amphitheatre Parkway", card)
 }
 
 /// A session from the home page to a placed order, every answer checked.
 fn scripted_session(url: &str) {
-    const TYPEWRITER: &str = "OLJCESPC7Z"; // 67.99 USD
-    const BARISTA_KIT: &str = "1YMWWN1N4O"; // 124.00 USD
     let mut c = Client::new(url, &format!("scripted-{}", std::process::id()));
 
     let home: HomePage = c.page("GET", "/", b"");
@@ -229,22 +172,11 @@ fn scripted_session(url: &str) {
     assert_eq!(cart.total, expected);
 
     // A number that fails the Luhn check: refused, and the cart stays.
-    assert_eq!(
-        c.status(
-            "POST",
-            "/cart/checkout",
-            &checkout_form("4432-8015-6152-0455")
-        ),
-        400
-    );
+    assert_eq!(c.status("POST", "/cart/checkout", &form(BAD_CARD)), 400);
     let cart: CartPage = c.page("GET", "/cart", b"");
     assert_eq!(cart.cart_size, 3);
 
-    let order: OrderPage = c.page(
-        "POST",
-        "/cart/checkout",
-        &checkout_form("4432-8015-6152-0454"),
-    );
+    let order: OrderPage = c.page("POST", "/cart/checkout", &form(GOOD_CARD));
     let o = &order.order;
     assert_eq!(
         o.total, expected,
@@ -262,14 +194,7 @@ fn scripted_session(url: &str) {
     let home: HomePage = c.page("GET", "/", b"");
     assert_eq!(home.cart_size, 0);
     // Nothing left to order.
-    assert_eq!(
-        c.status(
-            "POST",
-            "/cart/checkout",
-            &checkout_form("4432-8015-6152-0454")
-        ),
-        400
-    );
+    assert_eq!(c.status("POST", "/cart/checkout", &form(GOOD_CARD)), 400);
 }
 
 #[test]

@@ -182,11 +182,8 @@ func requiredString(o object, name string) (string, error) {
 // readU32 reads a JSON integer from 0 to 2^32-1; a number with a fraction or an exponent is
 // a float to serde, never an integer.
 func readU32(raw json.RawMessage) (uint32, error) {
-	if !isNumber(raw) {
+	if !isInteger(raw) {
 		return 0, fmt.Errorf("invalid type: %s, expected u32", describe(raw))
-	}
-	if bytes.ContainsAny(raw, ".eE") {
-		return 0, fmt.Errorf("invalid type: floating point `%s`, expected u32", raw)
 	}
 	n, err := strconv.ParseUint(string(raw), 10, 32)
 	if err != nil {
@@ -195,8 +192,11 @@ func readU32(raw json.RawMessage) (uint32, error) {
 	return uint32(n), nil
 }
 
-func isNumber(raw json.RawMessage) bool {
-	return raw[0] == '-' || ('0' <= raw[0] && raw[0] <= '9')
+// isInteger tells a JSON number without a fraction or an exponent from any other value
+// (well-formed JSON).
+func isInteger(raw json.RawMessage) bool {
+	isNumber := raw[0] == '-' || ('0' <= raw[0] && raw[0] <= '9')
+	return isNumber && !bytes.ContainsAny(raw, ".eE")
 }
 
 // describe names an unexpected value as serde does.
@@ -212,10 +212,10 @@ func describe(raw json.RawMessage) string {
 		return "sequence"
 	case raw[0] == '{':
 		return "map"
-	case bytes.ContainsAny(raw, ".eE"):
-		return fmt.Sprintf("floating point `%s`", raw)
-	default:
+	case isInteger(raw):
 		return fmt.Sprintf("integer `%s`", raw)
+	default:
+		return fmt.Sprintf("floating point `%s`", raw)
 	}
 }
 
