@@ -13,11 +13,9 @@ const here = __dirname;
 const target = process.env.CARGO_TARGET_DIR
   ? path.resolve(process.env.CARGO_TARGET_DIR)
   : path.join(here, 'target');
-const lib = { linux: 'libzerohop_node.so', darwin: 'libzerohop_node.dylib', win32: 'zerohop_node.dll' }[
-  process.platform
-];
-if (!lib) {
-  console.error(`build.js: no native library name known for ${process.platform}`);
+// zerohop runs on Linux only (package.json's `os`; the runtime uses prctl and memfd).
+if (process.platform !== 'linux') {
+  console.error(`build.js: zerohop runs on Linux only, not on ${process.platform}`);
   process.exit(1);
 }
 
@@ -37,7 +35,7 @@ try {
 }
 
 // Copied beside, then renamed over: a process that has the old addon loaded keeps its copy.
-const built = path.join(target, 'release', lib);
+const built = path.join(target, 'release', 'libzerohop_node.so');
 const out = path.join(here, 'zerohop.node');
 const tmp = `${out}.${process.pid}.tmp`;
 fs.copyFileSync(built, tmp);

@@ -145,6 +145,11 @@ class Answer {
   }
 }
 
+/** A native answer ({ status, body }) as an {@link Answer}. */
+function toAnswer(a) {
+  return new Answer(a.status, a.body);
+}
+
 /** The bytes of `data`, without a copy where it already is bytes. */
 function bytes(data, what) {
   if (typeof data === 'string') return Buffer.from(data);
@@ -313,7 +318,7 @@ class Request {
     } catch (e) {
       return Promise.reject(e);
     }
-    return pending.then((list) => list.map((a) => new Answer(a.status, a.body)));
+    return pending.then((list) => list.map(toAnswer));
   }
 
   /**
@@ -322,7 +327,7 @@ class Request {
    * @returns {Answer[]}
    */
   branches() {
-    return this.#n.branches().map((a) => new Answer(a.status, a.body));
+    return this.#n.branches().map(toAnswer);
   }
 
   /**
@@ -430,7 +435,7 @@ function fail(nativeRequest, e) {
 function settle(nativeRequest, req, v) {
   try {
     let kind = CONTINUE;
-    let text = '';
+    let text; // Only a forward names something: no string to convert otherwise.
     if (v === undefined || v === null) {
       // On with the body as it is.
     } else if (typeof v === 'string' || ArrayBuffer.isView(v) || v instanceof ArrayBuffer) {

@@ -1,11 +1,14 @@
 //! The Node-API calls napi-rs has no safe form for here: an ArrayBuffer over memory the
-//! addon does not own (the request's body in its slot), a reference to it, and detaching
-//! it. Every `unsafe` block of the crate that calls Node-API directly is here.
+//! addon does not own (the request's body in its slot), and a reference to it. napi-rs's
+//! `ArrayBuffer::from_external` would box a finalizer for every request, and where an engine
+//! refuses external memory it silently hands out a copy, whose writes would be lost.
+//! Detaching is napi-rs's own `ArrayBuffer::detach`. Every `unsafe` block of the crate that
+//! calls Node-API directly is here.
 
 use std::ptr;
 
 use napi::bindgen_prelude::{ArrayBuffer, FromNapiValue};
-use napi::{sys, Env, Error, JsValue, Result, Status};
+use napi::{sys, Env, Error, Result, Status};
 
 /// A reference to an ArrayBuffer over a request's body, which keeps it alive until
 /// [`BodyRef::detach`]: so that the ArrayBuffer can still be found and detached then, and
@@ -93,9 +96,7 @@ impl BodyRef {
             if buffer.is_detached()? {
                 return Ok(Detached::Before);
             }
-            // SAFETY: an external ArrayBuffer of this env, which V8 can detach.
-            let status = unsafe { sys::napi_detach_arraybuffer(env.raw(), buffer.raw()) };
-            check(status, "napi_detach_arraybuffer")?;
+            buffer.detach()?;
             Ok(Detached::Now)
         });
         // SAFETY: `raw` is a live reference of this env, deleted once: `self` is consumed.

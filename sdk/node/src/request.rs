@@ -10,7 +10,7 @@
 //! - `Calling`: the runtime thread, making a call JavaScript asked for; every method here
 //!   throws until the call's answers are handed back on this thread (`answered`).
 //! - `Gone`: nobody here: the handler's outcome was sent and the runtime thread has gone on
-//!   (the slot with it). Every method throws.
+//!   (the slot with it), or that thread is gone. Every method throws.
 //!
 //! The body is handed to JavaScript as an ArrayBuffer over the slot (no copy). Before the
 //! body is resized and before the outcome is sent, that ArrayBuffer is detached, so a
@@ -26,7 +26,7 @@ use std::sync::mpsc::{SendError, Sender};
 use napi::bindgen_prelude::{ArrayBuffer, Buffer, Object, Uint8ArraySlice};
 use napi::{Env, Error, Status};
 use napi_derive::napi;
-use zerohop_runtime::{Answer, CallError, HandlerError, Next, Request};
+use zerohop_runtime::{Answer, CallError, HandlerError, Next, Request, State};
 
 use crate::raw::{self, BodyRef, Detached};
 use crate::serve::{Command, Job, RequestPtr};
@@ -41,12 +41,6 @@ impl AsRef<str> for Code {
     }
 }
 
-impl Code {
-    pub(crate) fn from_str(code: &str) -> Self {
-        Code(code.to_owned())
-    }
-}
-
 impl From<Status> for Code {
     fn from(s: Status) -> Self {
         Code(s.as_ref().to_owned())
@@ -56,18 +50,23 @@ impl From<Status> for Code {
 /// What the methods here return.
 pub type Result<T> = napi::Result<T, Code>;
 
+/// A failure with the code `code`.
+pub(crate) fn failure(code: &str, message: impl ToString) -> Error<Code> {
+    Error::new(Code(code.to_owned()), message)
+}
+
 /// The request's handler has returned.
 fn gone() -> Error<Code> {
-    Error::new(
-        Code("ZEROHOP_GONE".into()),
+    failure(
+        "ZEROHOP_GONE",
         "the request is gone: its handler has returned",
     )
 }
 
 /// A call on the request has not answered yet.
 fn calling() -> Error<Code> {
-    Error::new(
-        Code("ZEROHOP_CALL_IN_FLIGHT".into()),
+    failure(
+        "ZEROHOP_CALL_IN_FLIGHT",
         "a call is in flight on this request; await it first",
     )
 }
@@ -78,7 +77,7 @@ fn status(e: HandlerError) -> Error<Code> {
 }
 
 fn napi_error(e: Error) -> Error<Code> {
-    Error::new(Code(e.status.as_ref().to_owned()), e.reason.clone())
+    Error::new(e.status.into(), e.reason)
 }
 
 /// Who may touch the request now (see the module's docs).
@@ -94,8 +93,8 @@ struct Inner {
     serial: u64,
     req: RequestPtr,
     phase: Cell<Phase>,
-    /// To the runtime thread waiting for this request; taken when the outcome is sent.
-    tx: RefCell<Option<Sender<Command>>>,
+    /// To the runtime thread waiting for this request; used while the phase is not `Gone`.
+    tx: Sender<Command>,
     /// The ArrayBuffer over the body handed out since the body last changed size.
     body: RefCell<Option<BodyRef>>,
     /// The static fan-out's answers (status, body), taken out of the request up front.
@@ -149,16 +148,23 @@ impl Inner {
         std::process::abort();
     }
 
-    /// Sends the handler's outcome; the request is gone afterwards.
-    fn finish(&self, env: &Env, outcome: std::result::Result<Next, HandlerError>) {
-        self.phase.set(Phase::Gone);
+    /// Sends the handler's outcome, unless the request is gone already (then `false`); the
+    /// request is gone afterwards.
+    fn finish(&self, env: &Env, outcome: std::result::Result<Next, HandlerError>) -> bool {
+        if self.phase.replace(Phase::Gone) == Phase::Gone {
+            return false;
+        }
         self.drop_body(env);
         HANDLING.with(|h| h.borrow_mut().remove(&self.serial));
-        if let Some(tx) = self.tx.borrow_mut().take() {
-            // The runtime thread waits for exactly this; it is gone only if the instance is
-            // going down.
-            let _ = tx.send(Command::Done(outcome));
-        }
+        // The runtime thread waits for exactly this; it is gone only if the instance is going
+        // down.
+        let _ = self.tx.send(Command::Done(outcome));
+        true
+    }
+
+    /// The chain's state store, for JavaScript's use now.
+    fn state(&self) -> Result<&State> {
+        self.get()?.state().map_err(status)
     }
 }
 
@@ -222,7 +228,7 @@ impl NativeRequest {
             serial: job.serial,
             req: job.req,
             phase: Cell::new(Phase::Live),
-            tx: RefCell::new(Some(job.tx)),
+            tx: job.tx,
             body: RefCell::new(None),
             branches: job.branches,
         });
@@ -236,14 +242,26 @@ impl NativeRequest {
         self.inner.drop_body(env);
         Ok(req)
     }
+
+    /// Writes `data` into the body with `write` (`Request::set_body` or `Request::extend`),
+    /// which resizes it.
+    fn write(
+        &self,
+        env: &Env,
+        data: &[u8],
+        write: fn(&mut Request<'static>, &[u8]) -> std::result::Result<(), HandlerError>,
+    ) -> Result<()> {
+        let data = apart(self.inner.get()?, data);
+        write(self.resizing(env)?, &data).map_err(status)
+    }
 }
 
 /// `data`, or a copy of it if it overlaps the request's slot (a view of the body itself):
 /// the runtime copies into the slot with a non-overlapping copy.
 fn apart<'a>(req: &Request<'_>, data: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
-    let slot = req.body().as_ptr() as usize..req.body().as_ptr() as usize + req.capacity();
+    let body = req.body().as_ptr() as usize;
     let d = data.as_ptr() as usize;
-    if d < slot.end && slot.start < d + data.len() {
+    if d < body + req.capacity() && body < d + data.len() {
         data.to_vec().into()
     } else {
         data.into()
@@ -289,19 +307,13 @@ impl NativeRequest {
     /// Replaces the body with `data` (copied into the slot).
     #[napi]
     pub fn set_body(&self, env: &Env, data: Uint8ArraySlice) -> Result<()> {
-        let req = self.inner.get()?;
-        let data = apart(req, &data);
-        let req = self.resizing(env)?;
-        req.set_body(&data).map_err(status)
+        self.write(env, &data, Request::set_body)
     }
 
     /// Appends `data` to the body.
     #[napi]
     pub fn extend(&self, env: &Env, data: Uint8ArraySlice) -> Result<()> {
-        let req = self.inner.get()?;
-        let data = apart(req, &data);
-        let req = self.resizing(env)?;
-        req.extend(&data).map_err(status)
+        self.write(env, &data, Request::extend)
     }
 
     /// Sets the body's length (new bytes are zero).
@@ -351,22 +363,19 @@ impl NativeRequest {
     ) -> Result<Object<'env>> {
         self.inner.get()?;
         if functions.len() != inputs.len() {
-            return Err(Error::new(
-                Code("ERR_INVALID_ARG_VALUE".into()),
-                "one input per function",
-            ));
+            return Err(failure("ERR_INVALID_ARG_VALUE", "one input per function"));
         }
         let calls = functions
             .into_iter()
             .zip(inputs.iter().map(|d| d.to_vec()))
             .collect();
-        let tx = self.inner.tx.borrow();
-        let tx = tx.as_ref().ok_or_else(gone)?;
         let (answer, promise) = env.create_deferred().map_err(napi_error)?;
         self.inner.phase.set(Phase::Calling);
-        if let Err(SendError(command)) = tx.send(Command::Call { calls, answer }) {
-            // The handler thread is gone (the instance is going down).
-            self.inner.phase.set(Phase::Gone);
+        if let Err(SendError(command)) = self.inner.tx.send(Command::Call { calls, answer }) {
+            // The handler thread is gone (the instance is going down), and the request with
+            // it: gone here too, its body's ArrayBuffer detached.
+            self.inner
+                .finish(env, Err(HandlerError::internal("the instance is stopping")));
             if let Command::Call { answer, .. } = command {
                 answer.reject(Error::new(Status::Cancelled, "the instance is stopping"));
             }
@@ -386,34 +395,40 @@ impl NativeRequest {
     /// The chain state's value of `key`, or null.
     #[napi]
     pub fn state_get(&self, key: Uint8ArraySlice) -> Result<Option<Buffer>> {
-        let state = self.inner.get()?.state().map_err(status)?;
-        let got = state.get(&key).map_err(|e| status(e.into()))?;
+        let got = self
+            .inner
+            .state()?
+            .get(&key)
+            .map_err(|e| status(e.into()))?;
         Ok(got.map(Buffer::from))
     }
 
     /// Sets the chain state's `key` to `value`.
     #[napi]
     pub fn state_put(&self, key: Uint8ArraySlice, value: Uint8ArraySlice) -> Result<()> {
-        let state = self.inner.get()?.state().map_err(status)?;
-        state.put(&key, &value).map_err(|e| status(e.into()))
+        self.inner
+            .state()?
+            .put(&key, &value)
+            .map_err(|e| status(e.into()))
     }
 
     /// Removes the chain state's `key`; whether it was there.
     #[napi]
     pub fn state_delete(&self, key: Uint8ArraySlice) -> Result<bool> {
-        let state = self.inner.get()?.state().map_err(status)?;
-        state.delete(&key).map_err(|e| status(e.into()))
+        self.inner
+            .state()?
+            .delete(&key)
+            .map_err(|e| status(e.into()))
     }
 
     /// The handler's outcome: `kind` 0 on along the route, 1 back to the client, 2 on to
     /// the function `text`, 3 fail with `status` and the message `text`. The body's
     /// ArrayBuffer is detached and the request is gone afterwards. Allowed while a call is
-    /// in flight: the runtime thread finishes the call first.
+    /// in flight: the runtime thread finishes the call first. `text` is left out (undefined)
+    /// where it says nothing, so the common outcome converts no string.
     #[napi]
-    pub fn finish(&self, env: &Env, kind: u32, status: u32, text: String) -> Result<()> {
-        if self.inner.phase.get() == Phase::Gone {
-            return Err(gone());
-        }
+    pub fn finish(&self, env: &Env, kind: u32, status: u32, text: Option<String>) -> Result<()> {
+        let text = text.unwrap_or_default();
         let outcome = match kind {
             0 => Ok(Next::Continue),
             1 => Ok(Next::Reply),
@@ -423,7 +438,10 @@ impl NativeRequest {
                 text,
             )),
         };
-        self.inner.finish(env, outcome);
-        Ok(())
+        if self.inner.finish(env, outcome) {
+            Ok(())
+        } else {
+            Err(gone())
+        }
     }
 }

@@ -31,9 +31,20 @@ use crate::request::{self, NativeAnswer, NativeRequest};
 pub(crate) struct RequestPtr(pub(crate) *mut Request<'static>);
 
 // SAFETY: the pointer is handed from the handler thread to the JavaScript thread along with
-// the job; the two never use it at once (the request's `Phase`, changed only by messages
-// that order the two threads: the job's queue, the request's channel, a call's deferred).
+// the job. What it points at may be used from another thread at all (`Request` is `Send`,
+// asserted below); the two threads never use it at once (the request's `Phase`, changed only
+// by messages that order the two threads: the job's queue, the request's channel, a call's
+// deferred); and it outlives every use: `handle` keeps the request borrowed until it receives
+// `Command::Done`, which JavaScript sends only after it set the phase to `Gone` (it never
+// dereferences the pointer then), or until the channel's last sender is dropped, which
+// happens only with the job or the request's JavaScript side, and the pointer with them.
 unsafe impl Send for RequestPtr {}
+
+/// What the `Send` of [`RequestPtr`] relies on.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Request<'static>>();
+};
 
 /// A request for JavaScript.
 pub(crate) struct Job {
@@ -70,6 +81,8 @@ static SERIAL: AtomicU64 = AtomicU64::new(0);
 
 /// The runtime's handler: one request, handled in JavaScript.
 pub(crate) fn handle(dispatch: &Dispatch, req: &mut Request<'_>) -> Result<Next, HandlerError> {
+    // Relaxed: the serial only has to be unique (the read-modify-write gives that); nothing is
+    // published through it.
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
     let branches = req
         .take_branches()
@@ -107,7 +120,11 @@ pub(crate) fn handle(dispatch: &Dispatch, req: &mut Request<'_>) -> Result<Next,
             Ok(Command::Call { calls, answer }) => {
                 // SAFETY: JavaScript set the request's phase to `Calling` before sending
                 // this: it does not touch the request until the answers are handed back
-                // (the resolver below, on its thread, after this borrow ended).
+                // (the resolver below, on its thread, after this borrow ended). It may still
+                // write the body through its ArrayBuffer, or finish the request (which only
+                // detaches that ArrayBuffer and queues `Done` behind this command): neither
+                // touches the `Request` itself, and `call_all` reads none of the body's bytes
+                // (the inputs are copies, made on the JavaScript thread).
                 let req = unsafe { &mut *ptr };
                 let list: Vec<(&str, &[u8])> = calls
                     .iter()

@@ -80,6 +80,8 @@ test('functions: in place, new bodies, errors, outcomes, calls, state, headers',
 
   // A thrown error: 500 naming it; the instance serves on (the same process).
   const before = c.instances().sort();
+  // Else the comparison below would hold for want of anything to compare.
+  assert.ok(before.length > 0, "the chain's Node.js instances are found");
   for (let i = 0; i < 2; i++) {
     await expect('/oops', 'x', 500, "function 'oops': TypeError: notAFunction is not a function\n");
   }
