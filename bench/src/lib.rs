@@ -67,6 +67,32 @@ pub fn stop_child(child: &mut std::process::Child, what: &str) {
     let _ = child.wait();
 }
 
+/// Waits at most `timeout` for the first line of a child's `stdout` that contains `marker`
+/// (`""`: its first line). A thread reads, and keeps draining the rest so that the child never
+/// blocks on a full pipe. `Disconnected` when stdout closed first (the child exited).
+pub fn wait_line(
+    stdout: std::process::ChildStdout,
+    marker: &str,
+    timeout: std::time::Duration,
+) -> Result<String, std::sync::mpsc::RecvTimeoutError> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let marker = marker.to_owned();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        // A line that is not UTF-8 is skipped, not taken for the end.
+        if let Some(line) = lines
+            .by_ref()
+            .filter_map(Result::ok)
+            .find(|l| l.contains(&marker))
+        {
+            let _ = tx.send(line);
+        }
+        for _ in lines {}
+    });
+    rx.recv_timeout(timeout)
+}
+
 /// One function of a benchmark chain; every system implements exactly these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -133,4 +159,48 @@ pub struct Component {
     pub name: String,
     /// Its pid (threads are counted through it).
     pub pid: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Command, Stdio};
+    use std::sync::mpsc::RecvTimeoutError;
+    use std::time::Duration;
+
+    /// `sh -c script` with its stdout piped, and that stdout.
+    fn sh(script: &str) -> (std::process::Child, std::process::ChildStdout) {
+        let mut child = Command::new("sh")
+            .args(["-c", script])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let out = child.stdout.take().expect("piped");
+        (child, out)
+    }
+
+    #[test]
+    fn wait_line_finds_the_marker_or_says_why_not() {
+        let wait = Duration::from_secs(10);
+        let (mut c, out) = sh("echo starting; echo 'ready at http://x'; echo 'ready at y'");
+        assert_eq!(
+            super::wait_line(out, "ready at ", wait),
+            Ok("ready at http://x".into())
+        );
+        let (mut d, out) = sh("echo first; echo second");
+        assert_eq!(super::wait_line(out, "", wait), Ok("first".into()));
+        let (mut e, out) = sh("echo no marker here");
+        assert_eq!(
+            super::wait_line(out, "ready at ", wait),
+            Err(RecvTimeoutError::Disconnected)
+        );
+        let (mut f, out) = sh("sleep 10");
+        assert_eq!(
+            super::wait_line(out, "", Duration::from_millis(100)),
+            Err(RecvTimeoutError::Timeout)
+        );
+        super::stop_child(&mut f, "sleep");
+        for c in [&mut c, &mut d, &mut e] {
+            c.wait().expect("reaped");
+        }
+    }
 }

@@ -9,8 +9,14 @@ use std::collections::BTreeMap;
 
 use crate::Component;
 
-use zerohop_test_support::thread_stats;
 pub use zerohop_test_support::{cpu_ticks, stat, ticks_per_second};
+use zerohop_test_support::{descendants, thread_stats};
+
+/// CPU ticks of `pid` and every process below it now (a deployment, a benchmark with all it
+/// started).
+pub fn tree_ticks(pid: u32) -> u64 {
+    descendants(&[pid]).into_iter().filter_map(cpu_ticks).sum()
+}
 
 /// Resident memory of `pid`: `(VmRSS, RssShmem)` in KiB.
 pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {

@@ -52,6 +52,40 @@ impl Machine {
     }
 }
 
+/// The load averages over 1, 5 and 15 minutes (`/proc/loadavg`), as `0.12 0.30 0.25`; empty
+/// when unreadable. A busy machine lengthens everything, so reports give it.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What a report binary leaves: `NAME.json` (every figure of `report`) and `NAME.md` (`md`)
+/// in `dir`; then `md` on stdout, and `summary` when given, after a blank line, as the last
+/// line of stdout (what a script or CI log reads).
+pub fn publish(
+    dir: &Path,
+    name: &str,
+    report: &impl serde::Serialize,
+    md: &str,
+    summary: Option<&str>,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let json = dir.join(format!("{name}.json"));
+    let text = serde_json::to_string_pretty(report).context("serialising the report")?;
+    std::fs::write(&json, text).with_context(|| format!("writing {}", json.display()))?;
+    let md_file = dir.join(format!("{name}.md"));
+    std::fs::write(&md_file, md).with_context(|| format!("writing {}", md_file.display()))?;
+    print!("{md}");
+    if let Some(summary) = summary {
+        println!("\n{summary}");
+    }
+    Ok(())
+}
+
 /// One load run of one system.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Run {

@@ -25,7 +25,7 @@
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -409,15 +409,7 @@ impl RunningSystem {
             .stdout
             .take()
             .ok_or_else(|| anyhow!("stdout of process {} not piped", started.child.id()))?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(l)) = lines.next() {
-                let _ = tx.send(l);
-            }
-            for _ in lines {}
-        });
-        rx.recv_timeout(READY_TIMEOUT).map_err(|e| {
+        crate::wait_line(stdout, "", READY_TIMEOUT).map_err(|e| {
             let what = match e {
                 RecvTimeoutError::Timeout => format!("printed nothing within {READY_TIMEOUT:?}"),
                 RecvTimeoutError::Disconnected => {
@@ -723,8 +715,8 @@ fn zerohop_spec(
 }
 
 /// `(function name, pid)` of every process under zerohop's `gateway` pid, named by
-/// [`FUNCTION_ENV`].
-fn zerohop_functions(gateway: u32) -> Vec<(String, u32)> {
+/// [`FUNCTION_ENV`], by pid.
+pub fn zerohop_functions(gateway: u32) -> Vec<(String, u32)> {
     let key = format!("{FUNCTION_ENV}=");
     let mut pids = instances(gateway);
     pids.sort_unstable();

@@ -45,10 +45,8 @@
 #![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -359,18 +357,9 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .context("starting zerohop agent")?;
-        let out = BufReader::new(child.stdout.take().context("stdout")?);
+        let out = child.stdout.take().context("stdout")?;
         let daemon = Self { child, socket };
-        // A thread reads (and keeps draining) its output; this waits, bounded.
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                if line.contains("daemon ready on ") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(WAIT).map_err(|_| {
+        zerohop_bench::wait_line(out, "daemon ready on ", WAIT).map_err(|_| {
             anyhow!(
                 "zerohop agent did not say it was ready within {WAIT:?}; see {}",
                 dir.join("daemon.log").display()
@@ -686,12 +675,7 @@ async fn measure(args: &Args, dir: &Path) -> Result<Report> {
         .rounds
         .unwrap_or(if args.quick { 10 } else { 30 })
         .max(1);
-    let loadavg_before = std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let loadavg_before = zerohop_bench::report::load_average();
     let futex_floor = if args.no_floor {
         None
     } else {
@@ -967,15 +951,13 @@ fn run(args: &Args) -> Result<bool> {
         .enable_all()
         .build()?;
     let report = runtime.block_on(measure(args, dir.path()))?;
-    let md = markdown(&report);
-    std::fs::create_dir_all(&args.out)?;
-    std::fs::write(
-        args.out.join("activation.json"),
-        serde_json::to_string_pretty(&report)?,
+    zerohop_bench::report::publish(
+        &args.out,
+        "activation",
+        &report,
+        &markdown(&report),
+        Some(&summary_line(&report)),
     )?;
-    std::fs::write(args.out.join("activation.md"), &md)?;
-    print!("{md}");
-    println!("\n{}", summary_line(&report));
     Ok(report.ok)
 }
 

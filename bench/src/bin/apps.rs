@@ -15,14 +15,14 @@
 //! `--quick` shortens every run; `--out DIR` (default `results`) receives `apps.md` and
 //! `apps.json`. Exits 1 when a run had errors or wrong answers, 2 when it could not run.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
-use zerohop_test_support::{cpu_ticks, descendants, free_port, listener_in, ticks_per_second};
+use zerohop_bench::procstat::tree_ticks;
+use zerohop_test_support::{free_port, listener_in, ticks_per_second};
 
 /// A process of a deployment: SIGTERM on drop (its own children go with it), then SIGKILL.
 struct Proc {
@@ -31,16 +31,13 @@ struct Proc {
 }
 
 impl Proc {
-    fn start(
-        name: &str,
-        cmd: &mut Command,
-    ) -> Result<(Self, BufReader<std::process::ChildStdout>)> {
+    fn start(name: &str, cmd: &mut Command) -> Result<(Self, std::process::ChildStdout)> {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {name}"))?;
-        let out = BufReader::new(child.stdout.take().context("stdout")?);
+        let out = child.stdout.take().context("stdout")?;
         Ok((
             Self {
                 child,
@@ -64,35 +61,15 @@ impl Drop for Proc {
     }
 }
 
-/// Reads lines until one contains `marker` (bounded: a thread reads, this waits).
-fn wait_line(
-    out: BufReader<std::process::ChildStdout>,
-    marker: &str,
-    timeout: Duration,
-) -> Result<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let marker = marker.to_owned();
-    std::thread::spawn(move || {
-        let mut found = false;
-        for line in out.lines().map_while(Result::ok) {
-            if !found && line.contains(&marker) {
-                found = true;
-                let _ = tx.send(line);
-            }
-        }
-    });
-    rx.recv_timeout(timeout)
+/// The first line of `out` with `marker`, waiting at most `timeout`.
+fn wait_line(out: std::process::ChildStdout, marker: &str, timeout: Duration) -> Result<String> {
+    zerohop_bench::wait_line(out, marker, timeout)
         .map_err(|_| anyhow!("no line with {:?} within {timeout:?}", "ready"))
 }
 
 /// The address after `scheme` on a line (`... http://A, mqtt://B (...)`).
 fn address(line: &str, scheme: &str) -> Result<String> {
     listener_in(line, scheme).ok_or_else(|| anyhow!("no {scheme} address in {line:?}"))
-}
-
-/// CPU ticks of `pid` and every descendant now.
-fn tree_ticks(pid: u32) -> u64 {
-    descendants(&[pid]).into_iter().filter_map(cpu_ticks).sum()
 }
 
 /// Where Debian's mosquitto package puts the broker.
@@ -414,12 +391,12 @@ fn run() -> Result<bool> {
     };
     let boutique = boutique(&cx)?;
     let motion = motion(&cx)?;
-    let md = markdown(&boutique, &motion);
-    print!("{md}");
-    std::fs::write(out.join("apps.md"), &md)?;
-    std::fs::write(
-        out.join("apps.json"),
-        serde_json::to_string_pretty(&json!({ "boutique": boutique, "motion": motion }))?,
+    zerohop_bench::report::publish(
+        &out,
+        "apps",
+        &json!({ "boutique": boutique, "motion": motion }),
+        &markdown(&boutique, &motion),
+        None,
     )?;
     let ok = boutique
         .as_array()

@@ -44,11 +44,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -56,9 +55,11 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use zerohop_bench::loadgen::{self, BodyMix, Load, RunResult};
 use zerohop_bench::procstat::{
-    self as procstat, cpu_ticks, online_cpus, pin_current_thread, ticks_per_second, ProcessId,
+    self as procstat, cpu_ticks, online_cpus, pin_current_thread, ticks_per_second, tree_ticks,
+    ProcessId,
 };
-use zerohop_bench::report::Machine;
+use zerohop_bench::report::{self, Machine};
+use zerohop_bench::systems::{zerohop_functions, FUNCTION_ENV};
 use zerohop_bench::Step;
 
 /// Bound on the chain's start (Python and Node instances import their runtime first) and on
@@ -74,8 +75,10 @@ const SETTLE: Duration = Duration::from_millis(500);
 /// Cores used by others (processes outside the benchmark, steal) past which the report says
 /// the run was disturbed: on a quiet machine both stay near zero.
 const DISTURBED: f64 = 0.1;
-/// Names the function of each instance in its environment (`/proc/PID/environ`).
-const FUNCTION_ENV: &str = "BENCH_FUNCTION";
+/// Connections of the load generator: one, so a point's latency is a request's path alone.
+const CONCURRENCY: usize = 1;
+/// Gateway threads of every chain.
+const GATEWAY_THREADS: usize = 1;
 /// The interpreters instances run with: instances run as the chain's own uid, which may not
 /// be able to run an interpreter under `/root` (pyenv, nvm).
 const PYTHON: &str = "/usr/bin/python3";
@@ -236,6 +239,36 @@ struct Idle {
     wakeups_per_s: f64,
 }
 
+/// What an [`Idle`] is the difference of: the K instances together.
+struct IdleCounters {
+    /// CPU clock ticks (`/proc/PID/stat`).
+    ticks: u64,
+    /// On-CPU nanoseconds of their threads (`schedstat`).
+    run_ns: u64,
+    /// Times their threads were switched in (`schedstat`).
+    switches: u64,
+}
+
+impl Idle {
+    /// The idle window of `instances` instances from the counters at its ends.
+    fn between(
+        before: &IdleCounters,
+        after: &IdleCounters,
+        seconds: f64,
+        instances: usize,
+    ) -> Self {
+        Self {
+            seconds,
+            instances,
+            cpu_ms_per_s: after.ticks.saturating_sub(before.ticks) as f64 / ticks_per_second()
+                * 1e3
+                / seconds,
+            sched_cpu_us_per_s: after.run_ns.saturating_sub(before.run_ns) as f64 / 1e3 / seconds,
+            wakeups_per_s: after.switches.saturating_sub(before.switches) as f64 / seconds,
+        }
+    }
+}
+
 /// Memory of `p1` after the load and the idle window.
 #[derive(Serialize, Debug)]
 struct Memory {
@@ -309,6 +342,36 @@ struct Row {
     ratio_to_rust: Ratios,
     /// Wrong or failed answers, instances that restarted.
     errors: Vec<String>,
+}
+
+impl Row {
+    /// `language`'s row before it is measured: its function when it could be made runnable
+    /// (status `failed` until measured), else why not.
+    fn prepared(language: Language, paths: &Paths) -> Self {
+        let mut row = Row {
+            language,
+            status: Status::Failed,
+            reason: None,
+            function: None,
+            result: None,
+            ratio_to_rust: Ratios::default(),
+            errors: Vec::new(),
+        };
+        let name = language.name();
+        match prepare(language, paths) {
+            Ok(f) => row.function = Some(f),
+            Err(Skip::NotRun(why)) => {
+                eprintln!("zerohop-bench-languages: {name}: not run: {why}");
+                row.status = Status::NotRun;
+                row.reason = Some(why);
+            }
+            Err(Skip::Failed(e)) => {
+                eprintln!("zerohop-bench-languages: {name}: failed: {e:#}");
+                row.reason = Some(format!("{e:#}"));
+            }
+        }
+        row
+    }
 }
 
 #[derive(Serialize, Debug)]
@@ -429,13 +492,7 @@ fn prepare(language: Language, p: &Paths) -> Result<Function, Skip> {
     let src = p.sources();
     match language {
         Language::Rust => {
-            let bin = p.bin.join("zerohop-bench-lang-pass");
-            if !bin.is_file() {
-                return Err(Skip::Failed(anyhow!(
-                    "{} is missing; build with `cargo build --release --workspace --bins`",
-                    bin.display()
-                )));
-            }
+            let bin = zerohop_bench::need_bin(&p.bin, "zerohop-bench-lang-pass")?;
             Ok(Function {
                 command: vec![bin.display().to_string()],
                 env: BTreeMap::new(),
@@ -626,7 +683,7 @@ impl Chain {
         let mut cmd = Command::new(zerohop);
         cmd.arg("up")
             .arg(spec)
-            .args(["--listen", "127.0.0.1:0", "--gateway-threads", "1"])
+            .args(["--listen", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log)?);
@@ -648,23 +705,13 @@ impl Chain {
             url: String::new(),
             log,
         };
-        // A thread reads (and keeps draining) its output; this waits, bounded. The thread
-        // ends, and the channel with it, when `zerohop up` exits.
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("ready at ") {
-                    let _ = tx.send(line);
-                }
-            }
-        });
-        let line = match rx.recv_timeout(START_WAIT) {
+        let line = match zerohop_bench::wait_line(stdout, "ready at ", START_WAIT) {
             Ok(line) => line,
-            Err(mpsc::RecvTimeoutError::Timeout) => bail!(
+            Err(RecvTimeoutError::Timeout) => bail!(
                 "zerohop up was not ready within {START_WAIT:?}: {}",
                 chain.log_tail()
             ),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err(RecvTimeoutError::Disconnected) => {
                 bail!("zerohop up exited: {}", chain.log_tail())
             }
         };
@@ -684,19 +731,9 @@ impl Chain {
 
     /// The instances of `p1` .. `pK`, in that order (waits, bounded, until each has one).
     fn functions(&self, k: usize) -> Result<Vec<ProcessId>> {
-        let key = format!("{FUNCTION_ENV}=");
         let deadline = Instant::now() + START_WAIT;
         loop {
-            let found: Vec<(String, u32)> = zerohop_test_support::instances(self.pid())
-                .into_iter()
-                .filter_map(|pid| {
-                    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-                    let name = env
-                        .split(|&b| b == 0)
-                        .find_map(|v| v.strip_prefix(key.as_bytes()))?;
-                    Some((String::from_utf8_lossy(name).into_owned(), pid))
-                })
-                .collect();
+            let found = zerohop_functions(self.pid());
             let pids: Vec<Option<ProcessId>> = (1..=k)
                 .map(|i| {
                     let name = format!("p{i}");
@@ -736,7 +773,7 @@ fn spec(language: Language, f: &Function, k: usize) -> Result<String> {
         .collect::<Result<Vec<_>, _>>()?
         .join(", ");
     let mut s = format!(
-        "name: lang-{}\ngateway_threads: 1\ntimeout: 10s\nfunctions:\n",
+        "name: lang-{}\ngateway_threads: {GATEWAY_THREADS}\ntimeout: 10s\nfunctions:\n",
         language.name()
     );
     let names: Vec<String> = (1..=k).map(|i| format!("p{i}")).collect();
@@ -775,13 +812,12 @@ fn ticks(pids: &[ProcessId]) -> u64 {
     pids.iter().filter_map(|p| cpu_ticks(p.pid)).sum()
 }
 
-/// On-CPU nanoseconds and switches-in of `pid`'s living threads
+/// On-CPU nanoseconds and switches-in of the living threads of `pids` together
 /// (`/proc/PID/task/TID/schedstat`: run time, wait time, timeslices).
-fn sched(pid: u32) -> (u64, u64) {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return (0, 0);
-    };
-    tasks
+fn sched(pids: &[ProcessId]) -> (u64, u64) {
+    pids.iter()
+        .filter_map(|p| std::fs::read_dir(format!("/proc/{}/task", p.pid)).ok())
+        .flatten()
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
         .filter_map(|s| {
             let v: Vec<u64> = s
@@ -861,9 +897,8 @@ fn point(functions: usize, runs: &[(RunResult, Round)]) -> Point {
 /// One language's chain, up and being measured.
 struct Up {
     language: Language,
+    /// `zerohop up` (gateway thread and agent) and all it started.
     chain: Chain,
-    /// `zerohop up` itself (gateway thread and agent).
-    me: ProcessId,
     /// The instances of `p1` .. `pK`.
     fns: Vec<ProcessId>,
     one: Vec<(RunResult, Round)>,
@@ -892,7 +927,6 @@ impl Up {
             plan.chain_cpu,
         )?;
         let fns = chain.functions(plan.hops)?;
-        let me = ProcessId::of(chain.pid()).context("zerohop up is gone")?;
         eprintln!(
             "zerohop-bench-languages: {name}: chain up at {} ({} instances)",
             chain.url, plan.hops
@@ -900,7 +934,6 @@ impl Up {
         let up = Self {
             language,
             chain,
-            me,
             fns,
             one: Vec::new(),
             long: Vec::new(),
@@ -936,7 +969,9 @@ impl Up {
             &self.url(long),
             &[Step::Pass],
             &BodyMix::Fixed(plan.body),
-            &Load::Closed { concurrency: 1 },
+            &Load::Closed {
+                concurrency: CONCURRENCY,
+            },
             Duration::ZERO,
             Duration::from_secs_f64(seconds),
         )
@@ -945,13 +980,16 @@ impl Up {
     /// One measured point of one route.
     fn point(&mut self, long: bool, plan: &Plan) -> Result<()> {
         let hz = ticks_per_second();
-        let pids = self.instances(long);
-        let (fn_before, me_before) = (ticks(pids), cpu_ticks(self.me.pid).unwrap_or(0));
+        // The route's instances, and `zerohop up`.
+        let counters = || {
+            (
+                ticks(self.instances(long)),
+                cpu_ticks(self.chain.pid()).unwrap_or(0),
+            )
+        };
+        let (fn_before, me_before) = counters();
         let r = self.load(long, plan, plan.seconds)?;
-        let (fn_after, me_after) = (
-            ticks(self.instances(long)),
-            cpu_ticks(self.me.pid).unwrap_or(0),
-        );
+        let (fn_after, me_after) = counters();
         let round = Round {
             p50_us: r.latency.p50_us,
             mean_us: r.latency.mean_us,
@@ -978,14 +1016,14 @@ impl Up {
         Ok(())
     }
 
-    /// CPU ticks and (on-CPU ns, switches-in) of the K instances together.
-    fn idle_counters(&self) -> (u64, (u64, u64)) {
-        let sched = self
-            .fns
-            .iter()
-            .map(|p| sched(p.pid))
-            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
-        (ticks(&self.fns), sched)
+    /// The K instances' counters now.
+    fn idle_counters(&self) -> IdleCounters {
+        let (run_ns, switches) = sched(&self.fns);
+        IdleCounters {
+            ticks: ticks(&self.fns),
+            run_ns,
+            switches,
+        }
     }
 
     /// Folds what was measured; stops the chain.
@@ -1055,20 +1093,44 @@ fn others_ticks() -> BTreeMap<(i32, u64), u64> {
         .collect()
 }
 
-/// CPU ticks of this process and every process below it (the chains, their instances).
-fn own_ticks() -> u64 {
-    zerohop_test_support::descendants(&[std::process::id()])
-        .into_iter()
-        .filter_map(cpu_ticks)
-        .sum()
+/// What a [`Disturbance`] is the difference of.
+struct MachineTicks {
+    at: Instant,
+    /// [`others_ticks`].
+    others: BTreeMap<(i32, u64), u64>,
+    /// [`steal_ticks`].
+    steal: u64,
+    /// This process and every process below it (the chains, their instances).
+    own: u64,
 }
 
-/// Ticks used between two [`others_ticks`] (a process new since `before` counts whole).
-fn others_since(before: &BTreeMap<(i32, u64), u64>, after: &BTreeMap<(i32, u64), u64>) -> u64 {
-    after
-        .iter()
-        .map(|(k, &t)| t.saturating_sub(before.get(k).copied().unwrap_or(0)))
-        .sum()
+impl MachineTicks {
+    fn now() -> Self {
+        Self {
+            at: Instant::now(),
+            others: others_ticks(),
+            steal: steal_ticks(),
+            own: tree_ticks(std::process::id()),
+        }
+    }
+
+    /// What was used from `self` until now (a process new since `self` counts whole).
+    fn since(&self) -> Disturbance {
+        let after = Self::now();
+        let seconds = self.at.elapsed().as_secs_f64();
+        let in_cores = |t: u64| t as f64 / ticks_per_second() / seconds;
+        let others = after
+            .others
+            .iter()
+            .map(|(k, &t)| t.saturating_sub(self.others.get(k).copied().unwrap_or(0)))
+            .sum();
+        Disturbance {
+            seconds,
+            own_cores: in_cores(after.own.saturating_sub(self.own)),
+            other_cores: in_cores(others),
+            steal_cores: in_cores(after.steal.saturating_sub(self.steal)),
+        }
+    }
 }
 
 /// What else used the machine while the points ran.
@@ -1084,10 +1146,7 @@ struct Disturbance {
     steal_cores: f64,
 }
 
-fn ratios(m: &Measured, rust: Option<&Measured>) -> Ratios {
-    let Some(rust) = rust else {
-        return Ratios::default();
-    };
+fn ratios(m: &Measured, rust: &Measured) -> Ratios {
     let over = |a: f64, b: f64| (b > 0.0).then(|| a / b);
     Ratios {
         per_hop_p50: over(m.per_hop_p50_us, rust.per_hop_p50_us),
@@ -1350,12 +1409,7 @@ fn run(args: &Args) -> Result<bool> {
         "--seconds and --idle-seconds must be positive"
     );
     let machine = Machine::read();
-    let loadavg_before = std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let loadavg_before = report::load_average();
     let mut languages: Vec<Language> = Vec::new();
     for l in &args.languages {
         if !languages.contains(l) {
@@ -1364,33 +1418,9 @@ fn run(args: &Args) -> Result<bool> {
     }
     // Everything is built first, on every core; then the load generator (this thread) is
     // pinned and the languages are measured one after another.
-    let mut rows: Vec<(Row, Option<Function>)> = languages
+    let mut rows: Vec<Row> = languages
         .iter()
-        .map(|&language| {
-            let mut row = Row {
-                language,
-                status: Status::Failed,
-                reason: None,
-                function: None,
-                result: None,
-                ratio_to_rust: Ratios::default(),
-                errors: Vec::new(),
-            };
-            let name = language.name();
-            match prepare(language, &paths) {
-                Ok(f) => return (row, Some(f)),
-                Err(Skip::NotRun(why)) => {
-                    eprintln!("zerohop-bench-languages: {name}: not run: {why}");
-                    row.status = Status::NotRun;
-                    row.reason = Some(why);
-                }
-                Err(Skip::Failed(e)) => {
-                    eprintln!("zerohop-bench-languages: {name}: failed: {e:#}");
-                    row.reason = Some(format!("{e:#}"));
-                }
-            }
-            (row, None)
-        })
+        .map(|&language| Row::prepared(language, &paths))
         .collect();
     if plan.chain_cpu.is_some() {
         ensure!(
@@ -1401,11 +1431,11 @@ fn run(args: &Args) -> Result<bool> {
     // Every chain up at once, so that the languages take turns within each round: a
     // disturbance of the machine (another build, the host) falls on all of them alike.
     let mut ups: Vec<(usize, Up)> = Vec::new();
-    for (i, (row, function)) in rows.iter_mut().enumerate() {
-        let Some(f) = function.take() else {
+    for (i, row) in rows.iter_mut().enumerate() {
+        let Some(f) = &row.function else {
             continue;
         };
-        match Up::start(row.language, &f, &plan, &zerohop, &paths) {
+        match Up::start(row.language, f, &plan, &zerohop, &paths) {
             Ok(up) => ups.push((i, up)),
             Err(e) => {
                 eprintln!(
@@ -1415,20 +1445,18 @@ fn run(args: &Args) -> Result<bool> {
                 row.reason = Some(format!("{e:#}"));
             }
         }
-        row.function = Some(f);
     }
-    let started = Instant::now();
-    let (others_before, steal_before, own_before) = (others_ticks(), steal_ticks(), own_ticks());
+    let before = MachineTicks::now();
     for round in 0..plan.rounds {
         // Each round starts with another language, and alternates the routes' order (ABBA).
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
         let n = ups.len();
         for j in 0..n {
-            let (i, up) = &mut ups[(j + round) % n];
-            let order = if round % 2 == 0 {
-                [false, true]
-            } else {
-                [true, false]
-            };
+            let (_, up) = &mut ups[(j + round) % n];
             for long in order {
                 if let Err(e) = up.point(long, &plan) {
                     up.errors.push(format!("{}: {e:#}", up.url(long)));
@@ -1440,23 +1468,14 @@ fn run(args: &Args) -> Result<bool> {
                  ({:.0} s)",
                 round + 1,
                 plan.rounds,
-                rows[*i].0.language.name(),
+                up.language.name(),
                 last(&up.one),
                 last(&up.long),
-                started.elapsed().as_secs_f64()
+                before.at.elapsed().as_secs_f64()
             );
         }
     }
-    let (others_after, steal_after, own_after) = (others_ticks(), steal_ticks(), own_ticks());
-    let hz = ticks_per_second();
-    let measured_s = started.elapsed().as_secs_f64();
-    let in_cores = |t: u64| t as f64 / hz / measured_s;
-    let disturbance = Disturbance {
-        seconds: measured_s,
-        own_cores: in_cores(own_after.saturating_sub(own_before)),
-        other_cores: in_cores(others_since(&others_before, &others_after)),
-        steal_cores: in_cores(steal_after.saturating_sub(steal_before)),
-    };
+    let disturbance = before.since();
     // Idle: every chain up, no traffic.
     eprintln!(
         "zerohop-bench-languages: idle window, {:.1} s",
@@ -1469,14 +1488,8 @@ fn run(args: &Args) -> Result<bool> {
     let after: Vec<_> = ups.iter().map(|(_, up)| up.idle_counters()).collect();
     let idle_s = idle_started.elapsed().as_secs_f64();
     for (((i, up), b), a) in ups.into_iter().zip(before).zip(after) {
-        let idle = Idle {
-            seconds: idle_s,
-            instances: up.fns.len(),
-            cpu_ms_per_s: a.0.saturating_sub(b.0) as f64 / hz * 1e3 / idle_s,
-            sched_cpu_us_per_s: a.1 .0.saturating_sub(b.1 .0) as f64 / 1e3 / idle_s,
-            wakeups_per_s: a.1 .1.saturating_sub(b.1 .1) as f64 / idle_s,
-        };
-        let row = &mut rows[i].0;
+        let idle = Idle::between(&b, &a, idle_s, up.fns.len());
+        let row = &mut rows[i];
         let name = up.language.name();
         match up.finish(idle) {
             Ok((m, errors)) => {
@@ -1499,16 +1512,19 @@ fn run(args: &Args) -> Result<bool> {
             }
         }
     }
-    let mut rows: Vec<Row> = rows.into_iter().map(|(row, _)| row).collect();
-    let rust_index = rows
+    let rust = rows
         .iter()
-        .position(|r| r.language == Language::Rust && r.result.is_some());
-    for i in 0..rows.len() {
-        let ratio = match (rows[i].result.as_ref(), rust_index) {
-            (Some(m), Some(j)) => ratios(m, rows[j].result.as_ref()),
+        .find(|r| r.language == Language::Rust)
+        .and_then(|r| r.result.as_ref());
+    let to_rust: Vec<Ratios> = rows
+        .iter()
+        .map(|row| match (&row.result, rust) {
+            (Some(m), Some(rust)) => ratios(m, rust),
             _ => Ratios::default(),
-        };
-        rows[i].ratio_to_rust = ratio;
+        })
+        .collect();
+    for (row, ratio) in rows.iter_mut().zip(to_rust) {
+        row.ratio_to_rust = ratio;
     }
     let ok = rows
         .iter()
@@ -1522,8 +1538,8 @@ fn run(args: &Args) -> Result<bool> {
             rounds: plan.rounds,
             idle_seconds: plan.idle_seconds,
             body_bytes: plan.body,
-            concurrency: 1,
-            gateway_threads: 1,
+            concurrency: CONCURRENCY,
+            gateway_threads: GATEWAY_THREADS,
             warmup_seconds_per_route: plan.warmup,
             pinning: if pin {
                 "load generator on CPU 0; zerohop up and every instance on CPU 1".into()
@@ -1536,15 +1552,13 @@ fn run(args: &Args) -> Result<bool> {
         disturbance,
         ok,
     };
-    let md = markdown(&report);
-    std::fs::create_dir_all(&args.out)?;
-    std::fs::write(
-        args.out.join("languages.json"),
-        serde_json::to_string_pretty(&report)?,
+    report::publish(
+        &args.out,
+        "languages",
+        &report,
+        &markdown(&report),
+        Some(&summary_line(&report)),
     )?;
-    std::fs::write(args.out.join("languages.md"), &md)?;
-    print!("{md}");
-    println!("\n{}", summary_line(&report));
     Ok(report.ok)
 }
 
