@@ -46,6 +46,10 @@ pub struct Delivery {
     /// The slot's header, read once when the slot was taken, with `meta_len + desc.len`
     /// within the slot. Use this copy, never the shared header: the sender may still write.
     pub header: SlotHeader,
+    /// The kernel refused the edge from `from`'s function to `desc.next` and returned the
+    /// descriptor to this gateway party instead (see [`Raw::refused`](crate::Raw)); the
+    /// request must be answered with an error.
+    pub refused: bool,
 }
 
 /// Receiver + validation for one party.
@@ -163,14 +167,29 @@ impl Endpoint {
 
     fn validate(&self, raw: Raw) -> Option<Delivery> {
         let desc = raw.desc;
-        if desc.next != self.my_function {
+        if raw.refused {
+            // Only the kernel marks a descriptor refused, and only towards a gateway party;
+            // it still names a slot its sender must hold.
+            if self.my_function != Descriptor::GATEWAY {
+                self.reject(Rejected::Malformed);
+                return None;
+            }
+        } else if desc.next != self.my_function {
             self.reject(Rejected::WrongFunction);
             return None;
+        } else {
+            // `raw.from` is the sender of the queue (ring) or socket it came in on, or the
+            // party the kernel stamped (sockmap), and the transports deliver only along the
+            // policy's edges into this party: no lookup per descriptor.
+            debug_assert!(
+                self.policy.allows_parties(raw.from, self.me)
+                    || self
+                        .policy
+                        .function_of(raw.from)
+                        .zip(self.policy.function_of(self.me))
+                        .is_some_and(|(f, g)| self.policy.allows(f, g))
+            );
         }
-        // `raw.from` is the sender of the queue (ring) or socket it came in on, and the
-        // transports have those only along the policy's edges into this party: no lookup per
-        // descriptor.
-        debug_assert!(self.policy.allows_parties(raw.from, self.me));
         let allowed = |o: Owner| o.as_party() == Some(raw.from);
         match self.pools.take(&desc, Owner::party(self.me), allowed) {
             Ok((from, slot, header)) => Some(Delivery {
@@ -178,6 +197,7 @@ impl Endpoint {
                 desc,
                 slot,
                 header,
+                refused: raw.refused,
             }),
             Err(TakeError::Ownership(
                 OwnershipError::OutOfRange(_)

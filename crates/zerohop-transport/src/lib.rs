@@ -14,6 +14,10 @@
 //!   and fallback. Each party inherits only the ends of its own edges.
 //! * [`Backend::Poll`]: the ring, with function instances' receivers that never sleep
 //!   (SPRIGHT's D-mode): for comparison, a core per polling thread even when idle.
+//! * [`Backend::Sockmap`]: SPRIGHT's S-mode, one TCP loopback socket per party in a BPF
+//!   sockmap; an eBPF program in the kernel redirects each descriptor to the next
+//!   function's socket, enforces the chain's declared edges and counts per function (see
+//!   [`sockmap`]). Needs root (CAP_BPF, CAP_NET_ADMIN).
 //!
 //! A transport never sees payloads. What it delivers is checked by an [`Endpoint`] against
 //! the pool (slot in range, length within the slot, generation, current owner) and against
@@ -35,6 +39,8 @@ pub mod ring;
 #[cfg(not(loom))]
 pub mod socket;
 #[cfg(not(loom))]
+pub mod sockmap;
+#[cfg(not(loom))]
 mod sys;
 
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -48,6 +54,8 @@ pub use plan::{
     handover, Domain, FunctionPlan, Hop, JoinPolicy, Plan, RequestIds, RoutePlan, StatePlan,
 };
 pub use policy::{Policy, PolicyError, GATEWAY_FN};
+#[cfg(not(loom))]
+pub use sockmap::KernelCounters;
 use zerohop_pool::Descriptor;
 
 /// Party index: first the gateway's parties (one per gateway thread, see
@@ -65,11 +73,19 @@ pub enum Backend {
     /// The ring with function instances' receivers that never sleep (SPRIGHT's D-mode, for
     /// comparison): the lowest hop latency, a core per polling thread, busy when idle.
     Poll,
+    /// A socket per party in a BPF sockmap; an eBPF program redirects descriptors and
+    /// enforces the chain's edges in the kernel (SPRIGHT's S-mode). Needs root.
+    Sockmap,
 }
 
 impl Backend {
     /// Every backend, for tests and benchmarks that run each.
-    pub const ALL: [Backend; 3] = [Backend::Ring, Backend::Socket, Backend::Poll];
+    pub const ALL: [Backend; 4] = [
+        Backend::Ring,
+        Backend::Socket,
+        Backend::Poll,
+        Backend::Sockmap,
+    ];
 
     /// Lower-case name as used in specs and on the command line.
     pub fn name(self) -> &'static str {
@@ -77,6 +93,7 @@ impl Backend {
             Backend::Ring => "ring",
             Backend::Socket => "socket",
             Backend::Poll => "poll",
+            Backend::Sockmap => "sockmap",
         }
     }
 }
@@ -94,8 +111,9 @@ impl FromStr for Backend {
             "ring" => Ok(Backend::Ring),
             "socket" => Ok(Backend::Socket),
             "poll" => Ok(Backend::Poll),
+            "sockmap" => Ok(Backend::Sockmap),
             other => Err(format!(
-                "unknown transport {other:?}; use one of: ring, socket, poll"
+                "unknown transport {other:?}; use one of: ring, socket, poll, sockmap"
             )),
         }
     }
@@ -119,6 +137,10 @@ pub enum TransportError {
     /// The region or fds handed over do not fit the expected layout.
     #[error("transport layout mismatch: {0}")]
     Layout(String),
+    /// The backend cannot run on this machine or with these privileges; says what is
+    /// missing.
+    #[error("the sockmap transport cannot run here: {0}; use `transport: ring`")]
+    Unsupported(String),
     /// Party index out of range.
     #[error("party {party} is out of range (the chain has {parties})")]
     NoSuchParty {
@@ -168,6 +190,10 @@ pub struct Raw {
     pub from: PartyId,
     /// The descriptor.
     pub desc: Descriptor,
+    /// The kernel refused to carry it along an edge the chain does not declare (from
+    /// `from`'s function to `desc.next`) and returned it to the gateway ([`Backend::Sockmap`]
+    /// only).
+    pub refused: bool,
 }
 
 /// The receiving side of one party (exactly one thread receives).
@@ -248,6 +274,12 @@ pub trait Transport: Send + Sync {
         let _ = party;
         0
     }
+    /// Agent side: the counters the transport keeps in the kernel ([`Backend::Sockmap`]);
+    /// `None` for the other backends.
+    #[cfg(not(loom))]
+    fn kernel_counters(&self) -> Option<KernelCounters> {
+        None
+    }
     /// The sender of party `me`.
     fn sender(&self, me: PartyId) -> Result<Box<dyn Sender>, TransportError>;
     /// The receiver of party `me`.
@@ -295,6 +327,7 @@ pub fn create(
             Options { poll: true, ..opts },
         )?),
         Backend::Socket => Box::new(socket::SocketTransport::create(policy, opts)?),
+        Backend::Sockmap => Box::new(sockmap::SockmapTransport::create(policy, opts)?),
     })
 }
 
@@ -317,5 +350,6 @@ pub fn attach(
             Options { poll: true, ..opts },
         )?),
         Backend::Socket => Box::new(socket::SocketTransport::attach(policy, me, fds, opts)?),
+        Backend::Sockmap => Box::new(sockmap::SockmapTransport::attach(policy, me, fds, opts)?),
     })
 }

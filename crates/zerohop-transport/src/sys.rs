@@ -193,13 +193,17 @@ pub(crate) fn set_send_timeout(fd: BorrowedFd<'_>, ms: u32) -> Result<(), Transp
     Ok(())
 }
 
-/// Sends one 16-byte message, blocking up to the socket's send timeout unless `nonblocking`.
-pub(crate) fn send16(fd: BorrowedFd<'_>, b: &[u8; 16], nonblocking: bool) -> Result<(), io::Error> {
+/// Sends one N-byte message, blocking up to the socket's send timeout unless `nonblocking`.
+pub(crate) fn send_msg<const N: usize>(
+    fd: BorrowedFd<'_>,
+    b: &[u8; N],
+    nonblocking: bool,
+) -> Result<(), io::Error> {
     let flags = libc::MSG_NOSIGNAL | if nonblocking { libc::MSG_DONTWAIT } else { 0 };
     loop {
-        // SAFETY: b is a valid 16-byte buffer.
-        let r = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), 16, flags) };
-        if r == 16 {
+        // SAFETY: b is a valid N-byte buffer.
+        let r = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), N, flags) };
+        if r == N as isize {
             return Ok(());
         }
         let e = io::Error::last_os_error();
@@ -212,16 +216,16 @@ pub(crate) fn send16(fd: BorrowedFd<'_>, b: &[u8; 16], nonblocking: bool) -> Res
 
 /// Receives one message without blocking, or with `peek` looks at it and leaves it queued.
 /// `Ok(None)` when nothing is queued.
-pub(crate) fn recv16_nonblocking(
+pub(crate) fn recv_msg_nonblocking<const N: usize>(
     fd: BorrowedFd<'_>,
     peek: bool,
-) -> Result<Option<([u8; 16], usize)>, io::Error> {
+) -> Result<Option<([u8; N], usize)>, io::Error> {
     let flags = libc::MSG_DONTWAIT | libc::MSG_TRUNC | if peek { libc::MSG_PEEK } else { 0 };
-    let mut b = [0u8; 16];
+    let mut b = [0u8; N];
     loop {
-        // SAFETY: b is a valid 16-byte buffer; MSG_TRUNC makes the kernel report the real
-        // message length so oversize messages are recognised.
-        let r = unsafe { libc::recv(fd.as_raw_fd(), b.as_mut_ptr().cast(), 16, flags) };
+        // SAFETY: b is a valid N-byte buffer; on a datagram socket MSG_TRUNC makes the
+        // kernel report the real message length so oversize messages are recognised.
+        let r = unsafe { libc::recv(fd.as_raw_fd(), b.as_mut_ptr().cast(), N, flags) };
         if r >= 0 {
             return Ok(Some((b, r as usize)));
         }

@@ -259,6 +259,7 @@ fn run_step(
     let want = Raw {
         from: step.from,
         desc: Descriptor::from_bytes(d.to_bytes()),
+        refused: false,
     };
     if got != Some(want) {
         return Err(format!("received {got:?}, expected {want:?}"));

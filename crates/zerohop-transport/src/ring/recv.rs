@@ -191,6 +191,7 @@ impl RingReceiver {
                 return Some(Raw {
                     from: self.lanes[i].from,
                     desc,
+                    refused: false,
                 });
             }
         }

@@ -107,8 +107,9 @@ impl SocketReceiver {
         let raw = |desc| Raw {
             from: lane.from,
             desc,
+            refused: false,
         };
-        match sys::recv16_nonblocking(lane.rx.as_fd(), true) {
+        match sys::recv_msg_nonblocking::<16>(lane.rx.as_fd(), true) {
             Ok(Some((b, 16))) => Some(raw(Descriptor::from_bytes(b))),
             // A zero-length read is either an empty message (invalid, below) or the end of
             // the stream: once the sender shut its end down, recv returns 0 at once, forever.
@@ -130,7 +131,7 @@ impl Receiver for SocketReceiver {
     fn consume(&mut self) {
         if let Some(i) = self.peeked.take() {
             // Only this thread reads the socket, so the message removed is the one peeked.
-            let _ = sys::recv16_nonblocking(self.lanes[i].rx.as_fd(), false);
+            let _ = sys::recv_msg_nonblocking::<16>(self.lanes[i].rx.as_fd(), false);
             self.next_lane = (i + 1) % self.lanes.len();
         }
     }

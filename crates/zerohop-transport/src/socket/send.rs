@@ -30,12 +30,12 @@ impl SocketSender {
 impl Sender for SocketSender {
     fn send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError> {
         // The send end has SO_SNDTIMEO set, so a full receiver costs at most that long.
-        sys::send16(self.fd(to)?.as_fd(), &desc.to_bytes(), false)
+        sys::send_msg(self.fd(to)?.as_fd(), &desc.to_bytes(), false)
             .map_err(|e| sys::send_error(to, e))
     }
 
     fn try_send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError> {
-        sys::send16(self.fd(to)?.as_fd(), &desc.to_bytes(), true)
+        sys::send_msg(self.fd(to)?.as_fd(), &desc.to_bytes(), true)
             .map_err(|e| sys::send_error(to, e))
     }
 }
