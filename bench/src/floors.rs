@@ -249,7 +249,7 @@ enum Which {
 }
 
 impl Which {
-    const ALL: [Which; 10] = [
+    const ALL: [Which; 13] = [
         Which::Cacheline,
         Which::Futex,
         Which::Eventfd,
@@ -276,6 +276,18 @@ impl Which {
         },
         Which::Hop {
             backend: Backend::Socket,
+            busy: false,
+        },
+        Which::Hop {
+            backend: Backend::Poll,
+            busy: true,
+        },
+        Which::Hop {
+            backend: Backend::Sockmap,
+            busy: true,
+        },
+        Which::Hop {
+            backend: Backend::Sockmap,
             busy: false,
         },
     ];

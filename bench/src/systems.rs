@@ -75,7 +75,7 @@ pub enum SystemId {
 
 impl SystemId {
     /// Name in reports and on the command line: `zerohop-ring`, `zerohop-socket`, `zerohop-poll`,
-    /// `monolith`, `http-chain`, `nginx-broker`.
+    /// `zerohop-sockmap`, `monolith`, `http-chain`, `nginx-broker`.
     pub fn name(&self) -> String {
         match self {
             SystemId::Zerohop(b) => format!("zerohop-{}", b.name()),
@@ -827,6 +827,7 @@ mod tests {
                 "zerohop-ring",
                 "zerohop-socket",
                 "zerohop-poll",
+                "zerohop-sockmap",
                 "monolith",
                 "http-chain",
                 "nginx-broker"

@@ -7,10 +7,11 @@ use std::process::Command;
 use serde_json::Value;
 use zerohop_test_support::{target_bin, TempDir};
 
-const SYSTEMS: [&str; 6] = [
+const SYSTEMS: [&str; 7] = [
     "zerohop-ring",
     "zerohop-socket",
     "zerohop-poll",
+    "zerohop-sockmap",
     "monolith",
     "http-chain",
     "nginx-broker",
@@ -51,7 +52,7 @@ fn smoke_matrix_answers_correctly_and_reports_every_field() {
             failures.iter().all(|f| f.starts_with("nginx-broker")) && !failures.is_empty(),
             "{failures:?}"
         );
-        SYSTEMS[..4].to_vec()
+        SYSTEMS[..5].to_vec()
     };
 
     let m = &json["machine"];

@@ -198,6 +198,11 @@ fn zerohop_poll() {
 }
 
 #[test]
+fn zerohop_sockmap() {
+    check(SystemId::Zerohop(Backend::Sockmap));
+}
+
+#[test]
 fn monolith() {
     check(SystemId::Monolith);
 }

@@ -96,10 +96,10 @@ pub(super) fn measure(
              (not timed)",
             PAUSE.as_micros()
         ),
-        (Backend::Socket, true) => {
-            "back-to-back round trips (the socket backend has no spin)".into()
+        (Backend::Socket | Backend::Sockmap, true) => {
+            "back-to-back round trips (no spin on this backend)".into()
         }
-        (Backend::Socket, false) => format!(
+        (Backend::Socket | Backend::Sockmap, false) => format!(
             "receivers blocked in poll; {} us pause before each round trip (not timed)",
             PAUSE.as_micros()
         ),

@@ -124,6 +124,38 @@ pub struct GatewayCounters {
     pub refused: u64,
     /// Answers that came after their request was already answered.
     pub late: u64,
+    /// What the kernel counted for the gateway's sends (`transport: sockmap` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelCounters>,
+}
+
+/// Descriptors the sockmap transport's eBPF program counted for one function (or the
+/// gateway), over the chain's life.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelCounters {
+    /// Delivered to its instances.
+    pub received: u64,
+    /// Sent by its instances and delivered.
+    pub sent: u64,
+    /// Sent by its instances and refused, by reason (`malformed`, `edge_not_declared`,
+    /// `no_instance`, `no_socket`, `unknown_sender`).
+    pub dropped: std::collections::BTreeMap<String, u64>,
+}
+
+impl KernelCounters {
+    /// From the program's counter row.
+    pub fn from_row(row: &zerohop_transport::sockmap::abi::FnStats) -> Self {
+        use zerohop_transport::sockmap::abi::DROP_NAMES;
+        Self {
+            received: row.received,
+            sent: row.sent,
+            dropped: DROP_NAMES
+                .iter()
+                .zip(row.dropped)
+                .map(|(n, v)| ((*n).to_owned(), v))
+                .collect(),
+        }
+    }
 }
 
 /// Slot accounting.
@@ -177,6 +209,9 @@ pub struct FunctionStatus {
     pub latency_buckets: Vec<u64>,
     /// Descriptors its instances dropped: wrong function, ownership, malformed.
     pub rejected: [u64; 3],
+    /// What the kernel counted for it (`transport: sockmap` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelCounters>,
     /// Output lines its instances printed and the daemon stored.
     pub log_lines: u64,
     /// Output lines dropped (the function printed faster than its budget).

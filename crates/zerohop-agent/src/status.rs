@@ -13,7 +13,8 @@ use zerohop_pool::{Owner, PartyState, LATENCY_BUCKETS};
 use zerohop_transport::GATEWAY_FN;
 
 use crate::api::{
-    ChainStatus, FunctionStatus, GatewayCounters, InstanceStatus, RouteStatus, SlotCounters,
+    ChainStatus, FunctionStatus, GatewayCounters, InstanceStatus, KernelCounters, RouteStatus,
+    SlotCounters,
 };
 use crate::supervise::{PartyControl, Shared, Want};
 
@@ -112,6 +113,12 @@ impl ChainView {
                 }
             })
             .collect();
+        let kernel = s.transport.kernel_counters();
+        if let Some(k) = &kernel {
+            for (fs, row) in functions.iter_mut().zip(&k.functions) {
+                fs.kernel = Some(KernelCounters::from_row(row));
+            }
+        }
         // One pass over every owner word: slots in use, and held per party.
         let mut held = vec![0u64; plan.party_function.len()];
         let mut in_use = 0u64;
@@ -268,6 +275,9 @@ impl ChainView {
                 inflight: gws.inflight() as u64,
                 refused: total(|s| &s.refused),
                 late: total(|s| &s.late),
+                kernel: kernel
+                    .as_ref()
+                    .map(|k| KernelCounters::from_row(&k.functions[GATEWAY_FN as usize])),
             },
             slots: SlotCounters {
                 in_use,

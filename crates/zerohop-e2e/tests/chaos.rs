@@ -653,6 +653,11 @@ fn kill_9_under_load_over_socket_loses_no_answer_and_leaves_nothing() {
     chaos("socket");
 }
 
+#[test]
+fn kill_9_under_load_over_sockmap_loses_no_answer_and_leaves_nothing() {
+    chaos("sockmap");
+}
+
 /// The whole run on `transport`: one daemon of its own, so the two transports' runs may go
 /// side by side (every check is by the daemon's pid, its chain's uid and cgroups).
 fn chaos(transport: &str) {

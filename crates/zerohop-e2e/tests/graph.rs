@@ -60,7 +60,7 @@ fn no_slot_held(chain: &Running) -> bool {
 #[test]
 fn calls_fan_out_and_join_with_a_failing_branch() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    for transport in ["ring", "socket"] {
+    for transport in ["ring", "socket", "sockmap"] {
         let rt = runtime();
         let chain = start(&rt, &spec(""), transport);
         let url = format!("{}/join", chain.url());

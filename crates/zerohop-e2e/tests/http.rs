@@ -53,8 +53,8 @@ fn example_hello_chain_answers_from_its_own_spec() {
 }
 
 #[test]
-fn hello_over_both_transports_with_keep_alive() {
-    for transport in ["ring", "socket"] {
+fn hello_over_every_transport_with_keep_alive() {
+    for transport in ["ring", "socket", "poll", "sockmap"] {
         let chain = ChainProcess::start(&hello_spec(""), &["--transport", transport]);
         assert!(chain.ready_line.contains(&format!("transport {transport}")));
         let agent = client();

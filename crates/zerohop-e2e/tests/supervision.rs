@@ -31,7 +31,7 @@ fn start(rt: &tokio::runtime::Runtime, yaml: &str, transport: &str) -> Running {
 #[test]
 fn kill_9_with_32_in_flight_answers_all_and_recovers() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    for transport in ["ring", "socket"] {
+    for transport in ["ring", "socket", "sockmap"] {
         let rt = runtime();
         let yaml = format!(
             "name: crash\ntimeout: 20s\nfunctions:\n{}{}routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n",
@@ -206,7 +206,7 @@ fn thread_names(pid: u32) -> Vec<String> {
 #[test]
 fn every_gateway_thread_serves_and_gets_its_own_answers() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    for transport in ["ring", "socket"] {
+    for transport in ["ring", "socket", "sockmap"] {
         let rt = runtime();
         let yaml = format!(
             "name: threads\ngateway_threads: 4\nfunctions:\n{}{}routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n",

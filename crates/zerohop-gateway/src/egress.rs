@@ -207,6 +207,7 @@ impl Gateway {
             desc,
             slot,
             header,
+            refused,
         } = d;
         let function = self
             .plan
@@ -228,6 +229,45 @@ impl Gateway {
             );
             return;
         };
+        if refused {
+            // The kernel refused to carry this request's descriptor from `function` to
+            // `desc.next` (sockmap transport): answered only if the sender really held the
+            // request's slot, which the endpoint's ownership check and this compare prove.
+            let held = w.slot == desc.slot && w.generation == desc.generation;
+            drop(table);
+            if !held {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let to = if desc.next == zerohop_transport::GATEWAY_FN {
+                "the gateway".to_owned()
+            } else {
+                match self.plan.functions.get(desc.next as usize) {
+                    Some(f) => format!("function {:?}", f.name),
+                    None => format!("function index {}", desc.next),
+                }
+            };
+            let from_name = self.plan.function_name(function).to_owned();
+            tracing::warn!(
+                function = %from_name,
+                party = from,
+                request = desc.request,
+                "refused in the kernel: no declared edge to {to}; answered 403"
+            );
+            drop(slot);
+            self.complete(
+                desc.request,
+                Outcome::Failed(GatewayError::new(
+                    StatusCode::FORBIDDEN,
+                    ErrorSource::Function(from_name.clone()),
+                    format!(
+                        "function {from_name:?} sent this request to {to}, but the chain \
+                         declares no such edge; the kernel refused it"
+                    ),
+                )),
+            );
+            return;
+        }
         let genuine = w.slot == desc.slot
             && w.generation == desc.generation
             && header.request == desc.request

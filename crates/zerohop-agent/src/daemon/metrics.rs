@@ -281,6 +281,40 @@ impl Collector for Chains {
             MetricType::Counter,
             rejected,
         )?;
+        // The sockmap transport's eBPF counters (only chains on that transport have them).
+        let kernel = functions().filter_map(|(c, f)| f.kernel.as_ref().map(|k| (c, f, k)));
+        let directions = kernel.clone().flat_map(|(c, f, k)| {
+            [("in", k.received), ("out", k.sent)]
+                .into_iter()
+                .map(move |(d, n)| {
+                    let mut l = fn_labels(c, f);
+                    l.push(("direction", d.to_owned()));
+                    (l, n)
+                })
+        });
+        family(
+            &mut enc,
+            "zerohop_function_kernel_descriptors",
+            "Descriptors the kernel delivered to (in) or from (out) the function's instances \
+             (transport: sockmap)",
+            MetricType::Counter,
+            directions,
+        )?;
+        let drops = kernel.flat_map(|(c, f, k)| {
+            k.dropped.iter().map(move |(r, n)| {
+                let mut l = fn_labels(c, f);
+                l.push(("reason", r.clone()));
+                (l, *n)
+            })
+        });
+        family(
+            &mut enc,
+            "zerohop_function_kernel_drops",
+            "Descriptors the function's instances sent that the kernel refused, by reason \
+             (transport: sockmap)",
+            MetricType::Counter,
+            drops,
+        )?;
         let mut m = enc.encode_descriptor(
             "zerohop_function_duration_seconds",
             "Time requests spent in the function's handler",

@@ -37,8 +37,8 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-pub use self::kernel::KernelCounters;
 use self::kernel::Kernel;
+pub use self::kernel::KernelCounters;
 pub use self::recv::SockmapReceiver;
 pub use self::send::SockmapSender;
 use crate::{sys, Backend, Options, PartyId, Policy, Receiver, Sender, Transport, TransportError};
@@ -133,7 +133,9 @@ impl SockmapTransport {
 
     /// The ids of the loaded programs and maps (agent side; empty for a party).
     pub fn kernel_ids(&self) -> (Vec<u32>, Vec<u32>) {
-        self.kernel.as_ref().map_or_else(Default::default, Kernel::ids)
+        self.kernel
+            .as_ref()
+            .map_or_else(Default::default, Kernel::ids)
     }
 }
 
