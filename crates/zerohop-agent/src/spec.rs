@@ -335,11 +335,15 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         None => "ring".to_owned(),
         Some(n) => {
             let t = cx.string(n, "transport")?;
-            if !["ring", "socket", "poll"].contains(&t.as_str()) {
+            if t.parse::<zerohop_transport::Backend>().is_err() {
+                let names: Vec<&str> = zerohop_transport::Backend::ALL
+                    .iter()
+                    .map(|b| b.name())
+                    .collect();
                 return Err(cx.err(
                     line(n),
                     "transport",
-                    format!("unknown transport `{t}`; use one of: ring, socket, poll"),
+                    format!("unknown transport `{t}`; use one of: {}", names.join(", ")),
                 ));
             }
             t
@@ -2166,7 +2170,7 @@ routes:
             (HELLO.replace("timeout: 2s", "max_body: 1MiB"), "c.yaml:3: max_body: 1048576 bytes do not fit a slot of 8192 bytes"),
             (HELLO.replace("name: hello", "name: hello world"), "c.yaml:1: name: a chain name is"),
             (HELLO.replace("name: hello\n", ""), "c.yaml:1: name: missing"),
-            (HELLO.replace("timeout: 2s", "transport: carrier-pigeon"), "c.yaml:3: transport: unknown transport `carrier-pigeon`; use one of: ring, socket, poll"),
+            (HELLO.replace("timeout: 2s", "transport: carrier-pigeon"), "c.yaml:3: transport: unknown transport `carrier-pigeon`; use one of: ring, socket, poll, sockmap"),
             (HELLO.replace("env: { MODE: loud, N: 3 }", "env: [MODE]"), "c.yaml:8: functions.exclaim.env: expected a mapping"),
             (HELLO.replace("{ slots: 64,", "{ slots: 64, hugepages: maybe,"), "c.yaml:2: pool.hugepages: expected true or false"),
             (format!("{HELLO}  - http: POST /hello\n    sequence: [upper]\n"), "c.yaml:15: routes[1].http: `POST /hello` is already routed"),
