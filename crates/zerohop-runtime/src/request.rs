@@ -92,6 +92,14 @@ impl Request<'_> {
         self.header.request
     }
 
+    /// The request's slot in the chain's pool and the slot's generation, as its descriptor
+    /// carries them. For tests of the transports that forge descriptors; not needed by
+    /// functions.
+    #[doc(hidden)]
+    pub fn slot_and_generation(&self) -> (u32, u32) {
+        (self.slot.index(), self.slot.generation())
+    }
+
     /// Name of the function handling it (this one).
     pub fn function(&self) -> &str {
         self.plan.function_name(self.function)

@@ -25,6 +25,11 @@
 //!   to reopen it read-write through `/proc/self/fd`. Answers `pool NAME` per pool it was
 //!   handed, and `rw_map FD ERRNO|ok` and `reopen FD ERRNO|ok` per read-only descriptor.
 //!
+//! * `forge` (sockmap transport): writes a message of its own to its socket, sending this
+//!   request's descriptor to function index `HOSTILE_TARGET_FN`, instance `HOSTILE_TARGET_PARTY`
+//!   (an edge the chain should not declare), past the SDK's own check; answers `forged ok`
+//!   or `forged ERRNO` (what `send` said) after 300 ms.
+//!
 //! `unsafe` for the raw system calls it abuses; this is a test fixture, never a function to
 //! copy.
 
@@ -422,6 +427,34 @@ fn attack(me: u32, what: Region, seed: u64, base: usize, len: usize) {
     }
 }
 
+/// The sockmap message for this request's descriptor to `HOSTILE_TARGET_FN`, written
+/// straight to the party's socket (its last inherited descriptor).
+fn forge(req: &Request<'_>) -> String {
+    let num = |k: &str| -> u32 {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} must be a number"))
+    };
+    let (slot, generation) = req.slot_and_generation();
+    let desc = zerohop_pool::Descriptor {
+        slot,
+        next: num("HOSTILE_TARGET_FN") as u8,
+        len: req.body().len() as u32,
+        request: req.id(),
+        generation,
+    };
+    let mut msg = [0u8; 20];
+    msg[..16].copy_from_slice(&desc.to_bytes());
+    msg[16..18].copy_from_slice(&(num("HOSTILE_TARGET_PARTY") as u16).to_le_bytes());
+    let fd = 3 + num("ZEROHOP_FDS") as i32 - 1;
+    // SAFETY: sends 20 bytes from a local buffer on an inherited descriptor.
+    let rc = unsafe { libc::send(fd, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL) };
+    let said = errno_of(rc as i64);
+    std::thread::sleep(Duration::from_millis(300));
+    format!("forged {said}\n")
+}
+
 fn main() {
     let mode = std::env::var("HOSTILE_MODE").unwrap_or_else(|_| "env".into());
     // Before `run` takes the inherited descriptors over.
@@ -449,6 +482,7 @@ fn main() {
             },
             "hang" => "alive\n".to_owned(),
             "env" => env_report(),
+            "forge" => forge(req),
             "chaos" => {
                 let start = chaos_start.lock().unwrap_or_else(|p| p.into_inner()).take();
                 if let Some(start) = start {
