@@ -81,7 +81,7 @@ pub(super) fn echo(pinning: Pinning, fds: Vec<OwnedFd>) -> Result<()> {
         } else {
             spin_loop();
             spins = spins.wrapping_add(1);
-            if spins % SPINS_PER_CLOCK == 0
+            if spins.is_multiple_of(SPINS_PER_CLOCK)
                 && idle_since.get_or_insert_with(Instant::now).elapsed() > PEER_IDLE
             {
                 bail!("no message for {PEER_IDLE:?}");

@@ -55,7 +55,7 @@ fn page_aligned(buf: &mut [u8], len: usize) -> &mut [u8] {
 }
 
 fn human(bytes: usize) -> String {
-    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
     } else {
         format!("{} KiB", bytes >> 10)

@@ -149,7 +149,7 @@ pub(super) fn take_inherited_fds(n: usize) -> io::Result<Vec<OwnedFd>> {
 /// The `u64` at `offset` of a shared mapping, as an atomic.
 pub(super) fn atomic_u64_at(region: &Region, offset: usize) -> &AtomicU64 {
     assert!(
-        offset % 8 == 0 && offset + 8 <= region.len(),
+        offset.is_multiple_of(8) && offset + 8 <= region.len(),
         "u64 at {offset}"
     );
     // SAFETY: the mapping is page aligned and `offset` is 8-aligned and in bounds (asserted),
@@ -161,7 +161,7 @@ pub(super) fn atomic_u64_at(region: &Region, offset: usize) -> &AtomicU64 {
 /// The `u32` at `offset` of a shared mapping, as an atomic (a futex word).
 pub(super) fn atomic_u32_at(region: &Region, offset: usize) -> &AtomicU32 {
     assert!(
-        offset % 4 == 0 && offset + 4 <= region.len(),
+        offset.is_multiple_of(4) && offset + 4 <= region.len(),
         "u32 at {offset}"
     );
     // SAFETY: as in `atomic_u64_at`, with 4-byte alignment.

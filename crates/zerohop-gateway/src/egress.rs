@@ -148,7 +148,7 @@ impl Gateway {
                 match step {
                     Ok(Some(())) => {
                         taken += 1;
-                        if taken % BATCH == 0 {
+                        if taken.is_multiple_of(BATCH) {
                             // Let the requests answered so far go out.
                             tokio::task::yield_now().await;
                         }

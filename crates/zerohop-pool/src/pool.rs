@@ -384,7 +384,7 @@ impl Pool {
                 u64::from(cfg.first_slot) + u64::from(cfg.slots)
             )));
         }
-        if (cfg.slot_size as usize) < SLOT_HEADER_LEN + 64 || cfg.slot_size % 64 != 0 {
+        if (cfg.slot_size as usize) < SLOT_HEADER_LEN + 64 || !cfg.slot_size.is_multiple_of(64) {
             return Err(PoolError::Geometry(format!(
                 "slot_size must be a multiple of 64 and at least {}, got {}",
                 SLOT_HEADER_LEN + 64,

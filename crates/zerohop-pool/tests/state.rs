@@ -90,7 +90,7 @@ fn writers_killed_mid_update_leave_the_store_whole() {
             })
             .unwrap();
             let own = format!("own-{me}-{}", i % 13);
-            if i % 3 == 0 {
+            if i.is_multiple_of(3) {
                 s.delete(own.as_bytes()).unwrap();
             } else {
                 s.put(own.as_bytes(), &stamped(i, 64)).unwrap();

@@ -619,6 +619,7 @@ mod tests {
                     desc,
                     slot,
                     header,
+                    refused: false,
                 },
                 None,
             );

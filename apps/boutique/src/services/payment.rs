@@ -63,7 +63,7 @@ pub fn luhn_ok(digits: &[u8]) -> bool {
             }
         })
         .sum();
-    !digits.is_empty() && sum % 10 == 0
+    !digits.is_empty() && sum.is_multiple_of(10)
 }
 
 /// The card's network, or why the number is refused.

@@ -94,7 +94,7 @@ pub(crate) fn describe(r: &ResourceSpec, c: Controller) -> String {
 /// Bytes in the largest binary unit that divides them.
 fn size(b: u64) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if b != 0 && b % (1 << shift) == 0 {
+        if b != 0 && b.is_multiple_of(1 << shift) {
             return format!("{}{unit}", b >> shift);
         }
     }

@@ -406,7 +406,7 @@ fn attack(me: u32, what: Region, seed: u64, base: usize, len: usize) {
                             let e = q + 64 + (tail as usize % cap) * 16;
                             write_u64(base, e, rng.next());
                             write_u64(base, e + 8, rng.next());
-                            let new_tail = if rng.next() % 16 == 0 {
+                            let new_tail = if rng.next().is_multiple_of(16) {
                                 rng.next() as u32
                             } else {
                                 tail.wrapping_add(1)

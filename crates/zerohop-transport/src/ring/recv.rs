@@ -111,7 +111,7 @@ impl RingReceiver {
                 return Some(raw);
             }
             rounds = rounds.wrapping_add(1);
-            if self.one_cpu && rounds % 64 == 0 {
+            if self.one_cpu && rounds.is_multiple_of(64) {
                 std::thread::yield_now();
             } else {
                 spin_hint();
@@ -258,7 +258,7 @@ impl Receiver for RingReceiver {
             if !self.budget.is_zero() {
                 let start = *spin_start.get_or_insert_with(Instant::now);
                 rounds = rounds.wrapping_add(1);
-                if rounds % 64 != 0 || start.elapsed() < self.budget {
+                if !rounds.is_multiple_of(64) || start.elapsed() < self.budget {
                     spin_hint();
                     continue;
                 }

@@ -49,7 +49,7 @@ struct Mapped {
 
 impl Mapped {
     fn word32(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset + 4 <= self.region.len() && offset % 4 == 0);
+        debug_assert!(offset + 4 <= self.region.len() && offset.is_multiple_of(4));
         // SAFETY: offsets come from the geometry checked at create/attach, so they are inside
         // the mapping and 4-aligned; AtomicU32 has the layout of u32 and any bit pattern is
         // valid; the region lives as long as &self. A read-only mapping is only loaded from
@@ -58,7 +58,7 @@ impl Mapped {
     }
 
     fn words64(&self, offset: usize, n: usize) -> &[AtomicU64] {
-        debug_assert!(offset + n * 8 <= self.region.len() && offset % 8 == 0);
+        debug_assert!(offset + n * 8 <= self.region.len() && offset.is_multiple_of(8));
         // SAFETY: as in word32, for n 8-aligned u64 words inside the mapping.
         unsafe { std::slice::from_raw_parts(self.region.base().add(offset).cast::<AtomicU64>(), n) }
     }
