@@ -27,8 +27,8 @@ struct Args {
     /// Folder for results.json, summary.md and the plots.
     #[arg(long, default_value = "results")]
     out: PathBuf,
-    /// Only these systems (comma separated): zerohop-ring, zerohop-socket, monolith,
-    /// http-chain, nginx-broker.
+    /// Only these systems (comma separated): zerohop-ring, zerohop-socket, zerohop-poll,
+    /// zerohop-sockmap, monolith, http-chain, nginx-broker.
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Do not pin the load generator and the system under test to separate cores.
