@@ -24,8 +24,14 @@
 //! the chain's [`Policy`] (the sender may reach this function); refused descriptors are
 //! dropped and counted.
 //!
+//! The sockmap backend's eBPF program is written in C (`bpf/`, with `bpf/zerohop.h` the one
+//! definition of what C and Rust share), compiled by clang from `build.rs`, and loaded with
+//! aya rather than libbpf-rs: aya is pure Rust and well kept, so neither the agent nor any
+//! function's runtime links libbpf, libelf or zlib, and it reads the BTF map definitions
+//! clang emits.
+//!
 //! `unsafe` is used for the futex, socket and eventfd syscalls (module `sys`) and to view the
-//! ring region as atomics. Minimum kernel: 3.17 (memfd).
+//! ring region as atomics. Minimum kernel: 3.17 (memfd); 5.10 for `sockmap`.
 
 #![deny(missing_docs)]
 
