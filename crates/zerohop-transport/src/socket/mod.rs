@@ -11,7 +11,7 @@
 //! sender from the socket a message came in on, and a sender that shuts its end down only
 //! closes its own edge.
 
-mod recv;
+pub(crate) mod recv;
 mod send;
 
 use std::collections::BTreeMap;

@@ -29,10 +29,26 @@ pub struct SocketReceiver {
     epoll: Option<Result<OwnedFd, ()>>,
 }
 
-/// Stops a [`SocketReceiver`].
+/// Stops a [`SocketReceiver`] (or a sockmap receiver): a flag and an eventfd its `poll`
+/// watches.
 pub struct SocketStop {
-    efd: OwnedFd,
+    pub(crate) efd: OwnedFd,
     stopped: AtomicBool,
+}
+
+impl SocketStop {
+    pub(crate) fn new() -> Result<Self, TransportError> {
+        Ok(Self {
+            efd: sys::eventfd()?,
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether [`Stop::stop`] was called.
+    pub(crate) fn stopped(&self) -> bool {
+        // SYNC POINT: pairs with the SeqCst store in `stop`.
+        self.stopped.load(Ordering::SeqCst)
+    }
 }
 
 impl Stop for SocketStop {
@@ -46,7 +62,7 @@ impl Stop for SocketStop {
 
 /// What a message that is not a descriptor is surfaced as: a length no slot holds, so the
 /// endpoint drops and counts it.
-const NOT_A_DESCRIPTOR: Descriptor = Descriptor {
+pub(crate) const NOT_A_DESCRIPTOR: Descriptor = Descriptor {
     slot: 0,
     next: 0,
     len: u32::MAX,
@@ -67,10 +83,7 @@ impl SocketReceiver {
                 .collect(),
             next_lane: 0,
             peeked: None,
-            stop: Arc::new(SocketStop {
-                efd: sys::eventfd()?,
-                stopped: AtomicBool::new(false),
-            }),
+            stop: Arc::new(SocketStop::new()?),
             epoll: None,
         })
     }
@@ -138,7 +151,7 @@ impl Receiver for SocketReceiver {
 
     fn peek(&mut self) -> Option<Raw> {
         loop {
-            if self.stop.stopped.load(Ordering::SeqCst) {
+            if self.stop.stopped() {
                 return None;
             }
             if let Some(raw) = self.poll_once() {

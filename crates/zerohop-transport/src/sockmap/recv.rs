@@ -3,12 +3,12 @@
 //! wrote.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use zerohop_pool::Descriptor;
 
 use super::abi::{Trailer, DESC_LEN, MSG_LEN, VERDICT_DELIVERED, VERDICT_REFUSED_EDGE};
+use crate::socket::recv::{SocketStop, NOT_A_DESCRIPTOR};
 use crate::{sys, Raw, Receiver, Stop, TransportError};
 
 /// The sockmap receiver of one party.
@@ -18,36 +18,11 @@ pub struct SockmapReceiver {
     closed: bool,
     /// A message was peeked and is still queued.
     peeked: bool,
-    stop: Arc<SockmapStop>,
+    stop: Arc<SocketStop>,
     /// For an event loop, once asked for: an epoll of the socket (level-triggered), or
     /// `Err(())` if it could not be made.
     epoll: Option<Result<OwnedFd, ()>>,
 }
-
-/// Stops a [`SockmapReceiver`].
-pub struct SockmapStop {
-    efd: OwnedFd,
-    stopped: AtomicBool,
-}
-
-impl Stop for SockmapStop {
-    fn stop(&self) {
-        // SYNC POINT: pairs with the SeqCst load in `peek`; a receiver that missed the flag
-        // is already in (or about to enter) poll, which the eventfd write below ends.
-        self.stopped.store(true, Ordering::SeqCst);
-        sys::eventfd_signal(self.efd.as_fd());
-    }
-}
-
-/// What a message that is not a descriptor is surfaced as: a length no slot holds, so the
-/// endpoint drops and counts it.
-const NOT_A_DESCRIPTOR: Descriptor = Descriptor {
-    slot: 0,
-    next: 0,
-    len: u32::MAX,
-    request: 0,
-    generation: 0,
-};
 
 impl SockmapReceiver {
     pub(crate) fn new(sock: Arc<OwnedFd>) -> Result<Self, TransportError> {
@@ -55,10 +30,7 @@ impl SockmapReceiver {
             sock,
             closed: false,
             peeked: false,
-            stop: Arc::new(SockmapStop {
-                efd: sys::eventfd()?,
-                stopped: AtomicBool::new(false),
-            }),
+            stop: Arc::new(SocketStop::new()?),
             epoll: None,
         })
     }
@@ -117,7 +89,7 @@ impl Receiver for SockmapReceiver {
 
     fn peek(&mut self) -> Option<Raw> {
         loop {
-            if self.stop.stopped.load(Ordering::SeqCst) {
+            if self.stop.stopped() {
                 return None;
             }
             if let Some(raw) = self.poll_once() {
