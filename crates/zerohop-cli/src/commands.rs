@@ -250,6 +250,30 @@ fn print_status(s: &ChainStatus) {
     for l in table(&rows).lines() {
         println!("    {l}");
     }
+    if let Some(gk) = &s.gateway.kernel {
+        // The sockmap transport's eBPF counters, only non-zero drops.
+        println!("  in the kernel (descriptors in / out / refused):");
+        let line = |name: &str, k: &zerohop_agent::api::KernelCounters| {
+            let drops: Vec<String> = k
+                .dropped
+                .iter()
+                .filter(|(_, &n)| n > 0)
+                .map(|(r, n)| format!("{n} {r}"))
+                .collect();
+            let drops = if drops.is_empty() {
+                "0".to_owned()
+            } else {
+                drops.join(", ")
+            };
+            println!("    {name}: {} / {} / {drops}", k.received, k.sent);
+        };
+        line("(gateway)", gk);
+        for f in &s.functions {
+            if let Some(k) = &f.kernel {
+                line(&f.name, k);
+            }
+        }
+    }
 }
 
 /// `zerohop status CHAIN`.
