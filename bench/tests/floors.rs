@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use zerohop_bench::floors::{self, Floor};
 use zerohop_test_support::{children, signal_pid, wait_until, Signal};
 
-const NAMES: [&str; 10] = [
+const NAMES: [&str; 13] = [
     "cacheline_rtt",
     "futex_rtt",
     "eventfd_rtt",
@@ -23,6 +23,9 @@ const NAMES: [&str; 10] = [
     "hop_ring_asleep_rtt",
     "hop_socket_busy_rtt",
     "hop_socket_asleep_rtt",
+    "hop_poll_busy_rtt",
+    "hop_sockmap_busy_rtt",
+    "hop_sockmap_asleep_rtt",
 ];
 
 /// The tests count this process's children and compete for two CPUs: one at a time.

@@ -227,6 +227,7 @@ fn all_lists_every_system_once() {
             "zerohop-ring",
             "zerohop-socket",
             "zerohop-poll",
+            "zerohop-sockmap",
             "monolith",
             "http-chain",
             "nginx-broker"

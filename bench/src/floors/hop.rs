@@ -1,4 +1,4 @@
-//! `hop_{ring,socket}_{busy,asleep}_rtt`: a 16-byte descriptor from party 0 to party 1 and
+//! `hop_{ring,socket,poll,sockmap}_{busy,asleep}_rtt`: a 16-byte descriptor from party 0 to party 1 and
 //! back over a real zerohop transport, raw `Receiver::recv` (no pool, no validation).
 //!
 //! The timed side creates the transport (`zerohop_transport::create`, two parties) and hands
@@ -26,13 +26,18 @@ use super::{Floor, Pinning, Plan, PAUSE};
 const BUSY_SPIN_US: u32 = 100_000;
 /// Request id that tells the peer to exit.
 const QUIT: u32 = u32::MAX;
-/// The descriptor bounced.
+/// The descriptor bounced: addressed to function 0 (party 1) on the way out, to the
+/// gateway (party 0) on the way back, as the sockmap transport's kernel program checks.
 const DESC: Descriptor = Descriptor {
     slot: 1,
     len: 64,
     request: 7,
     generation: 1,
-    next: 1,
+    next: 0,
+};
+const BACK: Descriptor = Descriptor {
+    next: Descriptor::GATEWAY,
+    ..DESC
 };
 
 fn options(spin_us: u32) -> Options {
@@ -73,7 +78,7 @@ pub(super) fn measure(
     let mut samples = peer.time(counts, pause, || {
         tx.send(1, DESC)?;
         match rx.recv() {
-            Some(raw) if raw.desc == DESC => Ok(()),
+            Some(raw) if raw.desc == BACK && !raw.refused => Ok(()),
             Some(raw) => bail!("unexpected descriptor {:?}", raw.desc),
             None => bail!("the receiver was stopped"),
         }
@@ -134,7 +139,13 @@ pub(super) fn echo(
         if raw.desc.request == QUIT {
             return Ok(());
         }
-        tx.send(0, raw.desc)?;
+        tx.send(
+            0,
+            Descriptor {
+                next: Descriptor::GATEWAY,
+                ..raw.desc
+            },
+        )?;
     }
     bail!("the transport closed before the quit descriptor")
 }
