@@ -360,44 +360,26 @@ fn bench(extra: &[String]) -> Result<()> {
     if !scale_ok {
         bail!("the scale point failed; see {}/scale.md", out.display());
     }
-    let apps_ok = if extra.iter().any(|a| a == "--smoke" || a == "--no-apps") {
-        true
-    } else {
-        apps(&out, extra.iter().any(|a| a == "--quick"))?
-    };
-    if !apps_ok {
-        bail!(
-            "an application run had errors; see {}/apps.md",
-            out.display()
-        );
-    }
-    let activation_ok = if extra
-        .iter()
-        .any(|a| a == "--smoke" || a == "--no-activation")
-    {
-        true
-    } else {
-        activation(&out, extra.iter().any(|a| a == "--quick"))?
-    };
-    if !activation_ok {
-        bail!(
-            "the activation benchmark had errors; see {}/activation.md",
-            out.display()
-        );
-    }
-    let languages_ok = if extra
-        .iter()
-        .any(|a| a == "--smoke" || a == "--no-languages")
-    {
-        true
-    } else {
-        languages(&out, extra.iter().any(|a| a == "--quick"))?
-    };
-    if !languages_ok {
-        bail!(
-            "a language failed or had errors; see {}/languages.md",
-            out.display()
-        );
+    // The benchmarks beside the matrix: each skipped by `--smoke` or its `--no-NAME`.
+    let quick = extra.iter().any(|a| a == "--quick");
+    type Extra = fn(&Path, bool) -> Result<bool>;
+    let others: [(&str, Extra, &str); 3] = [
+        ("apps", apps, "an application run had errors"),
+        (
+            "activation",
+            activation,
+            "the activation benchmark had errors",
+        ),
+        ("languages", languages, "a language failed or had errors"),
+    ];
+    for (name, bench, failed) in others {
+        let skip = format!("--no-{name}");
+        if extra.iter().any(|a| a == "--smoke" || *a == skip) {
+            continue;
+        }
+        if !bench(&out, quick)? {
+            bail!("{failed}; see {}/{name}.md", out.display());
+        }
     }
     if status.code() == Some(1) {
         bail!(

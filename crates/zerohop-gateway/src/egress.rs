@@ -247,7 +247,7 @@ impl Gateway {
                     None => format!("function index {}", desc.next),
                 }
             };
-            let from_name = self.plan.function_name(function).to_owned();
+            let from_name = self.plan.function_name(function);
             tracing::warn!(
                 function = %from_name,
                 party = from,
@@ -259,7 +259,7 @@ impl Gateway {
                 desc.request,
                 Outcome::Failed(GatewayError::new(
                     StatusCode::FORBIDDEN,
-                    ErrorSource::Function(from_name.clone()),
+                    ErrorSource::Function(from_name.to_owned()),
                     format!(
                         "function {from_name:?} sent this request to {to}, but the chain \
                          declares no such edge; the kernel refused it"

@@ -181,14 +181,10 @@ impl Endpoint {
             // `raw.from` is the sender of the queue (ring) or socket it came in on, or the
             // party the kernel stamped (sockmap), and the transports deliver only along the
             // policy's edges into this party: no lookup per descriptor.
-            debug_assert!(
-                self.policy.allows_parties(raw.from, self.me)
-                    || self
-                        .policy
-                        .function_of(raw.from)
-                        .zip(self.policy.function_of(self.me))
-                        .is_some_and(|(f, g)| self.policy.allows(f, g))
-            );
+            debug_assert!(self
+                .policy
+                .function_of(raw.from)
+                .is_some_and(|f| self.policy.allows(f, self.my_function)));
         }
         let allowed = |o: Owner| o.as_party() == Some(raw.from);
         match self.pools.take(&desc, Owner::party(self.me), allowed) {

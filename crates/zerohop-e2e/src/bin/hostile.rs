@@ -37,6 +37,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use zerohop_runtime::{run, HandlerError, Next, Request};
+use zerohop_transport::handover;
+use zerohop_transport::sockmap::abi::{Trailer, DESC_LEN, MSG_LEN};
 
 fn errno_of(rc: i64) -> String {
     if rc >= 0 {
@@ -444,11 +446,15 @@ fn forge(req: &Request<'_>) -> String {
         request: req.id(),
         generation,
     };
-    let mut msg = [0u8; 20];
-    msg[..16].copy_from_slice(&desc.to_bytes());
-    msg[16..18].copy_from_slice(&(num("HOSTILE_TARGET_PARTY") as u16).to_le_bytes());
-    let fd = 3 + num("ZEROHOP_FDS") as i32 - 1;
-    // SAFETY: sends 20 bytes from a local buffer on an inherited descriptor.
+    let trailer = Trailer {
+        party: num("HOSTILE_TARGET_PARTY") as u16,
+        ..Trailer::default()
+    };
+    let mut msg = [0u8; MSG_LEN];
+    msg[..DESC_LEN].copy_from_slice(&desc.to_bytes());
+    msg[DESC_LEN..].copy_from_slice(&trailer.to_bytes());
+    let fd = handover::FIRST_FD + num("ZEROHOP_FDS") as i32 - 1;
+    // SAFETY: sends MSG_LEN bytes from a local buffer on an inherited descriptor.
     let rc = unsafe { libc::send(fd, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL) };
     let said = errno_of(rc as i64);
     std::thread::sleep(Duration::from_millis(300));

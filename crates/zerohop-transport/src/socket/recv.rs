@@ -24,9 +24,8 @@ pub struct SocketReceiver {
     /// The lane whose message was peeked and is still queued.
     peeked: Option<usize>,
     stop: Arc<SocketStop>,
-    /// For an event loop, once asked for: an epoll of the open lanes (level-triggered), or
-    /// `Err(())` if it could not be made.
-    epoll: Option<Result<OwnedFd, ()>>,
+    /// For an event loop, once asked for: an epoll of the open lanes.
+    epoll: LazyEpoll,
 }
 
 /// Stops a [`SocketReceiver`] (or a sockmap receiver): a flag and an eventfd its `poll`
@@ -60,6 +59,38 @@ impl Stop for SocketStop {
     }
 }
 
+/// A level-triggered epoll of a receiver's sockets, made when an event loop first asks for
+/// it (shared by the socket and sockmap receivers).
+#[derive(Default)]
+pub(crate) struct LazyEpoll(Option<Result<OwnedFd, ()>>);
+
+impl LazyEpoll {
+    /// The epoll, watching `fds` when made now; `None` if it could not be made.
+    pub(crate) fn get<'a>(
+        &mut self,
+        fds: impl IntoIterator<Item = BorrowedFd<'a>>,
+    ) -> Option<BorrowedFd<'_>> {
+        let made = self.0.get_or_insert_with(|| {
+            sys::epoll()
+                .and_then(|ep| {
+                    for fd in fds {
+                        sys::epoll_watch(ep.as_fd(), fd, true)?;
+                    }
+                    Ok(ep)
+                })
+                .map_err(|_| ())
+        });
+        made.as_ref().ok().map(|ep| ep.as_fd())
+    }
+
+    /// Stops watching `fd` (a hung-up socket would be readable forever).
+    pub(crate) fn unwatch(&self, fd: BorrowedFd<'_>) {
+        if let Some(Ok(ep)) = &self.0 {
+            let _ = sys::epoll_watch(ep.as_fd(), fd, false);
+        }
+    }
+}
+
 /// What a message that is not a descriptor is surfaced as: a length no slot holds, so the
 /// endpoint drops and counts it.
 pub(crate) const NOT_A_DESCRIPTOR: Descriptor = Descriptor {
@@ -84,7 +115,7 @@ impl SocketReceiver {
             next_lane: 0,
             peeked: None,
             stop: Arc::new(SocketStop::new()?),
-            epoll: None,
+            epoll: LazyEpoll::default(),
         })
     }
 
@@ -92,9 +123,7 @@ impl SocketReceiver {
     /// readable forever).
     fn close_lane(&mut self, i: usize) {
         self.lanes[i].closed = true;
-        if let Some(Ok(ep)) = &self.epoll {
-            let _ = sys::epoll_watch(ep.as_fd(), self.lanes[i].rx.as_fd(), false);
-        }
+        self.epoll.unwatch(self.lanes[i].rx.as_fd());
     }
 
     /// One pass over the lanes, starting at the one peeked last (or the next in turn).
@@ -177,19 +206,12 @@ impl Receiver for SocketReceiver {
     }
 
     fn event_fd(&mut self) -> Option<BorrowedFd<'_>> {
-        if self.epoll.is_none() {
-            let made = sys::epoll().and_then(|ep| {
-                for l in self.lanes.iter().filter(|l| !l.closed) {
-                    sys::epoll_watch(ep.as_fd(), l.rx.as_fd(), true)?;
-                }
-                Ok(ep)
-            });
-            self.epoll = Some(made.map_err(|_| ()));
-        }
-        match &self.epoll {
-            Some(Ok(ep)) => Some(ep.as_fd()),
-            _ => None,
-        }
+        let open = self
+            .lanes
+            .iter()
+            .filter(|l| !l.closed)
+            .map(|l| l.rx.as_fd());
+        self.epoll.get(open)
     }
 
     // `arm` and `disarm` keep their defaults: the epoll is level-triggered on the sockets

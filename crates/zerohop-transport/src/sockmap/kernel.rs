@@ -25,8 +25,12 @@ pub struct KernelCounters {
 /// The loaded program and its maps; dropping it closes every descriptor of them, which
 /// unloads them (nothing is pinned).
 pub(crate) struct Kernel {
-    ebpf: Ebpf,
+    /// Holds the verdict program and its attachment.
+    _ebpf: Ebpf,
     stats: PerCpuArray<MapData, FnStats>,
+    /// The function indices the chain uses (the gateway's included): the counter rows worth
+    /// reading.
+    rows: Vec<u8>,
     _socks: SockMap<MapData>,
 }
 
@@ -44,18 +48,18 @@ pub(crate) fn preflight() -> Result<(), TransportError> {
 
 /// Names what is missing from the error of a load step.
 fn refusal(step: &str, e: &(dyn std::error::Error + 'static)) -> TransportError {
-    let mut errno = None;
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    let mut text = e.to_string();
-    while let Some(c) = cur {
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            errno = io.raw_os_error();
-        }
-        if c.source().is_none() {
-            text = format!("{text}: {c}");
-        }
-        cur = c.source();
-    }
+    let chain: Vec<&(dyn std::error::Error + 'static)> =
+        std::iter::successors(Some(e), |c| c.source()).collect();
+    let errno = chain
+        .iter()
+        .rev()
+        .find_map(|c| c.downcast_ref::<std::io::Error>()?.raw_os_error());
+    let root = chain.last().expect("starts with e");
+    let text = if chain.len() > 1 {
+        format!("{e}: {root}")
+    } else {
+        e.to_string()
+    };
     let what = match errno {
         Some(libc::EPERM) | Some(libc::EACCES) => {
             "loading eBPF programs needs CAP_BPF and CAP_NET_ADMIN (run the agent as root)"
@@ -70,7 +74,7 @@ fn refusal(step: &str, e: &(dyn std::error::Error + 'static)) -> TransportError 
     TransportError::Unsupported(what)
 }
 
-fn map_err(step: &'static str) -> impl Fn(aya::maps::MapError) -> TransportError {
+fn failed(step: &'static str) -> impl Fn(aya::maps::MapError) -> TransportError {
     move |e| refusal(step, &e)
 }
 
@@ -112,7 +116,7 @@ impl Kernel {
         let gateways = policy.parties_of(crate::GATEWAY_FN).count() as u32;
         config
             .set(0, Config { gateways, parties }, 0)
-            .map_err(map_err("filling zh_config"))?;
+            .map_err(failed("filling zh_config"))?;
 
         let mut party_fn: Array<MapData, u32> = take(&mut ebpf, "zh_party_fn")?;
         let mut senders: HashMap<MapData, u32, SenderEntry> = take(&mut ebpf, "zh_senders")?;
@@ -120,7 +124,7 @@ impl Kernel {
             let f = policy.function_of(p).expect("in range");
             party_fn
                 .set(u32::from(p), u32::from(f), 0)
-                .map_err(map_err("filling zh_party_fn"))?;
+                .map_err(failed("filling zh_party_fn"))?;
             let entry = SenderEntry {
                 party: p,
                 function: f,
@@ -128,14 +132,14 @@ impl Kernel {
             };
             senders
                 .insert(u32::from(ports[p as usize]), entry, 0)
-                .map_err(map_err("filling zh_senders"))?;
+                .map_err(failed("filling zh_senders"))?;
         }
 
         let mut allowed: HashMap<MapData, u32, u8> = take(&mut ebpf, "zh_policy")?;
         for (from, to) in edges {
             allowed
                 .insert(abi::edge_key(from.into(), to.into()), 1, 0)
-                .map_err(map_err("filling zh_policy"))?;
+                .map_err(failed("filling zh_policy"))?;
         }
 
         let mut counts: Array<MapData, u32> = take(&mut ebpf, "zh_fn_count")?;
@@ -145,13 +149,13 @@ impl Kernel {
             for p in policy.parties_of(f).take(abi::MAX_INSTANCES as usize) {
                 instances
                     .insert(abi::instance_key(f.into(), n), u32::from(p), 0)
-                    .map_err(map_err("filling zh_instances"))?;
+                    .map_err(failed("filling zh_instances"))?;
                 n += 1;
             }
             if n > 0 {
                 counts
                     .set(u32::from(f), n, 0)
-                    .map_err(map_err("filling zh_fn_count"))?;
+                    .map_err(failed("filling zh_fn_count"))?;
             }
         }
 
@@ -159,12 +163,16 @@ impl Kernel {
         for (p, s) in socks.iter().enumerate() {
             socks_map
                 .set(p as u32, &s.as_raw_fd(), 0)
-                .map_err(map_err("putting a socket in the sockmap"))?;
+                .map_err(failed("putting a socket in the sockmap"))?;
         }
         let stats = take(&mut ebpf, "zh_stats")?;
+        let rows = (0..=255u8)
+            .filter(|&f| policy.parties_of(f).next().is_some())
+            .collect();
         Ok(Self {
-            ebpf,
+            _ebpf: ebpf,
             stats,
+            rows,
             _socks: socks_map,
         })
     }
@@ -178,21 +186,15 @@ impl Kernel {
             }
             Ok(sum)
         };
+        // Rows of function indices the chain does not use stay zero: not read.
+        let mut functions = vec![FnStats::default(); 256];
+        for &f in &self.rows {
+            functions[usize::from(f)] = row(u32::from(f))?;
+        }
         Ok(KernelCounters {
-            functions: (0..256).map(row).collect::<Result<_, _>>()?,
+            functions,
             unknown: row(abi::UNKNOWN_SENDER)?,
         })
-    }
-
-    /// The ids of the loaded programs and maps.
-    pub(crate) fn ids(&self) -> (Vec<u32>, Vec<u32>) {
-        let progs = self
-            .ebpf
-            .programs()
-            .filter_map(|(_, p)| p.info().ok())
-            .map(|i| i.id())
-            .collect();
-        (progs, Vec::new())
     }
 }
 

@@ -53,7 +53,6 @@ pub struct SockmapTransport {
     _peers: Vec<OwnedFd>,
     /// Agent side: the programs and maps (unloaded when dropped).
     kernel: Option<Kernel>,
-    opts: Options,
 }
 
 impl SockmapTransport {
@@ -89,16 +88,16 @@ impl SockmapTransport {
             socks,
             _peers: peers,
             kernel: Some(kernel),
-            opts,
         })
     }
 
-    /// Takes the socket of party `me` (the one fd [`Transport::fds_for`] gives).
+    /// Takes the socket of party `me` (the one fd [`Transport::fds_for`] gives). The send
+    /// timeout came with the socket.
     pub fn attach(
         policy: &Policy,
         me: PartyId,
         fds: Vec<OwnedFd>,
-        opts: Options,
+        _opts: Options,
     ) -> Result<Self, TransportError> {
         if me >= policy.parties() || fds.len() != 1 {
             return Err(TransportError::Layout(format!(
@@ -114,7 +113,6 @@ impl SockmapTransport {
             socks,
             _peers: Vec::new(),
             kernel: None,
-            opts,
         })
     }
 
@@ -129,13 +127,6 @@ impl SockmapTransport {
             ))),
             Some(Some(s)) => Ok(s),
         }
-    }
-
-    /// The ids of the loaded programs and maps (agent side; empty for a party).
-    pub fn kernel_ids(&self) -> (Vec<u32>, Vec<u32>) {
-        self.kernel
-            .as_ref()
-            .map_or_else(Default::default, Kernel::ids)
     }
 }
 
@@ -181,7 +172,6 @@ impl Transport for SockmapTransport {
     }
 
     fn receiver(&self, me: PartyId) -> Result<Box<dyn Receiver>, TransportError> {
-        let _ = self.opts;
         Ok(Box::new(SockmapReceiver::new(self.sock(me)?.clone())?))
     }
 

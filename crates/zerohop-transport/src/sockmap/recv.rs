@@ -8,7 +8,7 @@ use std::sync::Arc;
 use zerohop_pool::Descriptor;
 
 use super::abi::{Trailer, DESC_LEN, MSG_LEN, VERDICT_DELIVERED, VERDICT_REFUSED_EDGE};
-use crate::socket::recv::{SocketStop, NOT_A_DESCRIPTOR};
+use crate::socket::recv::{LazyEpoll, SocketStop, NOT_A_DESCRIPTOR};
 use crate::{sys, Raw, Receiver, Stop, TransportError};
 
 /// The sockmap receiver of one party.
@@ -19,9 +19,8 @@ pub struct SockmapReceiver {
     /// A message was peeked and is still queued.
     peeked: bool,
     stop: Arc<SocketStop>,
-    /// For an event loop, once asked for: an epoll of the socket (level-triggered), or
-    /// `Err(())` if it could not be made.
-    epoll: Option<Result<OwnedFd, ()>>,
+    /// For an event loop, once asked for: an epoll of the socket.
+    epoll: LazyEpoll,
 }
 
 impl SockmapReceiver {
@@ -31,15 +30,13 @@ impl SockmapReceiver {
             closed: false,
             peeked: false,
             stop: Arc::new(SocketStop::new()?),
-            epoll: None,
+            epoll: LazyEpoll::default(),
         })
     }
 
     fn close(&mut self) {
         self.closed = true;
-        if let Some(Ok(ep)) = &self.epoll {
-            let _ = sys::epoll_watch(ep.as_fd(), self.sock.as_fd(), false);
-        }
+        self.epoll.unwatch(self.sock.as_fd());
     }
 
     /// Looks at the socket without blocking.
@@ -112,19 +109,8 @@ impl Receiver for SockmapReceiver {
     }
 
     fn event_fd(&mut self) -> Option<BorrowedFd<'_>> {
-        if self.epoll.is_none() {
-            let made = sys::epoll().and_then(|ep| {
-                if !self.closed {
-                    sys::epoll_watch(ep.as_fd(), self.sock.as_fd(), true)?;
-                }
-                Ok(ep)
-            });
-            self.epoll = Some(made.map_err(|_| ()));
-        }
-        match &self.epoll {
-            Some(Ok(ep)) => Some(ep.as_fd()),
-            _ => None,
-        }
+        let open = (!self.closed).then(|| self.sock.as_fd());
+        self.epoll.get(open)
     }
 
     // `arm` and `disarm` keep their defaults: the epoll is level-triggered on the socket, so

@@ -13,16 +13,19 @@ use crate::{sys, PartyId, Policy, SendError, Sender};
 pub struct SockmapSender {
     sock: Arc<OwnedFd>,
     policy: Arc<Policy>,
-    my_function: u8,
+    /// By function index: whether this party's function may send to it (looked up once
+    /// here, not in the policy's edge set on every send).
+    allowed: [bool; 256],
 }
 
 impl SockmapSender {
     pub(crate) fn new(sock: Arc<OwnedFd>, policy: Arc<Policy>, me: PartyId) -> Self {
-        let my_function = policy.function_of(me).unwrap_or(crate::GATEWAY_FN);
+        let mine = policy.function_of(me).unwrap_or(crate::GATEWAY_FN);
+        let allowed = std::array::from_fn(|g| policy.allows(mine, g as u8));
         Self {
             sock,
             policy,
-            my_function,
+            allowed,
         }
     }
 
@@ -33,7 +36,7 @@ impl SockmapSender {
             .policy
             .function_of(to)
             .ok_or(SendError::NoSuchParty(to))?;
-        if !self.policy.allows(self.my_function, f) {
+        if !self.allowed[usize::from(f)] {
             return Err(SendError::NotAllowed(to));
         }
         let mut m = [0u8; MSG_LEN];
