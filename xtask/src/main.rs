@@ -43,6 +43,7 @@ fn main() -> Result<()> {
         Some("fuzz") => fuzz(&args[1..]),
         Some("c-sdk") => c_sdk(&args[1..]),
         Some("polyglot") => polyglot(&args[1..]),
+        Some("kube") => kube(&args[1..]).map(|_| ()),
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
@@ -50,6 +51,8 @@ fn main() -> Result<()> {
                  demo [ARGS]   build and run the hello chain (extra ARGS go to `zerohop up`)\n  \
                  polyglot [ARGS]\n                \
                  build and run examples/polyglot (Python -> Go -> Rust -> Node.js -> C)\n  \
+                 kube          build kube-apiserver and kubectl (the Kubernetes tests' control\n                \
+                 plane) from the Go module proxy into target/kube/bin\n  \
                  test [ARGS]   build, run all tests (extra ARGS go to `cargo test`), then loom checks\n  \
                  bench [ARGS]  build, benchmark zerohop against the baselines (ARGS go to\n                \
                  zerohop-bench, e.g. --quick), write results/ and its plots, then the\n                \
@@ -134,6 +137,66 @@ fn run(step: &str, cmd: &mut Command) -> Result<()> {
         bail!("{step} failed ({status})");
     }
     Ok(())
+}
+
+/// The Kubernetes release the tests run against: `xtask/kube/go.mod` pins the same.
+const KUBE_VERSION: &str = "v1.34.4";
+
+/// Builds kube-apiserver and kubectl from the Go module proxy (`xtask/kube`, k8s.io/kubernetes
+/// at [`KUBE_VERSION`]) into `target/kube/bin`, unless they are there already in that version;
+/// returns the folder. The Go caches live in `target/kube` too (about 3 GB).
+fn kube(args: &[String]) -> Result<PathBuf> {
+    if let Some(a) = args.first() {
+        bail!("cargo xtask kube takes no arguments (got `{a}`)");
+    }
+    let root = workspace_root();
+    let dir = root.join("target/kube");
+    let bin = dir.join("bin");
+    let stamp = bin.join("VERSION");
+    let have = std::fs::read_to_string(&stamp).unwrap_or_default();
+    if have.trim() == KUBE_VERSION
+        && ["kube-apiserver", "kubectl"]
+            .iter()
+            .all(|b| bin.join(b).is_file())
+    {
+        eprintln!("xtask: kube-apiserver and kubectl {KUBE_VERSION} are built (target/kube/bin)");
+        return Ok(bin);
+    }
+    let (major, minor) = {
+        let mut parts = KUBE_VERSION.trim_start_matches('v').split('.');
+        (parts.next().unwrap_or("1"), parts.next().unwrap_or("0"))
+    };
+    let ldflags = format!(
+        "-s -w -X k8s.io/component-base/version.gitVersion={KUBE_VERSION} \
+         -X k8s.io/component-base/version.gitMajor={major} \
+         -X k8s.io/component-base/version.gitMinor={minor} \
+         -X k8s.io/client-go/pkg/version.gitVersion={KUBE_VERSION} \
+         -X k8s.io/client-go/pkg/version.gitMajor={major} \
+         -X k8s.io/client-go/pkg/version.gitMinor={minor}"
+    );
+    for cmd in ["kube-apiserver", "kubectl"] {
+        let started = Instant::now();
+        run(
+            &format!(
+                "building {cmd} {KUBE_VERSION} from the Go module proxy into target/kube/bin \
+                 (about 5 minutes the first time)"
+            ),
+            Command::new("go")
+                .args(["build", "-p", "2", "-o"])
+                .arg(bin.join(cmd))
+                .args(["-ldflags", &ldflags])
+                .arg(format!("k8s.io/kubernetes/cmd/{cmd}"))
+                .current_dir(root.join("xtask/kube"))
+                .env("GOFLAGS", "-mod=mod")
+                .env("GOCACHE", dir.join("go-cache"))
+                .env("GOMODCACHE", dir.join("go-mod")),
+        )
+        .context("building the Kubernetes control plane needs Go 1.24 or newer (`go` on PATH)")?;
+        eprintln!("xtask: {cmd} built in {:.0?}", started.elapsed());
+    }
+    std::fs::write(&stamp, format!("{KUBE_VERSION}\n"))
+        .context("writing target/kube/bin/VERSION")?;
+    Ok(bin)
 }
 
 fn build_bins() -> Result<()> {
