@@ -4,7 +4,10 @@
 //!   (`zerohop up examples/hello/chain.yaml`) until Ctrl-C.
 //! * `cargo xtask polyglot`: builds the five functions of `examples/polyglot` (Python, Go,
 //!   Rust, Node.js, C) and runs its chain until Ctrl-C.
-//! * `cargo xtask test`: builds the binaries the end-to-end tests start, every SDK (the C SDK
+//! * `cargo xtask kube`: builds kube-apiserver and kubectl (the Kubernetes tests' control
+//!   plane) from the Go module proxy into `target/kube/bin` (`xtask/kube` pins the version).
+//! * `cargo xtask test`: builds the binaries the end-to-end tests start, kube-apiserver and
+//!   kubectl (`cargo xtask kube`), every SDK (the C SDK
 //!   in `target/c-sdk`, the Python SDK in `target/python-sdk`, the Node.js addon) and the
 //!   polyglot example's functions, runs every test of the workspace, the Go SDK's tests
 //!   (`go test` in `sdk/go`), the Node.js SDK's (`node --test`) and the Python SDK's
@@ -321,6 +324,8 @@ fn polyglot(extra: &[String]) -> Result<()> {
 
 fn test(extra: &[String]) -> Result<()> {
     build_bins()?;
+    // The Kubernetes tests run against a real API server, built from source once.
+    kube(&[])?;
     // The C functions of the tests are built against the C SDK, as a user builds them; the
     // workspace's end-to-end tests (starters, the polyglot chain) use every SDK.
     polyglot_build()?;

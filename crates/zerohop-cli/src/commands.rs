@@ -107,17 +107,64 @@ pub fn stop_signal() -> Option<impl std::future::Future<Output = ()>> {
 }
 
 /// `zerohop agent`.
-pub async fn agent(opts: DaemonOptions) -> ExitCode {
+pub async fn agent(
+    opts: DaemonOptions,
+    node: Option<(Option<PathBuf>, zerohop_kube::node::NodeOptions)>,
+) -> ExitCode {
     let Some(stop) = stop_signal() else {
         return ExitCode::FAILURE;
     };
-    match zerohop_agent::daemon::run(opts, stop).await {
+    let result = match node {
+        None => zerohop_agent::daemon::run(opts, stop).await,
+        Some((kubeconfig, node)) => {
+            let client = match zerohop_kube::client(kubeconfig.as_deref()).await {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("zerohop: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            zerohop_agent::daemon::run_with(opts, stop, move |daemon, stopping| {
+                zerohop_kube::node::run(client, daemon, node, stopping)
+            })
+            .await
+        }
+    };
+    match result {
         Ok(()) => {
             eprintln!("zerohop: daemon stopped");
             ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("zerohop: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `zerohop controller`.
+pub async fn controller(
+    kubeconfig: Option<PathBuf>,
+    opts: zerohop_kube::controller::ControllerOptions,
+) -> ExitCode {
+    let Some(stop) = stop_signal() else {
+        return ExitCode::FAILURE;
+    };
+    let client = match zerohop_kube::client(kubeconfig.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("zerohop: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!("zerohop: controller {} starting", opts.identity);
+    match zerohop_kube::controller::run(client, opts, stop).await {
+        Ok(()) => {
+            eprintln!("zerohop: controller stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("zerohop: controller: {e}");
             ExitCode::FAILURE
         }
     }

@@ -28,6 +28,33 @@ struct Cli {
     command: Command,
 }
 
+/// `zerohop agent` as a member of a Kubernetes cluster.
+#[derive(Args)]
+struct KubeNodeArgs {
+    /// Take part in a Kubernetes cluster as this node: run the ChainParts the controller
+    /// places on it (see docs/kubernetes.md).
+    #[arg(long, env = "ZEROHOP_NODE")]
+    kube_node: Option<String>,
+    /// With --kube-node: the kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the
+    /// pod's service account).
+    #[arg(long, requires = "kube_node")]
+    kubeconfig: Option<PathBuf>,
+    /// With --kube-node: zerohop's namespace (the node's heartbeat lease).
+    #[arg(long, env = "ZEROHOP_NAMESPACE", default_value = "zerohop-system")]
+    kube_namespace: String,
+    /// With --kube-node: the node's IP, where its chains' gateways listen.
+    #[arg(long, env = "ZEROHOP_NODE_ADDRESS", requires = "kube_node")]
+    node_address: Option<std::net::IpAddr>,
+    /// With --kube-node: the folder relative `command` paths of a Chain's functions resolve
+    /// against.
+    #[arg(long, default_value = "/opt/zerohop")]
+    programs: PathBuf,
+    /// With --kube-node: how long the node's heartbeat lasts without renewal, the time the
+    /// controller takes to notice a lost node.
+    #[arg(long, default_value = "10s")]
+    heartbeat: String,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Runs a chain until Ctrl-C or SIGTERM, then stops it with nothing left behind.
@@ -93,6 +120,31 @@ enum Command {
         /// between agents).
         #[arg(long, default_value = "100000-165535")]
         uid_range: UidRange,
+        #[command(flatten)]
+        kube: KubeNodeArgs,
+    },
+    /// Runs the Kubernetes controller: places each Chain's replicas on nodes, moves them off
+    /// lost nodes, publishes each Chain's Service (see docs/kubernetes.md). Several copies
+    /// may run; a lease elects the one that acts.
+    Controller {
+        /// The kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the pod's service
+        /// account).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// zerohop's namespace: the leader lease and the nodes' heartbeats.
+        #[arg(long, env = "ZEROHOP_NAMESPACE", default_value = "zerohop-system")]
+        namespace: String,
+        /// This copy's name in the leader lease (default: $POD_NAME, else the host name and
+        /// pid).
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        /// Gateway ports for replicas of Chains that fix none, START-END.
+        #[arg(long, default_value = "30100-30999")]
+        ports: String,
+        /// How long the leader's lease lasts without renewal (another copy takes over after
+        /// it).
+        #[arg(long, default_value = "15s")]
+        lease: String,
     },
     /// Brings a chain up on the daemon, or changes the running one to match the spec.
     Apply {
@@ -222,10 +274,38 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Controller {
+            kubeconfig,
+            namespace,
+            identity,
+            ports,
+            lease,
+        } => {
+            let Some(lease) = spec::parse_duration(&lease).filter(|d| d.as_secs() >= 3) else {
+                eprintln!("zerohop: --lease `{lease}` is not a duration of 3s or more (15s, 1m)");
+                return ExitCode::from(2);
+            };
+            let Some(ports) = parse_port_range(&ports) else {
+                eprintln!("zerohop: --ports `{ports}` is not START-END (30100-30999)");
+                return ExitCode::from(2);
+            };
+            let opts = zerohop_kube::controller::ControllerOptions {
+                namespace,
+                identity: identity.unwrap_or_else(default_identity),
+                lease_duration: lease,
+                ports,
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            runtime.block_on(commands::controller(kubeconfig, opts))
+        }
         Command::Agent {
             socket,
             metrics,
             uid_range,
+            kube,
         } => {
             let metrics = match metrics.as_str() {
                 "none" | "" => None,
@@ -247,7 +327,39 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .expect("tokio runtime");
-            runtime.block_on(commands::agent(opts))
+            let node = match kube.kube_node {
+                None => None,
+                Some(node) => {
+                    let Some(address) = kube.node_address else {
+                        eprintln!(
+                            "zerohop: --kube-node needs --node-address IP (the node's address, \
+                             where its chains listen)"
+                        );
+                        return ExitCode::from(2);
+                    };
+                    let Some(heartbeat) =
+                        spec::parse_duration(&kube.heartbeat).filter(|d| d.as_millis() >= 1000)
+                    else {
+                        eprintln!(
+                            "zerohop: --heartbeat `{}` is not a duration of 1s or more (10s)",
+                            kube.heartbeat
+                        );
+                        return ExitCode::from(2);
+                    };
+                    Some((
+                        kube.kubeconfig,
+                        zerohop_kube::node::NodeOptions {
+                            node,
+                            namespace: kube.kube_namespace,
+                            address,
+                            peer: None,
+                            lease_duration: heartbeat,
+                            programs: kube.programs,
+                        },
+                    ))
+                }
+            };
+            runtime.block_on(commands::agent(opts, node))
         }
         Command::Apply {
             spec,
@@ -355,4 +467,17 @@ async fn run_up(path: PathBuf, mut opts: UpOptions, listen_given: bool) -> ExitC
     running.shutdown().await;
     eprintln!("zerohop: chain '{name}' stopped");
     ExitCode::SUCCESS
+}
+
+/// `START-END` of ports.
+fn parse_port_range(s: &str) -> Option<std::ops::RangeInclusive<u16>> {
+    let (a, b) = s.split_once('-')?;
+    let (a, b): (u16, u16) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    (a >= 1 && a <= b).then_some(a..=b)
+}
+
+/// The controller's name in its lease without $POD_NAME: `HOST-PID`.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}-{}", host.trim(), std::process::id())
 }

@@ -132,10 +132,37 @@ impl Gateway {
                 drop(permit);
             });
         }
-        drop(listener);
         // Relaxed: `close_connections` is called before the shutdown signal this loop was
         // stopped by, and the watch channel orders the two.
-        if self.closing.load(Ordering::Relaxed) {
+        let handed_over = self.closing.load(Ordering::Relaxed);
+        let mut last = Vec::new();
+        if !handed_over {
+            // Connections the kernel completed that nobody accepted yet would be reset when
+            // the listener closes, though their clients already sent their requests: serve
+            // them too. (Handed over, the listener lives on in the new chain, which takes
+            // them.) `timeout(ZERO, ..)` polls the accept once: only what is waiting now.
+            // Each gets one answer and is closed (a graceful shutdown would close a
+            // connection whose request was not read yet).
+            while let Ok(Ok((stream, _))) =
+                tokio::time::timeout(Duration::ZERO, listener.accept()).await
+            {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    break;
+                };
+                let _ = stream.set_nodelay(true);
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .keep_alive(false)
+                    .serve_connection(TokioIo::new(stream), Service(self.clone()));
+                last.push(tokio::spawn(async move {
+                    let _ = conn.await;
+                    drop(permit);
+                }));
+            }
+        }
+        drop(listener);
+        if handed_over {
             let all = self.config.max_connections.max(1) as usize;
             let started = tokio::time::Instant::now();
             loop {
@@ -152,7 +179,13 @@ impl Gateway {
                 tokio::time::sleep(CLOSE_POLL).await;
             }
         }
-        let _ = tokio::time::timeout(self.config.timeout, graceful.shutdown()).await;
+        let _ = tokio::time::timeout(self.config.timeout, async {
+            graceful.shutdown().await;
+            for c in last {
+                let _ = c.await;
+            }
+        })
+        .await;
     }
 
     /// Serves one connection over any byte stream (the fuzz target of the HTTP ingress feeds

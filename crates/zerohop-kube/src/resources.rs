@@ -19,7 +19,7 @@ pub const LABEL_NODE: &str = "zerohop.dev/node";
 /// Label on a ChainPart: its replica's index.
 pub const LABEL_REPLICA: &str = "zerohop.dev/replica";
 /// Who manages the EndpointSlices of a Chain's Service (`endpointslice.kubernetes.io/managed-by`).
-pub const MANAGER: &str = "zerohop.dev/controller";
+pub const MANAGER: &str = "controller.zerohop.dev";
 /// The field manager the controller writes with.
 pub const CONTROLLER_FIELD_MANAGER: &str = "zerohop-controller";
 /// The field manager a node daemon writes with.

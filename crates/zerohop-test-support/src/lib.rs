@@ -11,7 +11,14 @@
 //! * [`TempDir`]: a named scratch folder (`tempfile`), removed on drop.
 //! * [`wait_until`]: every wait in a test is bounded.
 //!
+//! * [`netns`]: hosts as network namespaces on a bridge, for tests that cross a network.
+//! * [`kube`]: a real Kubernetes control plane (etcd and kube-apiserver) for the cluster
+//!   tests.
+//!
 //! `unsafe` only to take ownership of inherited descriptors in a child.
+
+pub mod kube;
+pub mod netns;
 
 use std::os::fd::OwnedFd;
 use std::path::Path;

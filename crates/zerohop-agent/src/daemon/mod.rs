@@ -594,6 +594,22 @@ pub async fn run(
     opts: DaemonOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), DaemonError> {
+    run_with(opts, shutdown, |_, _| async {}).await
+}
+
+/// [`run`], with `attach` running beside the admin API on the same daemon (a cluster
+/// member's watch of what its node should run): it gets the daemon and a signal that turns
+/// true at shutdown, and is awaited (at most 10 s) before the chains are stopped, so that it
+/// can leave its cluster while every chain still answers.
+pub async fn run_with<F, Fut>(
+    opts: DaemonOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+    attach: F,
+) -> Result<(), DaemonError>
+where
+    F: FnOnce(Arc<Daemon>, tokio::sync::watch::Receiver<bool>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = admin::bind(&opts.socket).map_err(|e| {
         DaemonError::Internal(format!(
             "cannot listen on the admin socket {}: {e}",
@@ -602,6 +618,7 @@ pub async fn run(
     })?;
     let daemon = Daemon::new(opts.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_rx_attach = stop_rx.clone();
     let mut tasks = Vec::new();
     if let Some(addr) = opts.metrics {
         let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
@@ -639,9 +656,16 @@ pub async fn run(
         );
         let _ = out.flush();
     }
+    let attached = tokio::spawn(attach(daemon.clone(), stop_rx_attach));
     shutdown.await;
-    tracing::info!("stopping every chain");
     let _ = stop_tx.send(true);
+    if tokio::time::timeout(std::time::Duration::from_secs(10), attached)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the cluster watch did not stop within 10 s");
+    }
+    tracing::info!("stopping every chain");
     for t in tasks {
         let _ = t.await;
     }

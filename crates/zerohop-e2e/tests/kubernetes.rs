@@ -1,0 +1,649 @@
+//! zerohop on Kubernetes, against a real control plane (etcd and a kube-apiserver built from
+//! source by `cargo xtask kube`) with RBAC on. Nodes are network namespaces on one machine,
+//! each running `zerohop agent --kube-node` with the node service account's kubeconfig (the
+//! DaemonSet's pod stands in that way: the code path is the same); the controllers run with
+//! the controller service account's. Clients reach the replicas through the addresses the
+//! Chain's EndpointSlices publish, as a Service proxy would.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zerohop_test_support::kube::{ControlPlane, User};
+use zerohop_test_support::netns::{Host, Network};
+use zerohop_test_support::{target_bin, wait_until, ChildGuard, ChildLines, Signal, TempDir};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn manifests() -> String {
+    repo().join("deploy/kubernetes").display().to_string()
+}
+
+/// The hello chain as a Chain resource.
+fn hello(replicas: u32) -> String {
+    format!(
+        "apiVersion: zerohop.dev/v1alpha1
+kind: Chain
+metadata: {{ name: hello, namespace: default }}
+spec:
+  replicas: {replicas}
+  timeout: 10s
+  gateway_threads: 1
+  functions:
+    upper:   {{ command: [bin/upper] }}
+    exclaim: {{ command: [bin/exclaim] }}
+  routes:
+    - http: POST /hello
+      sequence: [upper, exclaim]
+"
+    )
+}
+
+/// Installs the manifests (namespace first: the rest lives in it) and waits for the CRDs.
+fn install(plane: &ControlPlane) {
+    plane.kubectl_ok(
+        &["apply", "-f", &format!("{}/00-namespace.yaml", manifests())],
+        None,
+    );
+    plane.kubectl_ok(&["apply", "-f", &manifests()], None);
+    plane.kubectl_ok(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/chains.zerohop.dev",
+            "crd/chainparts.zerohop.dev",
+            "--timeout=30s",
+        ],
+        None,
+    );
+}
+
+#[test]
+fn the_manifests_pass_a_server_dry_run_and_a_wrong_chain_is_refused_with_its_field_path() {
+    let plane = ControlPlane::start("127.0.0.1");
+    // The objects of deploy/kubernetes live in zerohop-system, which a dry run does not make.
+    plane.kubectl_ok(
+        &["apply", "-f", &format!("{}/00-namespace.yaml", manifests())],
+        None,
+    );
+    let out = plane.kubectl_ok(&["apply", "--dry-run=server", "-f", &manifests()], None);
+    for object in [
+        "customresourcedefinition.apiextensions.k8s.io/chains.zerohop.dev",
+        "customresourcedefinition.apiextensions.k8s.io/chainparts.zerohop.dev",
+        "clusterrole.rbac.authorization.k8s.io/zerohop-controller",
+        "clusterrole.rbac.authorization.k8s.io/zerohop-node",
+        "serviceaccount/zerohop-node",
+        "daemonset.apps/zerohop-node",
+        "deployment.apps/zerohop-controller",
+    ] {
+        assert!(
+            out.contains(&format!("{object} created (server dry run)")),
+            "{object} missing from the dry run:\n{out}"
+        );
+    }
+    install(&plane);
+
+    // A valid Chain passes; each wrong one is refused naming its field.
+    plane.kubectl_ok(&["apply", "--dry-run=server", "-f", "-"], Some(&hello(3)));
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "    upper:   { command: [bin/upper] }",
+            "    upper:   { command: [bin/upper], instances: 100 }",
+            "spec.functions.upper.instances",
+        ),
+        ("  timeout: 10s", "  timeout: 10 parsecs", "spec.timeout"),
+        (
+            "  gateway_threads: 1",
+            "  gateway_threads: 99",
+            "spec.gateway_threads",
+        ),
+        ("  replicas: 3", "  replicas: -1", "spec.replicas"),
+        (
+            "    - http: POST /hello",
+            "    - http: hello",
+            "spec.routes[0].http",
+        ),
+        (
+            "    upper:   { command: [bin/upper] }",
+            "    upper:   { runtime: ruby, handler: x }",
+            "spec.functions.upper.runtime",
+        ),
+        (
+            "    exclaim: { command: [bin/exclaim] }",
+            "    exclaim: { command: [bin/exclaim], calls: [nobody] }",
+            "spec.functions",
+        ),
+        (
+            "  timeout: 10s",
+            "  timeout: 10s\n  placement: { parts: [[nobody]] }",
+            "spec.placement.parts",
+        ),
+        (
+            "  timeout: 10s",
+            "  timeout: 10s\n  pool: { slotz: 4 }",
+            "spec.pool.slotz",
+        ),
+    ];
+    for (from, to, field) in cases {
+        let doc = hello(3).replace(from, to);
+        assert_ne!(doc, hello(3), "case {field} changed nothing");
+        let out = plane.kubectl_as(
+            User::Admin,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&doc),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{field}: accepted:\n{doc}");
+        assert!(err.contains(field), "{field}: not named in: {err}");
+    }
+
+    // Every chain spec the project ships (without MQTT or CoAP ingress, which a Chain does not
+    // carry) passes the schema as the spec of a Chain.
+    let mut checked = 0;
+    for file in shipped_specs() {
+        let text = std::fs::read_to_string(&file).expect("read a spec");
+        if ["mqtt:", "coap:", "listen:"]
+            .iter()
+            .any(|k| text.lines().any(|l| l.trim_start().starts_with(k)))
+        {
+            continue;
+        }
+        let mut doc = String::from(
+            "apiVersion: zerohop.dev/v1alpha1\nkind: Chain\nmetadata: { name: shipped }\nspec:\n",
+        );
+        for line in text.lines().filter(|l| !l.starts_with("name:")) {
+            doc.push_str("  ");
+            doc.push_str(line);
+            doc.push('\n');
+        }
+        let out = plane.kubectl_as(
+            User::Admin,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&doc),
+        );
+        assert!(
+            out.status.success(),
+            "{} is refused as a Chain: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        checked += 1;
+    }
+    assert!(checked >= 4, "only {checked} shipped specs checked");
+}
+
+/// The chain specs under examples/ and apps/.
+fn shipped_specs() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![repo().join("examples"), repo().join("apps")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.ends_with("node_modules") && !p.ends_with("target") {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "yaml")
+                && std::fs::read_to_string(&p)
+                    .is_ok_and(|t| t.contains("\nfunctions:") && t.contains("\nroutes:"))
+            {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A node: a network namespace running a daemon that takes part in the cluster.
+struct Node {
+    name: String,
+    host: Host,
+    daemon: Option<ChildGuard>,
+}
+
+/// Nodes, controllers and their control plane.
+struct Cluster {
+    nodes: Vec<Node>,
+    controllers: Vec<Option<ChildGuard>>,
+    plane: ControlPlane,
+    net: Network,
+    dir: TempDir,
+}
+
+impl Cluster {
+    fn start(nodes: usize, controllers: usize) -> Self {
+        let net = Network::create(nodes);
+        let plane = ControlPlane::start(&net.gateway_ip());
+        install(&plane);
+        let dir = TempDir::new("cluster");
+        // The programs folder of every node: `bin` is this build's binaries.
+        let programs = dir.path().join("programs");
+        std::fs::create_dir_all(&programs).unwrap();
+        let release = target_bin("zerohop").parent().unwrap().to_owned();
+        std::os::unix::fs::symlink(&release, programs.join("bin")).unwrap();
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            controllers: Vec::new(),
+            plane,
+            net,
+            dir,
+        };
+        for (i, host) in cluster.net.hosts().to_vec().into_iter().enumerate() {
+            let name = format!("node-{i}");
+            cluster.plane.kubectl_ok(
+                &["apply", "-f", "-"],
+                Some(&format!(
+                    "{{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{{\"name\":\"{name}\"}}}}"
+                )),
+            );
+            cluster.plane.kubectl_ok(
+                &[
+                    "patch", "node", &name, "--subresource=status", "--type=merge", "-p",
+                    &format!(
+                        "{{\"status\":{{\"addresses\":[{{\"type\":\"InternalIP\",\"address\":\"{}\"}}],\
+                         \"conditions\":[{{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\
+                         \"message\":\"test\",\"lastHeartbeatTime\":\"2026-01-01T00:00:00Z\",\
+                         \"lastTransitionTime\":\"2026-01-01T00:00:00Z\"}}]}}}}",
+                        host.ip
+                    ),
+                ],
+                None,
+            );
+            cluster.nodes.push(Node {
+                name,
+                host,
+                daemon: None,
+            });
+        }
+        for i in 0..cluster.nodes.len() {
+            cluster.start_daemon(i);
+        }
+        for i in 0..controllers {
+            let c = cluster.start_controller(i);
+            cluster.controllers.push(Some(c));
+        }
+        cluster
+    }
+
+    fn start_daemon(&mut self, i: usize) {
+        let node = &self.nodes[i];
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("{}.log", node.name))).unwrap();
+        let mut child = ChildGuard::new(
+            node.host
+                .command(target_bin("zerohop"))
+                .arg("agent")
+                .arg("--socket")
+                .arg(self.dir.path().join(format!("{}.sock", node.name)))
+                .args(["--metrics", "none", "--kube-node", &node.name])
+                .args(["--node-address", &node.host.ip, "--heartbeat", "2s"])
+                .arg("--kubeconfig")
+                .arg(self.plane.kubeconfig(User::Node))
+                .arg("--programs")
+                .arg(self.dir.path().join("programs"))
+                .env("ZEROHOP_LOG", "info")
+                .stdout(Stdio::piped())
+                .stderr(log)
+                .spawn()
+                .expect("start a node daemon"),
+        );
+        ChildLines::new(&mut child).wait_for(&node.name, "daemon ready", Duration::from_secs(20));
+        self.nodes[i].daemon = Some(child);
+    }
+
+    fn start_controller(&self, i: usize) -> ChildGuard {
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("controller-{i}.log"))).unwrap();
+        ChildGuard::new(
+            Command::new(target_bin("zerohop"))
+                .arg("controller")
+                .arg("--kubeconfig")
+                .arg(self.plane.kubeconfig(User::Controller))
+                .args(["--identity", &format!("controller-{i}"), "--lease", "3s"])
+                .env("ZEROHOP_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start a controller"),
+        )
+    }
+
+    /// Every log of the cluster's processes, for a failure message.
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for e in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            if e.path().extension().is_some_and(|x| x == "log") {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                out.push_str(&format!(
+                    "--- {}\n{}\n",
+                    e.path().display(),
+                    lines[lines.len().saturating_sub(25)..].join("\n")
+                ));
+            }
+        }
+        out.push_str(&format!("--- control plane\n{}", self.plane.log_tail()));
+        out
+    }
+
+    /// The Chain's endpoints from its EndpointSlices: (address:port, node, ready).
+    fn endpoints(&self, chain: &str) -> Vec<(String, String, bool)> {
+        endpoints_of(&self.plane, chain)
+    }
+
+    fn chain(&self, chain: &str) -> serde_json::Value {
+        let out = self
+            .plane
+            .kubectl_ok(&["get", "chain", chain, "-o", "json"], None);
+        serde_json::from_str(&out).expect("chain JSON")
+    }
+
+    /// Waits until the Chain has `n` ready endpoints on nodes passing `nodes_ok`.
+    fn wait_ready(
+        &self,
+        chain: &str,
+        n: usize,
+        nodes_ok: impl Fn(&[String]) -> bool,
+        within: Duration,
+    ) -> Vec<String> {
+        let mut last = Vec::new();
+        let ok = wait_until(within, || {
+            last = self.endpoints(chain);
+            let ready: Vec<_> = last.iter().filter(|e| e.2).collect();
+            let nodes: Vec<String> = ready.iter().map(|e| e.1.clone()).collect();
+            ready.len() == n && last.len() == n && nodes_ok(&nodes)
+        });
+        assert!(
+            ok,
+            "chain {chain}: not {n} ready endpoints within {within:?}: {last:?}\nstatus: {}\n{}",
+            self.chain(chain)["status"],
+            self.logs()
+        );
+        last.into_iter().map(|e| e.0).collect()
+    }
+}
+
+fn endpoints_of(plane: &ControlPlane, chain: &str) -> Vec<(String, String, bool)> {
+    let out = plane.kubectl(&[
+        "get",
+        "endpointslices",
+        "-n",
+        "default",
+        "-l",
+        &format!("kubernetes.io/service-name={chain}"),
+        "-o",
+        "json",
+    ]);
+    let Ok(list) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+        return Vec::new();
+    };
+    let mut all = Vec::new();
+    for s in list["items"].as_array().into_iter().flatten() {
+        let port = s["ports"][0]["port"].as_u64().unwrap_or(0);
+        for e in s["endpoints"].as_array().into_iter().flatten() {
+            all.push((
+                format!("{}:{port}", e["addresses"][0].as_str().unwrap_or("")),
+                e["nodeName"].as_str().unwrap_or("").to_owned(),
+                e["conditions"]["ready"].as_bool().unwrap_or(false),
+            ));
+        }
+    }
+    all.sort();
+    all
+}
+
+/// One request on a connection of its own. `Err(true)`: the connection was refused (nothing
+/// was accepted); `Err(false)`: accepted but not answered right.
+fn post_hello(addr: &str) -> Result<(), (bool, String)> {
+    let a: SocketAddr = addr
+        .parse()
+        .map_err(|_| (true, format!("bad address {addr}")))?;
+    let mut s = TcpStream::connect_timeout(&a, Duration::from_secs(2))
+        .map_err(|e| (true, format!("{addr}: {e}")))?;
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let body = "hello world";
+    let req = format!(
+        "POST /hello HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes())
+        .map_err(|e| (false, format!("{addr}: write: {e}")))?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)
+        .map_err(|e| (false, format!("{addr}: read: {e}")))?;
+    if answer.starts_with("HTTP/1.1 200") && answer.ends_with("\r\n\r\nHELLO WORLD!") {
+        Ok(())
+    } else {
+        Err((false, format!("{addr}: answered {answer:?}")))
+    }
+}
+
+#[test]
+fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_request() {
+    let mut cluster = Cluster::start(3, 2);
+    cluster
+        .plane
+        .kubectl_ok(&["apply", "-f", "-"], Some(&hello(3)));
+    let all = |n: &[String]| n.iter().collect::<BTreeSet<_>>().len() == 3;
+    let addrs = cluster.wait_ready("hello", 3, all, Duration::from_secs(60));
+    for a in &addrs {
+        post_hello(a).unwrap_or_else(|e| panic!("{e:?}\n{}", cluster.logs()));
+    }
+    let status = cluster.chain("hello")["status"].clone();
+    assert_eq!(status["readyReplicas"], 3, "{status}");
+    let ready = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap();
+    assert_eq!(ready["status"], "True", "{status}");
+    // The Service exists, selector-less, for a proxy to route by the slices.
+    let svc = cluster.plane.kubectl_ok(
+        &[
+            "get",
+            "service",
+            "hello",
+            "-o",
+            "jsonpath={.spec.ports[0].port}",
+        ],
+        None,
+    );
+    assert_eq!(svc, "80");
+
+    // Load through the published endpoints while node-1's daemon stops.
+    let stop = Arc::new(AtomicBool::new(false));
+    let current = Arc::new(Mutex::new(addrs.clone()));
+    let (ok, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut threads = Vec::new();
+    {
+        let (stop, current) = (stop.clone(), current.clone());
+        let kubeconfig = cluster.plane.kubeconfig(User::Admin);
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let out = Command::new(zerohop_test_support::kube::kube_bin("kubectl"))
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args([
+                        "get",
+                        "endpointslices",
+                        "-n",
+                        "default",
+                        "-l",
+                        "kubernetes.io/service-name=hello",
+                        "-o",
+                        "json",
+                    ])
+                    .output();
+                if let Ok(out) = out {
+                    if let Ok(list) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                        let mut now = Vec::new();
+                        for s in list["items"].as_array().into_iter().flatten() {
+                            let port = s["ports"][0]["port"].as_u64().unwrap_or(0);
+                            for e in s["endpoints"].as_array().into_iter().flatten() {
+                                if e["conditions"]["ready"].as_bool() == Some(true) {
+                                    now.push(format!(
+                                        "{}:{port}",
+                                        e["addresses"][0].as_str().unwrap_or("")
+                                    ));
+                                }
+                            }
+                        }
+                        if !now.is_empty() {
+                            *current.lock().unwrap() = now;
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }));
+    }
+    for t in 0..2 {
+        let (stop, current, ok, refused, failures) = (
+            stop.clone(),
+            current.clone(),
+            ok.clone(),
+            refused.clone(),
+            failures.clone(),
+        );
+        threads.push(std::thread::spawn(move || {
+            let mut i = t;
+            while !stop.load(Ordering::Relaxed) {
+                let target = {
+                    let c = current.lock().unwrap();
+                    c[i % c.len()].clone()
+                };
+                i += 1;
+                match post_hello(&target) {
+                    Ok(()) => ok.fetch_add(1, Ordering::Relaxed),
+                    Err((true, _)) => refused.fetch_add(1, Ordering::Relaxed),
+                    Err((false, e)) => {
+                        failures.lock().unwrap().push(e);
+                        0
+                    }
+                };
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let before = ok.load(Ordering::Relaxed);
+    let lost = cluster.nodes[1].name.clone();
+    let mut daemon = cluster.nodes[1].daemon.take().unwrap();
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(
+        daemon.wait_timeout(Duration::from_secs(30)),
+        Some(0),
+        "node-1's daemon did not stop cleanly\n{}",
+        cluster.logs()
+    );
+    // Its replica moved: three ready endpoints again, none on the stopped node.
+    let moved = cluster.wait_ready("hello", 3, |n| !n.contains(&lost), Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let failures = failures.lock().unwrap().clone();
+    let (ok, refused) = (ok.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+    assert!(
+        failures.is_empty(),
+        "{} accepted requests were not answered right ({ok} were, {refused} refused): {:?}\n{}",
+        failures.len(),
+        &failures[..failures.len().min(5)],
+        cluster.logs()
+    );
+    assert!(
+        ok > before && before > 0,
+        "load: {before} then {ok} answered"
+    );
+    eprintln!(
+        "while {lost}'s daemon stopped: {ok} requests answered, {refused} connections refused, \
+         0 accepted and unanswered; endpoints then {addrs:?}, now {moved:?}"
+    );
+    for a in &moved {
+        post_hello(a).unwrap_or_else(|e| panic!("{e:?}"));
+    }
+    let events = cluster.plane.kubectl_ok(
+        &[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            "involvedObject.name=hello",
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert!(
+        events.contains("\"Moved\"") && events.contains(&lost),
+        "no Moved event naming {lost}: {events}"
+    );
+
+    // The leading controller dies; the other takes over and scales the Chain down.
+    let leader = cluster.plane.kubectl_ok(
+        &[
+            "get",
+            "lease",
+            "-n",
+            "zerohop-system",
+            "zerohop-controller",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+        None,
+    );
+    let index: usize = leader
+        .trim_start_matches("controller-")
+        .parse()
+        .expect("a controller leads");
+    cluster.controllers[index]
+        .take()
+        .unwrap()
+        .signal(Signal::SIGKILL);
+    cluster
+        .plane
+        .kubectl_ok(&["scale", "chain", "hello", "--replicas=2"], None);
+    cluster.wait_ready("hello", 2, |_| true, Duration::from_secs(30));
+
+    // A daemon killed outright: its heartbeat lapses and its replica moves too.
+    let killed = cluster.nodes[2].name.clone();
+    let addrs_now = cluster.endpoints("hello");
+    if addrs_now.iter().any(|e| e.1 == killed) {
+        cluster.nodes[2]
+            .daemon
+            .take()
+            .unwrap()
+            .signal(Signal::SIGKILL);
+        let survivors = cluster.wait_ready(
+            "hello",
+            2,
+            |n| n.iter().all(|x| x == &cluster.nodes[0].name),
+            Duration::from_secs(30),
+        );
+        for a in &survivors {
+            post_hello(a).unwrap_or_else(|e| panic!("{e:?}"));
+        }
+    }
+    // Deleting the Chain removes its parts, Service and slices.
+    cluster
+        .plane
+        .kubectl_ok(&["delete", "chain", "hello"], None);
+    let gone = wait_until(Duration::from_secs(20), || {
+        let parts = cluster
+            .plane
+            .kubectl_ok(&["get", "chainparts", "-A", "-o", "name"], None);
+        let svc = cluster.plane.kubectl(&["get", "service", "hello"]);
+        parts.trim().is_empty() && !svc.status.success() && cluster.endpoints("hello").is_empty()
+    });
+    assert!(gone, "the Chain's objects outlived it\n{}", cluster.logs());
+}

@@ -1,0 +1,363 @@
+//! The node daemon's side (`zerohop agent --kube-node NODE`): it keeps a heartbeat lease for
+//! its node, watches the ChainParts the controller placed on it, runs each as `zerohop apply`
+//! does (through the same [`Daemon`]), and reports in their status.
+//!
+//! A part's chain gets the node-local name [`local_name`] and listens on the node's address
+//! at the part's port. A changed part (new spec, new port) is applied again: the daemon
+//! changes the running chain in place or replaces it without dropping a request, as
+//! `zerohop apply` does. A part that goes is stopped after its requests are answered.
+//!
+//! On shutdown the heartbeat lease is deleted first, so that the controller moves the node's
+//! replicas and takes them out of the Service at once, while the daemon still answers every
+//! request it accepted.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::{watch, Notify};
+use zerohop_agent::api::ApplyRequest;
+use zerohop_agent::daemon::Daemon;
+
+use crate::resources::{
+    chain_text, local_name, node_lease_name, ChainPart, ChainPartStatus, ANNOTATION_ADDRESS,
+    ANNOTATION_PEER, LABEL_NODE, NODE_FIELD_MANAGER,
+};
+
+/// How long a stopping daemon waits for the controller to move its parts.
+const LEAVE_WAIT: Duration = Duration::from_secs(8);
+/// How long it waits after that, for whoever routes by the Service's endpoints to stop
+/// sending here.
+const ENDPOINT_GRACE: Duration = Duration::from_secs(1);
+
+/// How a node's daemon takes part.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// The node's name (the DaemonSet passes `spec.nodeName`).
+    pub node: String,
+    /// zerohop's namespace, where the heartbeat lease lives.
+    pub namespace: String,
+    /// The address gateways listen on and the Service's endpoints name (the node's IP).
+    pub address: IpAddr,
+    /// Where this daemon takes peer connections, published for the controller (`None`:
+    /// nowhere yet).
+    pub peer: Option<std::net::SocketAddr>,
+    /// How long the heartbeat lease lasts without renewal: the time to notice a lost node.
+    pub lease_duration: Duration,
+    /// The folder relative `command` paths of a Chain's functions resolve against.
+    pub programs: PathBuf,
+}
+
+/// What runs for one part.
+#[derive(Clone, Debug, PartialEq)]
+struct Applied {
+    /// The part object's uid: a part deleted and made again is a new one.
+    uid: String,
+    /// Its generation when applied.
+    generation: i64,
+    /// The local chain's name.
+    local: String,
+}
+
+/// Runs the node's side until `stop` turns true; then deletes the heartbeat and returns
+/// (the caller then stops every chain, answering what they hold).
+pub async fn run(
+    client: Client,
+    daemon: Arc<Daemon>,
+    opts: NodeOptions,
+    mut stop: watch::Receiver<bool>,
+) {
+    let changed = Arc::new(Notify::new());
+    let parts_api: Api<ChainPart> = Api::all(client.clone());
+    let (store, writer) = reflector::store();
+    let config = watcher::Config::default().labels(&format!("{LABEL_NODE}={}", opts.node));
+    let stream = reflector::reflector(writer, watcher(parts_api, config).default_backoff());
+    let poke = changed.clone();
+    let watching = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                tracing::warn!("watching this node's chain parts: {e}");
+            }
+            poke.notify_one();
+        }
+    });
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &opts.namespace);
+    let lease_name = node_lease_name(&opts.node);
+    let renew = (opts.lease_duration / 3).max(Duration::from_millis(200));
+    let mut heartbeat = tokio::time::interval(renew);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut running: BTreeMap<String, Applied> = BTreeMap::new();
+    let mut beating = false;
+    tracing::info!(node = %opts.node, "taking part in the cluster");
+    loop {
+        tokio::select! {
+            r = stop.changed() => {
+                if r.is_err() || *stop.borrow() {
+                    break;
+                }
+                continue;
+            }
+            _ = heartbeat.tick() => {
+                match beat(&leases, &lease_name, &opts).await {
+                    Ok(()) => {
+                        if !beating {
+                            tracing::info!(node = %opts.node, "heartbeat lease {lease_name} renewed every {renew:?}");
+                        }
+                        beating = true;
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = %opts.node, "cannot renew the heartbeat lease {lease_name}: {e}");
+                        beating = false;
+                    }
+                }
+                continue;
+            }
+            _ = changed.notified() => {}
+        }
+        converge(&client, &daemon, &opts, &store, &mut running).await;
+    }
+    // Leave: the controller moves this node's replicas as soon as the lease is gone.
+    match leases.delete(&lease_name, &DeleteParams::default()).await {
+        Ok(_) => tracing::info!(node = %opts.node, "heartbeat lease deleted; leaving the cluster"),
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => tracing::warn!(node = %opts.node, "cannot delete the heartbeat lease: {e}"),
+    }
+    // Wait (bounded) until the controller has taken this node's parts away, so that the
+    // Service no longer sends here, then a little longer for the endpoint watchers
+    // (kube-proxy) to catch up; only then do the chains stop (the caller drains them).
+    let deadline = tokio::time::Instant::now() + LEAVE_WAIT;
+    let mut left = false;
+    while tokio::time::Instant::now() < deadline {
+        if store.state().iter().all(|p| p.spec.node != opts.node) {
+            left = true;
+            break;
+        }
+        tokio::select! {
+            _ = changed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+    if left {
+        tracing::info!(node = %opts.node, "the controller moved this node's parts; draining");
+        tokio::time::sleep(ENDPOINT_GRACE).await;
+    } else {
+        tracing::warn!(
+            node = %opts.node,
+            "the controller did not move this node's parts within {LEAVE_WAIT:?}; stopping anyway"
+        );
+    }
+    for (key, a) in &running {
+        if let Some(p) = store.state().into_iter().find(|p| part_key(p) == *key) {
+            let status = ChainPartStatus {
+                observed_generation: Some(a.generation),
+                phase: "Pending".into(),
+                ready: false,
+                address: String::new(),
+                message: "its node's zerohop daemon is stopping".into(),
+                last_transition_time: Some(jiff::Timestamp::now().to_string()),
+            };
+            let _ = patch_status(&client, &p, &status).await;
+        }
+    }
+    watching.abort();
+}
+
+/// `namespace/name` of a part.
+fn part_key(p: &ChainPart) -> String {
+    format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any())
+}
+
+/// Renews (or creates) the node's heartbeat lease.
+async fn beat(leases: &Api<Lease>, name: &str, opts: &NodeOptions) -> Result<(), kube::Error> {
+    let now = jiff::Timestamp::now();
+    let body = json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                ANNOTATION_ADDRESS: opts.address.to_string(),
+                ANNOTATION_PEER: opts.peer.map(|p| p.to_string()).unwrap_or_default(),
+            },
+            "labels": { "app.kubernetes.io/part-of": "zerohop", LABEL_NODE: opts.node },
+        },
+        "spec": {
+            "holderIdentity": opts.node,
+            "leaseDurationSeconds": opts.lease_duration.as_secs().max(1),
+            "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+        },
+    });
+    leases
+        .patch(
+            name,
+            &PatchParams::apply(NODE_FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map(|_| ())
+}
+
+async fn patch_status(
+    client: &Client,
+    part: &ChainPart,
+    status: &ChainPartStatus,
+) -> Result<(), kube::Error> {
+    let api: Api<ChainPart> =
+        Api::namespaced(client.clone(), &part.namespace().unwrap_or_default());
+    let body = json!({
+        "apiVersion": "zerohop.dev/v1alpha1",
+        "kind": "ChainPart",
+        "status": status,
+    });
+    api.patch_status(
+        &part.name_any(),
+        &PatchParams::apply(NODE_FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Makes what runs match the parts placed on this node.
+async fn converge(
+    client: &Client,
+    daemon: &Arc<Daemon>,
+    opts: &NodeOptions,
+    store: &Store<ChainPart>,
+    running: &mut BTreeMap<String, Applied>,
+) {
+    let parts: BTreeMap<String, Arc<ChainPart>> = store
+        .state()
+        .into_iter()
+        .filter(|p| p.spec.node == opts.node && p.metadata.deletion_timestamp.is_none())
+        .map(|p| (part_key(&p), p))
+        .collect();
+    // Parts that went (moved away, scaled down, their Chain deleted).
+    let gone: Vec<String> = running
+        .iter()
+        .filter(|(k, a)| {
+            parts
+                .get(*k)
+                .is_none_or(|p| p.uid().as_deref() != Some(a.uid.as_str()))
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in gone {
+        let a = running.remove(&key).expect("listed");
+        if a.local.is_empty() {
+            // It never came up.
+            continue;
+        }
+        match daemon.down(&a.local).await {
+            Ok(r) => {
+                tracing::info!(part = %key, chain = %a.local, "stopped after answering {} requests", r.answered)
+            }
+            Err(e) => tracing::warn!(part = %key, chain = %a.local, "stopping: {e}"),
+        }
+    }
+    for (key, part) in parts {
+        let generation = part.metadata.generation.unwrap_or(0);
+        let uid = part.uid().unwrap_or_default();
+        if running
+            .get(&key)
+            .is_some_and(|a| a.uid == uid && a.generation == generation)
+        {
+            continue;
+        }
+        let ns = part.namespace().unwrap_or_default();
+        let local = local_name(&ns, &part.spec.chain, part.spec.replica);
+        let mut status = ChainPartStatus {
+            observed_generation: Some(generation),
+            phase: "Starting".into(),
+            ready: false,
+            address: String::new(),
+            message: String::new(),
+            last_transition_time: Some(jiff::Timestamp::now().to_string()),
+        };
+        if part.status.as_ref().map(|s| s.phase.as_str()) != Some("Starting") {
+            let _ = patch_status(client, &part, &status).await;
+        }
+        let result = if part.spec.peers.is_empty() {
+            let Some(port) = part.spec.port else {
+                status.phase = "Failed".into();
+                status.message = "the part has no port for its gateway".into();
+                let _ = patch_status(client, &part, &status).await;
+                continue;
+            };
+            let req = ApplyRequest {
+                path: opts
+                    .programs
+                    .join(format!("{ns}.{}.yaml", part.spec.chain))
+                    .display()
+                    .to_string(),
+                text: chain_text(&local, &part.spec.template),
+                listen: Some(std::net::SocketAddr::new(opts.address, port).to_string()),
+            };
+            daemon.apply(req).await.map(|r| r.status.listeners)
+        } else {
+            Err(zerohop_agent::daemon::DaemonError::BadRequest(
+                "chains split over nodes (placement.parts) do not run yet".into(),
+            ))
+        };
+        match result {
+            Ok(listeners) => {
+                tracing::info!(part = %key, chain = %local, "running: {}", listeners.join(", "));
+                status.phase = "Running".into();
+                status.ready = true;
+                status.address = part
+                    .spec
+                    .port
+                    .map(|p| std::net::SocketAddr::new(opts.address, p).to_string())
+                    .unwrap_or_default();
+                running.insert(
+                    key.clone(),
+                    Applied {
+                        uid,
+                        generation,
+                        local,
+                    },
+                );
+            }
+            Err(e) => {
+                let message = e.to_string();
+                tracing::warn!(part = %key, chain = %local, "cannot run: {message}");
+                status.phase = "Failed".into();
+                status.message = message
+                    .strip_prefix("/")
+                    .map_or(message.clone(), |_| strip_file(&message));
+                // Counted as applied: it is not tried again until the part changes.
+                running.insert(
+                    key.clone(),
+                    Applied {
+                        uid,
+                        generation,
+                        local: String::new(),
+                    },
+                );
+            }
+        }
+        status.last_transition_time = Some(jiff::Timestamp::now().to_string());
+        if let Err(e) = patch_status(client, &part, &status).await {
+            tracing::warn!(part = %key, "cannot report the part's status: {e}");
+        }
+    }
+}
+
+/// `FILE:LINE: field: message` of a spec error without the generated file and line.
+fn strip_file(message: &str) -> String {
+    let mut it = message.splitn(3, ": ");
+    match (it.next(), it.next(), it.next()) {
+        (Some(_file_line), Some(field), Some(rest)) => format!("spec.{field}: {rest}"),
+        _ => message.to_owned(),
+    }
+}
