@@ -90,6 +90,21 @@ fn the_manifests_pass_a_server_dry_run_and_a_wrong_chain_is_refused_with_its_fie
     }
     install(&plane);
 
+    // The example Chains pass.
+    let out = plane.kubectl_ok(
+        &[
+            "apply",
+            "--dry-run=server",
+            "-f",
+            &format!("{}/examples", manifests()),
+        ],
+        None,
+    );
+    assert!(
+        out.contains("chain.zerohop.dev/hello created (server dry run)"),
+        "{out}"
+    );
+
     // A valid Chain passes; each wrong one is refused naming its field.
     plane.kubectl_ok(&["apply", "--dry-run=server", "-f", "-"], Some(&hello(3)));
     let cases: &[(&str, &str, &str)] = &[
