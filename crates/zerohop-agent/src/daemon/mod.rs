@@ -10,6 +10,7 @@
 
 pub mod admin;
 pub mod metrics;
+pub mod peer;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
