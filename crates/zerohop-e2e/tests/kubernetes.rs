@@ -395,7 +395,13 @@ fn endpoints_of(plane: &ControlPlane, chain: &str) -> Vec<(String, String, bool)
         "-o",
         "json",
     ]);
-    let Ok(list) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+    parse_slices(&out.stdout)
+}
+
+/// `kubectl get endpointslices -o json` as (address:port, node, ready), sorted; empty when
+/// it is not such a list.
+fn parse_slices(json: &[u8]) -> Vec<(String, String, bool)> {
+    let Ok(list) = serde_json::from_slice::<serde_json::Value>(json) else {
         return Vec::new();
     };
     let mut all = Vec::new();
@@ -474,6 +480,8 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
     assert_eq!(svc, "80");
 
     // Load through the published endpoints while node-1's daemon stops.
+    // Relaxed everywhere: flags and counters that order nothing; the final counts are read
+    // after the threads are joined, which orders them.
     let stop = Arc::new(AtomicBool::new(false));
     let current = Arc::new(Mutex::new(addrs.clone()));
     let (ok, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -499,22 +507,13 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
                     ])
                     .output();
                 if let Ok(out) = out {
-                    if let Ok(list) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
-                        let mut now = Vec::new();
-                        for s in list["items"].as_array().into_iter().flatten() {
-                            let port = s["ports"][0]["port"].as_u64().unwrap_or(0);
-                            for e in s["endpoints"].as_array().into_iter().flatten() {
-                                if e["conditions"]["ready"].as_bool() == Some(true) {
-                                    now.push(format!(
-                                        "{}:{port}",
-                                        e["addresses"][0].as_str().unwrap_or("")
-                                    ));
-                                }
-                            }
-                        }
-                        if !now.is_empty() {
-                            *current.lock().unwrap() = now;
-                        }
+                    let now: Vec<String> = parse_slices(&out.stdout)
+                        .into_iter()
+                        .filter(|e| e.2)
+                        .map(|e| e.0)
+                        .collect();
+                    if !now.is_empty() {
+                        *current.lock().unwrap() = now;
                     }
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -604,6 +603,27 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
         "no Moved event naming {lost}: {events}"
     );
 
+    // A daemon killed outright: its heartbeat lapses and its replica moves too.
+    let killed = cluster.nodes[2].name.clone();
+    assert!(
+        cluster.endpoints("hello").iter().any(|e| e.1 == killed),
+        "{killed} serves no replica to lose"
+    );
+    cluster.nodes[2]
+        .daemon
+        .take()
+        .unwrap()
+        .signal(Signal::SIGKILL);
+    let survivors = cluster.wait_ready(
+        "hello",
+        3,
+        |n| n.iter().all(|x| x == &cluster.nodes[0].name),
+        Duration::from_secs(30),
+    );
+    for a in &survivors {
+        post_hello(a).unwrap_or_else(|e| panic!("{e:?}"));
+    }
+
     // The leading controller dies; the other takes over and scales the Chain down.
     let leader = cluster.plane.kubectl_ok(
         &[
@@ -630,25 +650,6 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
         .kubectl_ok(&["scale", "chain", "hello", "--replicas=2"], None);
     cluster.wait_ready("hello", 2, |_| true, Duration::from_secs(30));
 
-    // A daemon killed outright: its heartbeat lapses and its replica moves too.
-    let killed = cluster.nodes[2].name.clone();
-    let addrs_now = cluster.endpoints("hello");
-    if addrs_now.iter().any(|e| e.1 == killed) {
-        cluster.nodes[2]
-            .daemon
-            .take()
-            .unwrap()
-            .signal(Signal::SIGKILL);
-        let survivors = cluster.wait_ready(
-            "hello",
-            2,
-            |n| n.iter().all(|x| x == &cluster.nodes[0].name),
-            Duration::from_secs(30),
-        );
-        for a in &survivors {
-            post_hello(a).unwrap_or_else(|e| panic!("{e:?}"));
-        }
-    }
     // Deleting the Chain removes its parts, Service and slices.
     cluster
         .plane

@@ -126,7 +126,7 @@ impl Gateway {
                 _ = shutdown.changed() => break,
             };
             let _ = stream.set_nodelay(true);
-            let conn = graceful.watch(self.connection(stream));
+            let conn = graceful.watch(self.connection(stream, true));
             tokio::spawn(async move {
                 let _ = conn.await;
                 drop(permit);
@@ -150,11 +150,7 @@ impl Gateway {
                     break;
                 };
                 let _ = stream.set_nodelay(true);
-                let conn = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .keep_alive(false)
-                    .serve_connection(TokioIo::new(stream), Service(self.clone()));
+                let conn = self.connection(stream, false);
                 last.push(tokio::spawn(async move {
                     let _ = conn.await;
                     drop(permit);
@@ -194,17 +190,22 @@ impl Gateway {
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let _ = self.connection(io).await;
+        let _ = self.connection(io, true).await;
     }
 
     /// One HTTP/1.1 connection over `io`, answering with [`Gateway::handle`].
-    fn connection<I>(self: &Arc<Self>, io: I) -> http1::Connection<TokioIo<I>, Service>
+    fn connection<I>(
+        self: &Arc<Self>,
+        io: I,
+        keep_alive: bool,
+    ) -> http1::Connection<TokioIo<I>, Service>
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT)
+            .keep_alive(keep_alive)
             .serve_connection(TokioIo::new(io), Service(self.clone()))
     }
 

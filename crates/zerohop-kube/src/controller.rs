@@ -19,7 +19,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -29,9 +29,9 @@ use tokio::sync::Notify;
 
 use crate::placement::{self, Decision, Existing, NodeInfo, Want};
 use crate::resources::{
-    chain_text, local_name, Chain, ChainPart, ChainPartSpec, ChainStatus, Condition, PartEndpoint,
-    Peer, ReplicaEndpoint, ANNOTATION_ADDRESS, ANNOTATION_PEER, CONTROLLER_FIELD_MANAGER,
-    LABEL_CHAIN, LABEL_NODE, LABEL_REPLICA, MANAGER, NODE_LEASE_PREFIX,
+    chain_text, local_name, spec_error, Chain, ChainPart, ChainPartSpec, ChainStatus, Condition,
+    PartEndpoint, Peer, ReplicaEndpoint, ANNOTATION_ADDRESS, ANNOTATION_PEER,
+    CONTROLLER_FIELD_MANAGER, LABEL_CHAIN, LABEL_NODE, LABEL_REPLICA, MANAGER, NODE_LEASE_PREFIX,
 };
 
 /// How the controller runs.
@@ -176,6 +176,7 @@ pub async fn run(
         recorder,
         last: BTreeMap::new(),
         failing: BTreeMap::new(),
+        validated: BTreeMap::new(),
     };
     let mut shutdown = std::pin::pin!(shutdown);
     // A cache that never listed is empty: acting on it would delete every part.
@@ -263,6 +264,9 @@ struct World {
     last: BTreeMap<String, Vec<Condition>>,
     /// Per Chain, the error its last reconcile ended with (logged once).
     failing: BTreeMap<String, String>,
+    /// Per Chain, its spec's check for the generation it was made for (the parser runs once
+    /// per change of a Chain, not once a second).
+    validated: BTreeMap<String, (i64, Option<String>)>,
 }
 
 impl World {
@@ -315,32 +319,21 @@ impl World {
             .collect();
         // What a deleted Chain left: its parts, its Service and slices (the garbage collector
         // removes them too where it runs, through their owner references).
-        for p in &parts {
-            let ns = p.namespace().unwrap_or_default();
-            if !names.contains(&(ns.clone(), p.spec.chain.clone())) {
-                self.delete::<ChainPart>(&ns, &p.name_any()).await?;
-            }
-        }
-        for s in self.caches.services.state() {
-            let ns = s.namespace().unwrap_or_default();
-            let chain = s.labels().get(LABEL_CHAIN).cloned().unwrap_or_default();
-            if !names.contains(&(ns.clone(), chain)) {
-                self.delete::<Service>(&ns, &s.name_any()).await?;
-            }
-        }
-        for s in self.caches.slices.state() {
-            let ns = s.namespace().unwrap_or_default();
-            let chain = s.labels().get(LABEL_CHAIN).cloned().unwrap_or_default();
-            if !names.contains(&(ns.clone(), chain)) {
-                self.delete::<EndpointSlice>(&ns, &s.name_any()).await?;
-            }
-        }
+        self.delete_orphans(&parts, &names, |p: &ChainPart| p.spec.chain.clone())
+            .await?;
+        self.delete_orphans(&self.caches.services.state(), &names, chain_label)
+            .await?;
+        self.delete_orphans(&self.caches.slices.state(), &names, chain_label)
+            .await?;
+        // Parts placed in this pass, not yet in the cache: the next Chain's placement counts
+        // their nodes and ports.
+        let mut placed_now: Vec<(String, Option<u16>)> = Vec::new();
         for c in chains {
             if c.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             let key = format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any());
-            match self.reconcile(&c, &alive, &parts).await {
+            match self.reconcile(&c, &alive, &parts, &mut placed_now).await {
                 Ok(()) => {
                     self.failing.remove(&key);
                 }
@@ -352,6 +345,29 @@ impl World {
                         self.failing.insert(key, text);
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the `objects` whose Chain (`chain_of`) is not among `chains`.
+    async fn delete_orphans<K>(
+        &self,
+        objects: &[Arc<K>],
+        chains: &BTreeSet<(String, String)>,
+        chain_of: impl Fn(&K) -> String,
+    ) -> Result<(), kube::Error>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+        K::DynamicType: Default,
+    {
+        for o in objects {
+            let ns = o.namespace().unwrap_or_default();
+            if !chains.contains(&(ns.clone(), chain_of(o))) {
+                self.delete::<K>(&ns, &o.name_any()).await?;
             }
         }
         Ok(())
@@ -393,6 +409,7 @@ impl World {
         chain: &Chain,
         alive: &BTreeMap<String, Heartbeat>,
         all_parts: &[Arc<ChainPart>],
+        placed_now: &mut Vec<(String, Option<u16>)>,
     ) -> Result<(), kube::Error> {
         let ns = chain.namespace().unwrap_or_default();
         let name = chain.name_any();
@@ -401,21 +418,24 @@ impl World {
         let mut conditions = Vec::new();
         // 1. Is the spec valid? The API server checked its shape; zerohop's own parser checks
         //    the rest (names in sequences, cycles of calls, sizes that fit).
-        let invalid = validate(&ns, chain);
+        let invalid = match self.validated.get(&key) {
+            Some((g, v)) if *g == generation => v.clone(),
+            _ => {
+                let v = validate(&ns, chain);
+                self.validated.insert(key.clone(), (generation, v.clone()));
+                v
+            }
+        };
         conditions.push(match &invalid {
             None => condition("Valid", true, "SpecValid", "the chain spec is valid"),
             Some(m) => condition("Valid", false, "InvalidSpec", m),
         });
-        let mine: Vec<Arc<ChainPart>> = all_parts
-            .iter()
-            .filter(|p| p.namespace().as_deref() == Some(ns.as_str()) && p.spec.chain == name)
-            .cloned()
-            .collect();
+        let mine = parts_of(chain, all_parts.iter().cloned());
         let nparts = 1 + chain.spec.placement.parts.len() as u32;
         let part_functions = split_functions(chain);
         if invalid.is_none() {
             // 2. Where do the parts go?
-            let nodes = self.node_infos(chain, alive, all_parts);
+            let nodes = self.node_infos(chain, alive, all_parts, placed_now);
             let existing: Vec<Existing> = mine
                 .iter()
                 .map(|p| Existing {
@@ -435,18 +455,16 @@ impl World {
             let decision = placement::place(&want, &nodes, &existing, self.opts.ports.clone());
             self.apply_decision(chain, &decision, alive, &mine, &part_functions)
                 .await?;
-            let placed = decision
-                .placed
-                .iter()
-                .map(|p| p.replica)
-                .collect::<BTreeSet<_>>()
-                .len() as u32
-                - decision
-                    .unplaced
+            placed_now.extend(
+                decision
+                    .placed
                     .iter()
-                    .map(|u| u.0)
-                    .collect::<BTreeSet<_>>()
-                    .len() as u32;
+                    .filter(|p| p.existing.is_none())
+                    .map(|p| (p.node.clone(), p.port)),
+            );
+            // Replicas with every part on a node.
+            let waiting: BTreeSet<u32> = decision.unplaced.iter().map(|u| u.0).collect();
+            let placed = want.replicas - waiting.len() as u32;
             conditions.push(if decision.unplaced.is_empty() {
                 condition(
                     "Placed",
@@ -489,13 +507,7 @@ impl World {
             });
         }
         // 3. Status, Service and endpoints from the parts as they are now.
-        let mine_now: Vec<Arc<ChainPart>> = self
-            .caches
-            .parts
-            .state()
-            .into_iter()
-            .filter(|p| p.namespace().as_deref() == Some(ns.as_str()) && p.spec.chain == name)
-            .collect();
+        let mine_now = parts_of(chain, self.caches.parts.state());
         let endpoints = endpoints(chain, &mine_now, alive, nparts);
         let ready = endpoints.iter().filter(|e| e.ready).count() as u32;
         let placed = endpoints.len() as u32;
@@ -577,6 +589,7 @@ impl World {
         chain: &Chain,
         alive: &BTreeMap<String, Heartbeat>,
         all_parts: &[Arc<ChainPart>],
+        placed_now: &[(String, Option<u16>)],
     ) -> Vec<NodeInfo> {
         let mut infos: Vec<NodeInfo> = self
             .caches
@@ -614,10 +627,14 @@ impl World {
             })
             .collect();
         infos.sort_by(|a, b| a.name.cmp(&b.name));
-        for p in all_parts {
-            if let Some(n) = infos.iter_mut().find(|n| n.name == p.spec.node) {
+        let taken = all_parts
+            .iter()
+            .map(|p| (&p.spec.node, p.spec.port))
+            .chain(placed_now.iter().map(|(n, p)| (n, *p)));
+        for (node, port) in taken {
+            if let Some(n) = infos.iter_mut().find(|n| &n.name == node) {
                 n.parts += 1;
-                if let Some(port) = p.spec.port {
+                if let Some(port) = port {
                     n.ports.insert(port);
                 }
             }
@@ -867,7 +884,7 @@ pub fn validate(namespace: &str, chain: &Chain) -> Option<String> {
     let local = local_name(namespace, &chain.name_any(), 0);
     let text = chain_text(&local, &chain.spec.chain);
     if let Err(e) = zerohop_agent::spec::parse(Path::new("/chain.yaml"), &text) {
-        return Some(format!("spec.{}: {}", e.field, e.message));
+        return Some(spec_error(&e));
     }
     let functions = chain
         .spec
@@ -892,6 +909,21 @@ pub fn validate(namespace: &str, chain: &Chain) -> Option<String> {
         }
     }
     None
+}
+
+/// The Chain an object the controller made belongs to (its label).
+fn chain_label<K: Resource>(o: &K) -> String {
+    o.labels().get(LABEL_CHAIN).cloned().unwrap_or_default()
+}
+
+/// The parts of `chain` among `parts`.
+fn parts_of(chain: &Chain, parts: impl IntoIterator<Item = Arc<ChainPart>>) -> Vec<Arc<ChainPart>> {
+    let ns = chain.namespace();
+    let name = chain.name_any();
+    parts
+        .into_iter()
+        .filter(|p| p.namespace() == ns && p.spec.chain == name)
+        .collect()
 }
 
 /// Per part number, the functions it runs: part 0 what no `placement.parts` list names.
@@ -993,13 +1025,4 @@ fn carry_times(old: &[Condition], new: Vec<Condition>, generation: i64) -> Vec<C
             c
         })
         .collect()
-}
-
-/// Lists the ChainParts placed on `node` (for diagnostics and tests).
-pub async fn parts_on(client: &Client, node: &str) -> Result<Vec<ChainPart>, kube::Error> {
-    let api: Api<ChainPart> = Api::all(client.clone());
-    Ok(api
-        .list(&ListParams::default().labels(&format!("{LABEL_NODE}={node}")))
-        .await?
-        .items)
 }

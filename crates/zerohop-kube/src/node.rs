@@ -26,11 +26,12 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::{watch, Notify};
 use zerohop_agent::api::ApplyRequest;
-use zerohop_agent::daemon::Daemon;
+use zerohop_agent::daemon::{Daemon, DaemonError};
+use zerohop_agent::AgentError;
 
 use crate::resources::{
-    chain_text, local_name, node_lease_name, ChainPart, ChainPartStatus, ANNOTATION_ADDRESS,
-    ANNOTATION_PEER, LABEL_NODE, NODE_FIELD_MANAGER,
+    chain_text, local_name, node_lease_name, spec_error, ChainPart, ChainPartStatus,
+    ANNOTATION_ADDRESS, ANNOTATION_PEER, LABEL_NODE, NODE_FIELD_MANAGER,
 };
 
 /// How long a stopping daemon waits for the controller to move its parts.
@@ -64,8 +65,8 @@ struct Applied {
     uid: String,
     /// Its generation when applied.
     generation: i64,
-    /// The local chain's name.
-    local: String,
+    /// The local chain's name (`None`: it failed to come up).
+    local: Option<String>,
 }
 
 /// Runs the node's side until `stop` turns true; then deletes the heartbeat and returns
@@ -253,16 +254,15 @@ async fn converge(
         .map(|(k, _)| k.clone())
         .collect();
     for key in gone {
-        let a = running.remove(&key).expect("listed");
-        if a.local.is_empty() {
-            // It never came up.
+        // A part that never came up has nothing to stop.
+        let Some(local) = running.remove(&key).and_then(|a| a.local) else {
             continue;
-        }
-        match daemon.down(&a.local).await {
+        };
+        match daemon.down(&local).await {
             Ok(r) => {
-                tracing::info!(part = %key, chain = %a.local, "stopped after answering {} requests", r.answered)
+                tracing::info!(part = %key, chain = %local, "stopped after answering {} requests", r.answered)
             }
-            Err(e) => tracing::warn!(part = %key, chain = %a.local, "stopping: {e}"),
+            Err(e) => tracing::warn!(part = %key, chain = %local, "stopping: {e}"),
         }
     }
     for (key, part) in parts {
@@ -287,27 +287,25 @@ async fn converge(
         if part.status.as_ref().map(|s| s.phase.as_str()) != Some("Starting") {
             let _ = patch_status(client, &part, &status).await;
         }
-        let result = if part.spec.peers.is_empty() {
-            let Some(port) = part.spec.port else {
-                status.phase = "Failed".into();
-                status.message = "the part has no port for its gateway".into();
-                let _ = patch_status(client, &part, &status).await;
-                continue;
-            };
-            let req = ApplyRequest {
-                path: opts
-                    .programs
-                    .join(format!("{ns}.{}.yaml", part.spec.chain))
-                    .display()
-                    .to_string(),
-                text: chain_text(&local, &part.spec.template),
-                listen: Some(std::net::SocketAddr::new(opts.address, port).to_string()),
-            };
-            daemon.apply(req).await.map(|r| r.status.listeners)
-        } else {
-            Err(zerohop_agent::daemon::DaemonError::BadRequest(
-                "chains split over nodes (placement.parts) do not run yet".into(),
-            ))
+        let result = match (part.spec.peers.is_empty(), part.spec.port) {
+            (false, _) => Err("chains split over nodes (placement.parts) do not run yet".into()),
+            (true, None) => Err("the part has no port for its gateway".into()),
+            (true, Some(port)) => {
+                let req = ApplyRequest {
+                    path: opts
+                        .programs
+                        .join(format!("{ns}.{}.yaml", part.spec.chain))
+                        .display()
+                        .to_string(),
+                    text: chain_text(&local, &part.spec.template),
+                    listen: Some(std::net::SocketAddr::new(opts.address, port).to_string()),
+                };
+                daemon
+                    .apply(req)
+                    .await
+                    .map(|r| r.status.listeners)
+                    .map_err(|e| describe(&e))
+            }
         };
         match result {
             Ok(listeners) => {
@@ -324,24 +322,21 @@ async fn converge(
                     Applied {
                         uid,
                         generation,
-                        local,
+                        local: Some(local),
                     },
                 );
             }
-            Err(e) => {
-                let message = e.to_string();
+            Err(message) => {
                 tracing::warn!(part = %key, chain = %local, "cannot run: {message}");
                 status.phase = "Failed".into();
-                status.message = message
-                    .strip_prefix("/")
-                    .map_or(message.clone(), |_| strip_file(&message));
+                status.message = message;
                 // Counted as applied: it is not tried again until the part changes.
                 running.insert(
                     key.clone(),
                     Applied {
                         uid,
                         generation,
-                        local: String::new(),
+                        local: None,
                     },
                 );
             }
@@ -353,11 +348,11 @@ async fn converge(
     }
 }
 
-/// `FILE:LINE: field: message` of a spec error without the generated file and line.
-fn strip_file(message: &str) -> String {
-    let mut it = message.splitn(3, ": ");
-    match (it.next(), it.next(), it.next()) {
-        (Some(_file_line), Some(field), Some(rest)) => format!("spec.{field}: {rest}"),
-        _ => message.to_owned(),
+/// A daemon's refusal in one line; a spec error names its field as a path of the part's
+/// Chain (`spec.routes[0].sequence[1]: ...`), not the generated file's line.
+fn describe(e: &DaemonError) -> String {
+    match e {
+        DaemonError::Spec(s) | DaemonError::Agent(AgentError::Spec(s)) => spec_error(s),
+        e => e.to_string(),
     }
 }

@@ -254,6 +254,13 @@ pub fn chain_text(local: &str, template: &Map<String, Value>) -> String {
     serde_json::to_string_pretty(&Value::Object(doc)).expect("a JSON map serialises")
 }
 
+/// A spec error of a Chain's template, its field as a path of the Chain:
+/// `spec.routes[0].sequence[1]: unknown function ...` (the generated text's file and line
+/// mean nothing to the Chain's author).
+pub fn spec_error(e: &zerohop_agent::spec::SpecError) -> String {
+    format!("spec.{}: {}", e.field, e.message)
+}
+
 /// The name a part's chain has on its node's daemon (`zerohop ls`): `NAMESPACE.CHAIN.REPLICA`
 /// with `-` for the dots (a chain's name allows letters, digits, `-`, `_`), shortened with a
 /// hash when it would pass 64 characters.

@@ -48,6 +48,7 @@ fn ip(args: &[&str]) {
 impl Network {
     /// Makes a bridge and `n` hosts on it.
     pub fn create(n: usize) -> Self {
+        // Relaxed: only a number no other network of this process has; it orders nothing.
         let k = MADE.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         // A subnet per network of this process: 10.(200+k%50).(pid%250).0/24.
