@@ -204,6 +204,18 @@ fn kube(args: &[String]) -> Result<PathBuf> {
     }
     std::fs::write(&stamp, format!("{KUBE_VERSION}\n"))
         .context("writing target/kube/bin/VERSION")?;
+    // The stamp makes a rebuild rare; the Go caches (about 3 GB) are not worth their disk.
+    let cleaned = Command::new("go")
+        .args(["clean", "-cache", "-modcache"])
+        .current_dir(root.join("xtask/kube"))
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOCACHE", dir.join("go-cache"))
+        .env("GOMODCACHE", dir.join("go-mod"))
+        .status();
+    if !matches!(cleaned, Ok(s) if s.success()) {
+        eprintln!("xtask: warning: could not remove the Go caches under target/kube");
+    }
+    let _ = std::fs::remove_dir_all(dir.join("go-cache"));
     Ok(bin)
 }
 
