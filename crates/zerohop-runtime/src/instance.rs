@@ -87,13 +87,25 @@ pub fn start() -> Result<Instance, StartError> {
     if !sys::die_with_parent(agent) {
         return Err(StartError::Orphan(agent));
     }
-    let mut fds = (0..nfds as i32)
+    let fds = (0..nfds as i32)
         .map(|i| {
             sys::take_inherited(env::FIRST_FD + i).ok_or_else(|| {
                 StartError::HandOver(format!("fd {} not inherited", env::FIRST_FD + i))
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    attach(plan, me, fds)
+}
+
+/// Attaches party `me` of the chain `plan` describes, with the hand-over descriptors `fds`
+/// in the agent's order (the pools of the function's domains, the state store when it has
+/// one, then the transport's): what [`start`] does with what the agent handed to the
+/// process. The agent itself uses it for a party it plays in its own process.
+pub fn attach(
+    plan: Plan,
+    me: PartyId,
+    mut fds: Vec<std::os::fd::OwnedFd>,
+) -> Result<Instance, StartError> {
     let backend: Backend = plan.transport.parse().map_err(StartError::HandOver)?;
     let policy = Arc::new(
         plan.policy()
