@@ -178,7 +178,15 @@ pub fn run<H: Handler>(handler: H) -> ! {
 impl Instance {
     /// Marks the instance ready and serves requests with `handler` on the spec's number of
     /// threads. Returns only if the transport is stopped or closed.
-    pub fn serve<H: Handler>(mut self, handler: H) -> ! {
+    pub fn serve<H: Handler>(self, handler: H) -> ! {
+        self.serve_in_place(handler);
+        std::process::exit(0)
+    }
+
+    /// [`Instance::serve`] without ending the process: returns once the transport is
+    /// stopped or closed (or at once when the agent left the instance parked). For a party
+    /// the agent plays in its own process.
+    pub fn serve_in_place<H: Handler>(mut self, handler: H) {
         let router = self.router.clone();
         let _root = router.span.clone().entered();
         let concurrency = router
@@ -197,7 +205,7 @@ impl Instance {
             .map_or(PartyState::Ready, |r| r.attach_or_park());
         if state != PartyState::Ready {
             tracing::debug!(?state, "not activated; exiting");
-            std::process::exit(0);
+            return;
         }
         router
             .pools
@@ -253,8 +261,8 @@ impl Instance {
                     break;
                 }
             }
+            // Dropping the queue's sender ends the handler threads once they are idle.
         }
-        std::process::exit(0)
     }
 }
 
