@@ -34,6 +34,19 @@ pub struct ApplyRequest {
     /// on 127.0.0.1).
     #[serde(default)]
     pub listen: Option<String>,
+    /// Run only part of the chain here (a chain split over nodes, see `zerohop_agent::split`):
+    /// the functions of this node and where the others run. The daemon needs `--peer-secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<SplitRequest>,
+}
+
+/// The part of a chain one node runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitRequest {
+    /// The functions that run on this node.
+    pub local: Vec<String>,
+    /// Every other function, and the peer daemon (`IP:PORT`) of the node it runs on.
+    pub peers: std::collections::BTreeMap<String, std::net::SocketAddr>,
 }
 
 /// What `apply` did.

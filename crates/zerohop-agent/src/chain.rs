@@ -47,6 +47,9 @@ pub struct UpOptions {
     /// `[function/instance] text` (foreground `zerohop up`; a daemon turns it off). The
     /// lines are in [`Running::logs`] either way.
     pub echo_logs: bool,
+    /// How functions placed on peer nodes are reached (`FunctionSpec::relay`); a chain with
+    /// such functions is refused without it.
+    pub link: Option<crate::relay::Link>,
 }
 
 impl Default for UpOptions {
@@ -62,6 +65,7 @@ impl Default for UpOptions {
             mqtt_listen: None,
             coap_listen: None,
             echo_logs: true,
+            link: None,
         }
     }
 }
@@ -173,6 +177,8 @@ pub struct Running {
     /// Wake the scaler when a function sends to a party with no ready instance.
     wakers: Option<crate::scale::Wakers>,
     receiving: Option<zerohop_gateway::Receiving>,
+    /// The instances of functions on peer nodes, played in this process.
+    relays: Vec<crate::relay::RelayParty>,
     /// Gateway parties 1.. (party 0 runs on the caller's runtime).
     gateway_threads: Vec<std::thread::JoinHandle<()>>,
     /// Resolve when the HTTP serving of gateway parties 1.. has ended.
@@ -325,6 +331,7 @@ impl Running {
         for s in self.supervisors.drain(..) {
             let _ = s.await;
         }
+        join_threads(self.relays.drain(..).map(|r| r.stop()).collect()).await;
         self.shared.logs.close().await;
         let _ = (&mut self.watchdog).await;
         let _ = (&mut self.scaler).await;
@@ -914,12 +921,14 @@ pub async fn up_with(
     // Start every instance, then wait until all have attached. On failure every instance
     // already started is stopped and reaped before the error is returned: nothing is left.
     let mut instances: Vec<(InstanceSpec, Option<Instance>)> = Vec::new();
-    if let Err(e) = start_instances(&spec, &shared, &opts, &mut instances).await {
+    let mut relays = Vec::new();
+    if let Err(e) = start_instances(&spec, &shared, &opts, &mut instances, &mut relays).await {
         for (inst, instance) in &mut instances {
             if let Some(i) = instance {
                 supervise::terminate(&shared, inst.party, i).await;
             }
         }
+        join_threads(relays.into_iter().map(|r| r.stop()).collect()).await;
         // What they printed (why they failed) is read and echoed before the error returns,
         // and its last lines go into the error (a daemon has no terminal to echo to).
         shared.logs.close().await;
@@ -1022,6 +1031,7 @@ pub async fn up_with(
         scaler,
         wakers,
         receiving,
+        relays,
         gateway_threads: threads,
         served,
         summary,
@@ -1036,10 +1046,44 @@ async fn start_instances(
     shared: &Arc<Shared>,
     opts: &UpOptions,
     instances: &mut Vec<(InstanceSpec, Option<Instance>)>,
+    relays: &mut Vec<crate::relay::RelayParty>,
 ) -> Result<(), AgentError> {
     let plan = shared.gateways.plan().clone();
+    let mut relaying = Vec::new();
     for (index, f) in spec.functions.iter().enumerate() {
         let parties = plan.parties_of(index as u8);
+        if let Some(peer) = f.relay {
+            // Played here: its first party relays, the spare one stays unused.
+            let spawn_err = |source: std::io::Error| AgentError::Spawn {
+                function: f.name.clone(),
+                program: format!("relay to {peer}"),
+                source,
+            };
+            let link = opts.link.as_ref().ok_or_else(|| {
+                spawn_err(std::io::Error::other(
+                    "the function runs on a peer node, and this agent has no peer link",
+                ))
+            })?;
+            for (k, party) in parties.into_iter().enumerate() {
+                let want = if k == 0 { Want::Run } else { Want::Stop };
+                if let Some(c) = shared.parties.get(party as usize) {
+                    c.want.send_replace(want);
+                }
+                if want == Want::Stop {
+                    shared.set_state(party, PartyState::Stopped);
+                    continue;
+                }
+                shared.set_state(party, PartyState::Starting);
+                let inst = InstanceSpec {
+                    party,
+                    index,
+                    function: f.name.clone(),
+                };
+                relays.push(crate::relay::start(shared, &inst, peer, link).map_err(spawn_err)?);
+                relaying.push((f.name.clone(), party));
+            }
+            continue;
+        }
         let serving = usize::from(f.scale.initial);
         let parked = usize::from(f.scale.parked).min(parties.len().saturating_sub(serving));
         for (k, party) in parties.into_iter().enumerate() {
@@ -1092,6 +1136,17 @@ async fn start_instances(
                 });
             }
             all_ready &= attached(inst.party);
+        }
+        if let Some((function, party)) = relaying.iter().find(|(_, p)| !shared.ready(*p)) {
+            all_ready = false;
+            if Instant::now() > deadline {
+                return Err(AgentError::NotReady {
+                    function: function.clone(),
+                    party: *party,
+                    what: format!("(relaying) did not attach within {:?}", opts.ready_timeout),
+                    output: String::new(),
+                });
+            }
         }
         if all_ready {
             return Ok(());

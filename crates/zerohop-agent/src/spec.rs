@@ -132,6 +132,10 @@ pub struct FunctionSpec {
     pub scale: ScaleSpec,
     /// CPU, memory and process limits of each instance (cgroups).
     pub resources: ResourceSpec,
+    /// Set when the function runs on a peer node (a chain split over nodes, see
+    /// [`crate::split`]): the peer daemon's address. Its instances are then played by the
+    /// agent itself, relaying each request to the peer; `command` is never run.
+    pub relay: Option<std::net::SocketAddr>,
 }
 
 /// A function's autoscaling bounds.
@@ -210,6 +214,9 @@ pub struct RouteSpec {
     pub coap: String,
     /// Functions, in order.
     pub sequence: Vec<String>,
+    /// Set on the routes [`crate::split`] adds for hops a peer node relays (no trigger; see
+    /// `zerohop_transport::RoutePlan::relay_of`): the index of the route they stand for.
+    pub relay_of: Option<usize>,
 }
 
 /// How the gateway speaks MQTT.
@@ -1049,6 +1056,7 @@ impl Cx {
                 join: JoinPolicy::Fail,
                 scale,
                 resources,
+                relay: None,
             });
         }
         // Dynamic routing and call targets must exist; a function never calls itself.
@@ -1457,6 +1465,7 @@ impl Cx {
                 mqtt_reply,
                 coap,
                 sequence,
+                relay_of: None,
             });
         }
         Ok(out)

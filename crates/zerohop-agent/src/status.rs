@@ -30,6 +30,45 @@ pub struct ChainView {
 }
 
 impl ChainView {
+    /// Runs function `function` on a hop a peer node relays (this node runs that function of
+    /// a chain split over nodes): through the relay route that stands for route `route`,
+    /// with the peer's slot metadata `meta` and `payload`, within `timeout`. An error is
+    /// the status and the one-line message the peer's client gets.
+    pub async fn relayed(
+        &self,
+        route: u16,
+        function: &str,
+        meta: &[u8],
+        payload: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<zerohop_gateway::Reply, (u16, String)> {
+        let gateways = &self.shared.gateways;
+        let plan = gateways.plan();
+        let relay = plan.function_index(function).and_then(|f| {
+            plan.routes
+                .iter()
+                .position(|r| r.relay_of == Some(route) && r.sequence == [f])
+        });
+        let Some(relay) = relay else {
+            return Err((
+                404,
+                format!(
+                    "chain '{}' runs no function `{function}` for route {route} on this node",
+                    self.name
+                ),
+            ));
+        };
+        // Any gateway party will do (answers find their way by request id); spread them.
+        let n = RELAYED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let gw = gateways
+            .iter()
+            .nth(n % gateways.len())
+            .expect("a chain has a gateway");
+        gw.submit_relayed(relay as u16, meta, payload, timeout)
+            .await
+            .map_err(|e| (e.status.as_u16(), e.to_string()))
+    }
+
     /// Pins function `function` to at least `n` serving instances (its `min`; under load it
     /// still grows to `max`), starting or activating them now. `n` may be 0 (scale to zero
     /// once idle for `zero_after`). Errors name what is wrong.
@@ -288,3 +327,7 @@ impl ChainView {
         }
     }
 }
+
+/// Relayed hops taken so far (which gateway party takes the next one). Relaxed: only
+/// spreads work, orders nothing.
+static RELAYED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -279,17 +279,14 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 /// How long an instance gets to exit after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
-/// Starts an instance of `inst`'s party from its function's current run; `park`: it waits
-/// parked once attached.
-pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io::Result<Instance> {
-    let run = shared.function(inst.index);
-    // The pools of the instance's domains first (in domain order), then its transport ends.
+/// What an instance of `inst`'s party is handed (in this order): the pools of its domains
+/// (in domain order), the state store for a function with `state`, its transport ends.
+pub(crate) fn handover_fds(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Vec<OwnedFd>> {
     let mut fds: Vec<OwnedFd> = shared
         .pools_of(inst.party)
         .iter()
         .map(|p| p.fd().try_clone_to_owned())
         .collect::<Result<_, _>>()?;
-    // Then the state store, for a function with `state`.
     if let (Some(state), true) = (&shared.state, shared.stateful[inst.index]) {
         fds.push(state.fd().try_clone_to_owned()?);
     }
@@ -299,6 +296,14 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
             .fds_for(inst.party)
             .map_err(std::io::Error::other)?,
     );
+    Ok(fds)
+}
+
+/// Starts an instance of `inst`'s party from its function's current run; `park`: it waits
+/// parked once attached.
+pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io::Result<Instance> {
+    let run = shared.function(inst.index);
+    let fds = handover_fds(shared, inst)?;
     let handover_env = [
         (handover::PLAN, shared.plan_json.clone()),
         (handover::PARTY, inst.party.to_string()),

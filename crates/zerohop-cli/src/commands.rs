@@ -180,6 +180,7 @@ pub async fn apply(c: Client, o: Out, spec: PathBuf, listen: Option<SocketAddr>)
         path: path.display().to_string(),
         text,
         listen: listen.map(|l| l.to_string()),
+        split: None,
     };
     let r: ApplyResponse = c.call(Method::POST, "/chains", Some(&req)).await?;
     if o.json {

@@ -55,6 +55,9 @@ struct KubeNodeArgs {
     heartbeat: String,
 }
 
+/// The port peer daemons connect to when `--peer-listen` names none.
+const DEFAULT_PEER_PORT: u16 = 7090;
+
 #[derive(Subcommand)]
 enum Command {
     /// Runs a chain until Ctrl-C or SIGTERM, then stops it with nothing left behind.
@@ -120,6 +123,15 @@ enum Command {
         /// between agents).
         #[arg(long, default_value = "100000-165535")]
         uid_range: UidRange,
+        /// The secret this daemon and its peers (the daemons of other nodes) authenticate
+        /// each other with, a file of at least 16 bytes (a Kubernetes Secret mounted in the
+        /// pod); enables chains split over nodes.
+        #[arg(long, env = "ZEROHOP_PEER_SECRET")]
+        peer_secret: Option<PathBuf>,
+        /// With --peer-secret: where peer daemons connect (default: the --node-address, else
+        /// 127.0.0.1, port 7090).
+        #[arg(long, requires = "peer_secret")]
+        peer_listen: Option<SocketAddr>,
         #[command(flatten)]
         kube: KubeNodeArgs,
     },
@@ -305,6 +317,8 @@ fn main() -> ExitCode {
             socket,
             metrics,
             uid_range,
+            peer_secret,
+            peer_listen,
             kube,
         } => {
             let metrics = match metrics.as_str() {
@@ -317,11 +331,43 @@ fn main() -> ExitCode {
                     }
                 },
             };
+            let peer = match peer_secret {
+                None => None,
+                Some(file) if !file.exists() => {
+                    // The DaemonSet mounts the Secret optionally: without it, whole replicas
+                    // still run here, and a split one fails naming this node's missing peer
+                    // address.
+                    eprintln!(
+                        "zerohop: warning: no peer secret at {} (--peer-secret): chains split \
+                         over nodes cannot run on this node",
+                        file.display()
+                    );
+                    None
+                }
+                Some(file) => match zerohop_agent::daemon::peer::auth::Secret::from_file(&file) {
+                    Ok(secret) => Some(zerohop_agent::daemon::PeerOptions {
+                        listen: peer_listen.unwrap_or_else(|| {
+                            SocketAddr::new(
+                                kube.node_address
+                                    .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()),
+                                DEFAULT_PEER_PORT,
+                            )
+                        }),
+                        secret: std::sync::Arc::new(secret),
+                    }),
+                    Err(e) => {
+                        eprintln!("zerohop: --peer-secret: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+            };
+            let peer_addr = peer.as_ref().map(|p| p.listen);
             let opts = zerohop_agent::daemon::DaemonOptions {
                 socket: socket.unwrap_or_else(zerohop_agent::daemon::default_socket),
                 metrics,
                 uid_range,
                 cgroups: zerohop_agent::CgroupMode::Auto,
+                peer,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -352,7 +398,7 @@ fn main() -> ExitCode {
                             node,
                             namespace: kube.kube_namespace,
                             address,
-                            peer: None,
+                            peer: peer_addr,
                             lease_duration: heartbeat,
                             programs: kube.programs,
                         },

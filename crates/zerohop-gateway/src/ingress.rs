@@ -280,7 +280,53 @@ impl Gateway {
         // allocation), so the error events below name the request themselves.
         let span = tracing::debug_span!("request", id = tracing::field::Empty, route);
         let result = self
-            .submit_inner(route, meta, chunks, &span)
+            .submit_inner(route, meta, chunks, self.config.timeout, &span)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(r) if r.status.is_success() || r.status.is_redirection() => {
+                self.stats.ok.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => self.count_error(),
+        }
+        result
+    }
+
+    /// Runs one hop a peer node relays (a chain split over nodes): [`Gateway::submit`] on
+    /// `route`, a relay route (`RoutePlan::relay_of`), with `meta` as the peer's slot held it
+    /// and `timeout` the time the peer's request has left (at most the chain's timeout).
+    /// The reply says whether the function left the sequence ([`Reply::left`]).
+    pub async fn submit_relayed(
+        &self,
+        route: u16,
+        meta: &[u8],
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Reply, GatewayError> {
+        let relay = self
+            .plan
+            .routes
+            .get(route as usize)
+            .is_some_and(|r| r.relay_of.is_some());
+        if !relay {
+            self.count_error();
+            return Err(GatewayError::new(
+                StatusCode::NOT_FOUND,
+                ErrorSource::Gateway,
+                format!("route {route} takes no relayed hops"),
+            ));
+        }
+        let text = String::from_utf8_lossy(meta);
+        let pairs = text.lines().filter_map(|l| l.split_once(": "));
+        let span = tracing::debug_span!("relayed", id = tracing::field::Empty, route);
+        let result = self
+            .submit_inner(
+                route,
+                pairs,
+                &[body],
+                timeout.min(self.config.timeout),
+                &span,
+            )
             .instrument(span.clone())
             .await;
         match &result {
@@ -297,6 +343,7 @@ impl Gateway {
         route: u16,
         meta: impl IntoIterator<Item = (&'m str, &'m str)>,
         chunks: &[C],
+        timeout: Duration,
         span: &tracing::Span,
     ) -> Result<Reply, GatewayError> {
         let head = self.plan.routes[route as usize].sequence[0];
@@ -339,7 +386,7 @@ impl Gateway {
             request: id,
             route,
             meta_len: meta_len as u16,
-            deadline_ms: zerohop_pool::monotonic_ms() + self.config.timeout.as_millis() as u64,
+            deadline_ms: zerohop_pool::monotonic_ms() + timeout.as_millis() as u64,
             ..SlotHeader::default()
         });
         let (tx, rx) = oneshot::channel();
@@ -409,7 +456,7 @@ impl Gateway {
             }
         }
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
-        let outcome = tokio::time::timeout(self.config.timeout, rx).await;
+        let outcome = tokio::time::timeout(timeout, rx).await;
         // Whoever resolved the oneshot (`complete`, or dropping the table) took the entry out.
         guard.armed = outcome.is_err();
         if !matches!(outcome, Ok(Ok(Outcome::Done { .. }))) {
@@ -440,15 +487,14 @@ impl Gateway {
                 tracing::warn!(
                     request = id,
                     route,
-                    "no answer within {:?} (timeout); answered 504",
-                    self.config.timeout
+                    "no answer within {timeout:?} (timeout); answered 504",
                 );
                 Err(GatewayError::new(
                     StatusCode::GATEWAY_TIMEOUT,
                     ErrorSource::Gateway,
                     format!(
-                        "chain '{}' did not answer within {:?}",
-                        self.plan.chain, self.config.timeout
+                        "chain '{}' did not answer within {timeout:?}",
+                        self.plan.chain
                     ),
                 ))
             }
@@ -485,7 +531,11 @@ impl Gateway {
                 }
             },
         };
-        Ok(Reply { status, body })
+        Ok(Reply {
+            status,
+            body,
+            left: header.flags & SlotHeader::FLAG_DYNAMIC != 0,
+        })
     }
 
     /// The metadata area's text: `name: value\n` lines, at most [`META_RESERVE`] bytes.
@@ -539,6 +589,9 @@ pub struct Reply {
     pub status: StatusCode,
     /// The output, copied out of the slot.
     pub body: Bytes,
+    /// The request left its route's sequence before the end (dynamic routing, or a function
+    /// that replied early).
+    pub left: bool,
 }
 
 impl Reply {

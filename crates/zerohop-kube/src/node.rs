@@ -25,12 +25,12 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::{watch, Notify};
-use zerohop_agent::api::ApplyRequest;
+use zerohop_agent::api::{ApplyRequest, SplitRequest};
 use zerohop_agent::daemon::{Daemon, DaemonError};
 use zerohop_agent::AgentError;
 
 use crate::resources::{
-    chain_text, local_name, node_lease_name, spec_error, ChainPart, ChainPartStatus,
+    chain_text, local_name, node_lease_name, spec_error, ChainPart, ChainPartSpec, ChainPartStatus,
     ANNOTATION_ADDRESS, ANNOTATION_PEER, LABEL_NODE, NODE_FIELD_MANAGER,
 };
 
@@ -287,10 +287,10 @@ async fn converge(
         if part.status.as_ref().map(|s| s.phase.as_str()) != Some("Starting") {
             let _ = patch_status(client, &part, &status).await;
         }
-        let result = match (part.spec.peers.is_empty(), part.spec.port) {
-            (false, _) => Err("chains split over nodes (placement.parts) do not run yet".into()),
-            (true, None) => Err("the part has no port for its gateway".into()),
-            (true, Some(port)) => {
+        let result = match (split_of(&part.spec), part.spec.port) {
+            (Err(e), _) => Err(e),
+            (Ok(None), None) => Err("the part has no port for its gateway".into()),
+            (Ok(split), port) => {
                 let req = ApplyRequest {
                     path: opts
                         .programs
@@ -298,7 +298,10 @@ async fn converge(
                         .display()
                         .to_string(),
                     text: chain_text(&local, &part.spec.template),
-                    listen: Some(std::net::SocketAddr::new(opts.address, port).to_string()),
+                    // A part without the gateway takes only its peers' hops: no port of
+                    // the node's, a free one on loopback.
+                    listen: port.map(|p| std::net::SocketAddr::new(opts.address, p).to_string()),
+                    split,
                 };
                 daemon
                     .apply(req)
@@ -355,4 +358,29 @@ fn describe(e: &DaemonError) -> String {
         DaemonError::Spec(s) | DaemonError::Agent(AgentError::Spec(s)) => spec_error(s),
         e => e.to_string(),
     }
+}
+
+/// What a part of a split replica runs here and where the rest runs (`None`: the whole
+/// chain runs here); fails naming a peer whose daemon publishes no peer address.
+fn split_of(spec: &ChainPartSpec) -> Result<Option<SplitRequest>, String> {
+    if spec.peers.is_empty() {
+        return Ok(None);
+    }
+    let mut peers = std::collections::BTreeMap::new();
+    for p in &spec.peers {
+        let addr: std::net::SocketAddr = p.address.parse().map_err(|_| {
+            format!(
+                "part {} on node {} has no peer address (its daemon runs without \
+                 --peer-secret, or has not published it yet)",
+                p.part, p.node
+            )
+        })?;
+        for f in &p.functions {
+            peers.insert(f.clone(), addr);
+        }
+    }
+    Ok(Some(SplitRequest {
+        local: spec.functions.clone(),
+        peers,
+    }))
 }

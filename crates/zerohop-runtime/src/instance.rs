@@ -183,6 +183,12 @@ impl Instance {
         std::process::exit(0)
     }
 
+    /// What stops [`Instance::serve_in_place`] from another thread: its receiving ends, the
+    /// handler threads finish what they hold, and it returns.
+    pub fn stopper(&self) -> Arc<dyn zerohop_transport::Stop> {
+        self.endpoint.stopper()
+    }
+
     /// [`Instance::serve`] without ending the process: returns once the transport is
     /// stopped or closed (or at once when the agent left the instance parked). For a party
     /// the agent plays in its own process.
@@ -358,7 +364,12 @@ impl Router {
         let mut header = req.header;
         let route = |next: Next, header: &mut SlotHeader| -> Result<Hop, HandlerError> {
             match next {
-                Next::Reply => Ok(Hop::Gateway),
+                Next::Reply => {
+                    // Left the sequence before its end (a peer node relaying this hop
+                    // answers its client from this flag instead of going on).
+                    header.flags |= SlotHeader::FLAG_DYNAMIC;
+                    Ok(Hop::Gateway)
+                }
                 Next::Continue if header.flags & SlotHeader::FLAG_DYNAMIC != 0 => Ok(Hop::Gateway),
                 Next::Continue => {
                     plan.next_in_sequence(header.route, header.hop)

@@ -105,11 +105,29 @@ impl Request<'_> {
         self.plan.function_name(self.function)
     }
 
+    /// The index of the route the request came in by (for a hop a peer node relayed, the
+    /// route it stands for).
+    #[doc(hidden)]
+    pub fn route_index(&self) -> u16 {
+        self.plan
+            .routes
+            .get(self.header.route as usize)
+            .and_then(|r| r.relay_of)
+            .unwrap_or(self.header.route)
+    }
+
+    /// The slot header's position in the route and flags, and the request's deadline
+    /// (`CLOCK_MONOTONIC` milliseconds, 0: none), as the agent relays them to a peer node.
+    #[doc(hidden)]
+    pub fn hop_flags_deadline(&self) -> (u8, u8, u64) {
+        (self.header.hop, self.header.flags, self.header.deadline_ms)
+    }
+
     /// HTTP method of the route the request came in by.
     pub fn method(&self) -> &str {
         self.plan
             .routes
-            .get(self.header.route as usize)
+            .get(self.route_index() as usize)
             .map_or("", |r| r.method.as_str())
     }
 
@@ -117,11 +135,14 @@ impl Request<'_> {
     pub fn path(&self) -> &str {
         self.plan
             .routes
-            .get(self.header.route as usize)
+            .get(self.route_index() as usize)
             .map_or("", |r| r.path.as_str())
     }
 
-    fn meta(&self) -> &[u8] {
+    /// The slot's metadata area: the request headers the spec asked for, as `name: value\n`
+    /// lines (what [`Request::header`] reads).
+    #[doc(hidden)]
+    pub fn meta(&self) -> &[u8] {
         &self.slot.data()[..self.header.meta_len as usize]
     }
 

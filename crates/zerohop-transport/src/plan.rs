@@ -87,6 +87,11 @@ pub struct RoutePlan {
     pub coap: String,
     /// Function indices, in order.
     pub sequence: Vec<u8>,
+    /// Set on a route the agent adds for hops relayed from a peer node (a chain split over
+    /// nodes): it has no trigger, its sequence is the one function the peer asked for, and
+    /// its requests report route `relay_of`'s method and path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_of: Option<u16>,
 }
 
 /// Everything a party needs to know about its chain.

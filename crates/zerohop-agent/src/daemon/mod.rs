@@ -35,6 +35,18 @@ pub struct DaemonOptions {
     pub uid_range: UidRange,
     /// Which cgroup hierarchy instances are put in.
     pub cgroups: CgroupMode,
+    /// Where peer daemons reach this one, and the secret they share (chains split over
+    /// nodes); `None`: no hops to or from other nodes.
+    pub peer: Option<PeerOptions>,
+}
+
+/// How daemons of a cluster reach each other (see [`peer`]).
+#[derive(Clone, Debug)]
+pub struct PeerOptions {
+    /// The address peer daemons connect to.
+    pub listen: SocketAddr,
+    /// What they authenticate each other with.
+    pub secret: Arc<peer::auth::Secret>,
 }
 
 /// The admin socket when none is given: `/run/zerohop/admin.sock` as root, else
@@ -111,6 +123,8 @@ pub struct Daemon {
     changing: tokio::sync::Mutex<()>,
     metrics_url: Mutex<Option<String>>,
     started: Instant,
+    /// How its chains reach peer daemons (set by [`run_with`] when peers are configured).
+    link: Mutex<Option<crate::relay::Link>>,
 }
 
 impl Daemon {
@@ -122,6 +136,7 @@ impl Daemon {
             changing: tokio::sync::Mutex::new(()),
             metrics_url: Mutex::new(None),
             started: Instant::now(),
+            link: Mutex::new(None),
         })
     }
 
@@ -200,7 +215,24 @@ impl Daemon {
                 req.path
             )));
         }
-        let spec = spec::parse(&path, &req.text)?;
+        let mut spec = spec::parse(&path, &req.text)?;
+        if let Some(split) = &req.split {
+            if self
+                .link
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_none()
+            {
+                return Err(DaemonError::BadRequest(format!(
+                    "chain '{}' is split over nodes, and this daemon has no peers (start it \
+                     with --peer-secret)",
+                    spec.name
+                )));
+            }
+            spec = crate::split::split(&spec, &split.local, &split.peers).map_err(|e| {
+                DaemonError::BadRequest(format!("chain '{}' cannot be split: {e}", spec.name))
+            })?;
+        }
         let listen =
             match &req.listen {
                 Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
@@ -315,7 +347,43 @@ impl Daemon {
             uid_range: self.opts.uid_range,
             cgroups: self.opts.cgroups,
             echo_logs: false,
+            link: self.link.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             ..UpOptions::default()
+        }
+    }
+
+    /// Answers a hop a peer daemon relays to chain `call.chain` of this node.
+    async fn relayed(&self, call: peer::frame::Call) -> peer::frame::Answer {
+        use peer::frame::Answer;
+        let view = self.table().get(&call.chain).map(|h| h.view.clone());
+        let Some(view) = view else {
+            return Answer {
+                status: 503,
+                flags: 0,
+                payload: format!("chain '{}' does not run on this node", call.chain).into_bytes(),
+            };
+        };
+        let timeout = std::time::Duration::from_millis(u64::from(call.deadline_ms));
+        match view
+            .relayed(
+                call.route,
+                &call.function,
+                &call.meta,
+                &call.payload,
+                timeout,
+            )
+            .await
+        {
+            Ok(r) => Answer {
+                status: r.status.as_u16(),
+                flags: if r.left { Answer::LEFT } else { 0 },
+                payload: r.body.to_vec(),
+            },
+            Err((status, message)) => Answer {
+                status,
+                flags: 0,
+                payload: message.into_bytes(),
+            },
         }
     }
 
@@ -657,6 +725,33 @@ where
         );
         let _ = out.flush();
     }
+    // Peer daemons: hops of split chains, both ways. It stops after the cluster watch (a
+    // node leaving its cluster still answers its peers until its parts have moved).
+    let (peer_stop, peer_stop_rx) = tokio::sync::watch::channel(false);
+    let mut peer_server = None;
+    if let Some(p) = &opts.peer {
+        let l = tokio::net::TcpListener::bind(p.listen).await.map_err(|e| {
+            DaemonError::Internal(format!(
+                "cannot listen for peer daemons on {}: {e}; pick another with --peer-listen",
+                p.listen
+            ))
+        })?;
+        *daemon.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(crate::relay::Link::new(
+            Arc::new(peer::conn::Peers::new(p.secret.clone())),
+            tokio::runtime::Handle::current(),
+        ));
+        let d = daemon.clone();
+        let handler: peer::conn::Handler = Arc::new(move |call| {
+            let d = d.clone();
+            Box::pin(async move { d.relayed(call).await })
+        });
+        peer_server = Some(tokio::spawn(peer::conn::serve(
+            l,
+            p.secret.clone(),
+            handler,
+            peer_stop_rx,
+        )));
+    }
     let attached = tokio::spawn(attach(daemon.clone(), stop_rx_attach));
     shutdown.await;
     let _ = stop_tx.send(true);
@@ -665,6 +760,10 @@ where
         .is_err()
     {
         tracing::warn!("the cluster watch did not stop within 10 s");
+    }
+    let _ = peer_stop.send(true);
+    if let Some(p) = peer_server {
+        let _ = p.await;
     }
     tracing::info!("stopping every chain");
     for t in tasks {

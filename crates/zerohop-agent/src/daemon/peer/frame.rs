@@ -5,14 +5,16 @@
 //! frame  = len:u32 kind:u8 stream:u64 body           (little-endian; len counts kind..end)
 //! CALL   body = chain:str16 function:str16 deadline_ms:u32 route:u16 hop:u8 flags:u8
 //!               meta:bytes32 payload:bytes32
-//! ANSWER body = status:u16 payload:bytes32
+//! ANSWER body = status:u16 flags:u8 payload:bytes32
 //! PING / PONG  body = (empty)
 //! str16  = n:u16 then n bytes of UTF-8;  bytes32 = n:u32 then n bytes
 //! ```
 //!
 //! A CALL asks the peer to run `function` of its part of `chain` on `payload` (with the
 //! slot's metadata area `meta`, the request's route and position in it) within
-//! `deadline_ms`; exactly one ANSWER with the same stream comes back. A peer is
+//! `deadline_ms`; exactly one ANSWER with the same stream comes back. Its flags say how the
+//! caller goes on ([`Answer::LEFT`]: the request left its route's sequence on the peer, so
+//! the output goes to the client; unknown bits are carried, not refused). A peer is
 //! authenticated, but what it sends is still input: every length is checked against the
 //! frame and against [`MAX_FRAME`] before anything is allocated.
 
@@ -59,8 +61,16 @@ pub struct Call {
 pub struct Answer {
     /// 0 or 200: the function's output; else the status of its error.
     pub status: u16,
+    /// [`Answer::LEFT`], other bits reserved (sent as 0, carried as received).
+    pub flags: u8,
     /// The output, or the error's message.
     pub payload: Vec<u8>,
+}
+
+impl Answer {
+    /// The request left its route's sequence on the peer (dynamic routing or an early
+    /// reply): the caller must answer the client with this output instead of continuing.
+    pub const LEFT: u8 = 1;
 }
 
 /// A decoded frame.
@@ -129,6 +139,7 @@ impl Frame {
             }
             Frame::Answer(_, a) => {
                 out.extend_from_slice(&a.status.to_le_bytes());
+                out.push(a.flags);
                 bytes32(out, &a.payload);
             }
             Frame::Ping(_) | Frame::Pong(_) => {}
@@ -162,6 +173,7 @@ impl Frame {
                 stream,
                 Answer {
                     status: u16::from_le_bytes(r.take(2)?.try_into().expect("2")),
+                    flags: r.take(1)?[0],
                     payload: r.bytes32()?,
                 },
             ),
@@ -250,6 +262,7 @@ mod tests {
                 7,
                 Answer {
                     status: 0,
+                    flags: 0,
                     payload: b"HELLO WORLD!".to_vec(),
                 },
             ),
@@ -257,6 +270,7 @@ mod tests {
                 8,
                 Answer {
                     status: 502,
+                    flags: Answer::LEFT,
                     payload: Vec::new(),
                 },
             ),

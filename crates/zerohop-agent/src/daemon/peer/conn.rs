@@ -1,0 +1,1331 @@
+//! The peer connections: one persistent TCP connection per pair of nodes, authenticated
+//! ([`super::auth`]), carrying many calls at once ([`super::frame`]).
+//!
+//! ```text
+//!  Peers::call ──┐                                      ┌─► handler(call) ─┐ (a task each,
+//!  Peers::call ──┼─► queue ─► writer ══ TCP ══► reader ─┼─► handler(call) ─┤  at most
+//!  Peers::call ──┘    (mpsc)   task          (serve)    └─► handler(call) ─┘  MAX_IN_FLIGHT)
+//!       ▲                                                                  │
+//!       └── pending[stream] ◄── reader ◄══ TCP ══ writer ◄── queue ◄───────┘
+//! ```
+//!
+//! Client ([`Peers`]): the first call to an address connects (one caller does, the others
+//! wait for it), later calls share the connection; each picks a fresh stream number and
+//! waits for the ANSWER with it. Every call has exactly one outcome: its answer, or an
+//! error. A call's own timeout fails that call only (a late answer is dropped); a lost
+//! connection (closed, reset, a bad frame, or nothing received for [`LOST_AFTER_PINGS`] ping
+//! intervals) fails every call pending on it at once, and the next call connects again. The
+//! client pings when the connection has been quiet in either direction for half an interval,
+//! so both ends see a frame at least once per interval.
+//!
+//! Server ([`serve`]): authenticates each connection, runs each CALL as a task of its own
+//! and writes its ANSWER back with the CALL's stream; more than [`MAX_IN_FLIGHT`] calls at
+//! once on a connection are answered 503 at once rather than queued (so the connection
+//! keeps reading, and pings keep being answered). A bad frame, or nothing received for
+//! [`SERVER_IDLE`], closes the connection. On shutdown it stops accepting and reading,
+//! answers the calls it runs (for at most [`DRAIN`]) and closes.
+//!
+//! Reading a frame never allocates more than it has received (growing to at most
+//! [`MAX_FRAME`]) and refuses a bad announced length before reading the body.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tracing::{debug, warn};
+
+use super::auth::{self, AuthError, Role, Secret};
+use super::frame::{Answer, Call, Frame, FrameError, MAX_FRAME};
+
+/// How often a client pings a quiet connection ([`Peers::new`]).
+pub const PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A client declares its connection lost after this many ping intervals without a byte.
+pub const LOST_AFTER_PINGS: u32 = 3;
+
+/// A server closes a connection that sends nothing for this long (a client pings every
+/// [`PING_INTERVAL`]).
+pub const SERVER_IDLE: Duration = Duration::from_secs(30);
+
+/// The calls a server runs at once per connection.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
+/// How long a server that shuts down waits for the calls it runs.
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// The bound on opening a TCP connection (the handshake has its own).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Frames a client queues for its connection's writer before callers wait.
+const QUEUE: usize = 256;
+
+/// A read buffer larger than this is not kept for the next frame.
+const KEEP_BUF: usize = 1 << 20;
+
+/// The first allocation for a frame's body; it then doubles as bytes arrive.
+const FIRST_CHUNK: usize = 64 << 10;
+
+/// What a server runs for each CALL: the future gives its ANSWER.
+pub type Handler = Arc<dyn Fn(Call) -> Pin<Box<dyn Future<Output = Answer> + Send>> + Send + Sync>;
+
+/// A [`Handler`] from an async closure.
+pub fn handler<F, Fut>(f: F) -> Handler
+where
+    F: Fn(Call) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send + 'static,
+{
+    Arc::new(move |call| Box::pin(f(call)))
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// No TCP connection to the peer.
+    #[error("peer {peer}: cannot connect: {source}")]
+    Connect {
+        /// The peer.
+        peer: SocketAddr,
+        /// What the connect (or setting up the socket) said.
+        source: io::Error,
+    },
+    /// The handshake failed (it names the peer).
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The connection ended before the answer came.
+    #[error("peer {peer}: connection lost ({reason})")]
+    Lost {
+        /// The peer.
+        peer: SocketAddr,
+        /// Why the connection ended.
+        reason: Arc<str>,
+    },
+    /// No answer within the call's timeout.
+    #[error("peer {peer}: no answer within {after:?}")]
+    Timeout {
+        /// The peer.
+        peer: SocketAddr,
+        /// The call's timeout.
+        after: Duration,
+    },
+    /// The call does not fit in a frame; nothing was sent.
+    #[error("peer {peer}: {what} of {size} bytes, more than a peer frame carries ({limit})")]
+    TooLarge {
+        /// The peer.
+        peer: SocketAddr,
+        /// The part too large.
+        what: &'static str,
+        /// Its size.
+        size: usize,
+        /// The most it may have.
+        limit: usize,
+    },
+}
+
+impl PeerError {
+    /// The HTTP status the request gets: 502 when the peer could not be reached or was
+    /// lost, 504 on timeout, 413 for a call too large to send.
+    pub fn status(&self) -> u16 {
+        match self {
+            PeerError::Connect { .. } | PeerError::Auth(_) | PeerError::Lost { .. } => 502,
+            PeerError::Timeout { .. } => 504,
+            PeerError::TooLarge { .. } => 413,
+        }
+    }
+}
+
+/// Counters of a [`Peers`]; `calls - answered - failed` are in flight (or were dropped by
+/// their caller before an outcome).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Calls made.
+    pub calls: u64,
+    /// Calls that got an answer (of any status).
+    pub answered: u64,
+    /// Calls that got a [`PeerError`].
+    pub failed: u64,
+    /// Connections opened (authenticated) so far.
+    pub connections_opened: u64,
+    /// Connections open now.
+    pub connections_open: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    answered: AtomicU64,
+    failed: AtomicU64,
+    opened: AtomicU64,
+    open: AtomicU64,
+}
+
+/// The client side: one connection per peer address, opened on first use and again after
+/// a loss. Share it behind an `Arc`; dropping it closes its connections once their calls
+/// end.
+pub struct Peers {
+    secret: Arc<Secret>,
+    ping_interval: Duration,
+    slots: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<Option<Conn>>>>>,
+    counters: Arc<Counters>,
+}
+
+/// A connection as callers use it.
+#[derive(Clone)]
+struct Conn {
+    queue: mpsc::Sender<Vec<u8>>,
+    shared: Arc<Shared>,
+}
+
+/// What callers and the connection's task share.
+struct Shared {
+    peer: SocketAddr,
+    next_stream: AtomicU64,
+    pending: Mutex<Pending>,
+}
+
+type Outcome = Result<Answer, Arc<str>>;
+
+enum Pending {
+    Open(HashMap<u64, oneshot::Sender<Outcome>>),
+    Closed(Arc<str>),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these locks; a poisoned one is still consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    fn is_open(&self) -> bool {
+        matches!(*lock(&self.pending), Pending::Open(_))
+    }
+
+    /// A fresh stream and where its outcome arrives, or why the connection is closed.
+    fn register(&self) -> Result<(u64, oneshot::Receiver<Outcome>), Arc<str>> {
+        match &mut *lock(&self.pending) {
+            Pending::Open(map) => {
+                let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+                let (tx, rx) = oneshot::channel();
+                map.insert(stream, tx);
+                Ok((stream, rx))
+            }
+            Pending::Closed(reason) => Err(reason.clone()),
+        }
+    }
+
+    /// Whoever takes a stream's sender gives the call its one outcome.
+    fn take(&self, stream: u64) -> Option<oneshot::Sender<Outcome>> {
+        match &mut *lock(&self.pending) {
+            Pending::Open(map) => map.remove(&stream),
+            Pending::Closed(_) => None,
+        }
+    }
+
+    /// Closes the connection for callers: every pending call fails with `reason`.
+    fn fail(&self, reason: Arc<str>) {
+        let old = std::mem::replace(&mut *lock(&self.pending), Pending::Closed(reason.clone()));
+        if let Pending::Open(map) = old {
+            for (_, tx) in map {
+                let _ = tx.send(Err(reason.clone()));
+            }
+        }
+    }
+}
+
+/// Removes a call's stream when the call ends, however it ends (answer, timeout, its
+/// caller dropping it), so a late answer finds no one and is dropped.
+struct Unregister<'a> {
+    shared: &'a Shared,
+    stream: u64,
+}
+
+impl Drop for Unregister<'_> {
+    fn drop(&mut self) {
+        self.shared.take(self.stream);
+    }
+}
+
+impl Peers {
+    /// Peers authenticated with `secret`, pinged every [`PING_INTERVAL`].
+    pub fn new(secret: Arc<Secret>) -> Self {
+        Self::with_ping_interval(secret, PING_INTERVAL)
+    }
+
+    /// Peers pinged every `interval` (lost after [`LOST_AFTER_PINGS`] intervals without a
+    /// byte). A server closes a connection quiet for [`SERVER_IDLE`], so keep it well below.
+    pub fn with_ping_interval(secret: Arc<Secret>, interval: Duration) -> Self {
+        Peers {
+            secret,
+            ping_interval: interval.max(Duration::from_millis(10)),
+            slots: Mutex::new(HashMap::new()),
+            counters: Arc::new(Counters::default()),
+        }
+    }
+
+    /// Runs `call` on `peer` and returns its answer, all within `timeout` (connecting
+    /// first if there is no connection to `peer`).
+    pub async fn call(
+        &self,
+        peer: SocketAddr,
+        call: Call,
+        timeout: Duration,
+    ) -> Result<Answer, PeerError> {
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let outcome = match tokio::time::timeout(timeout, self.exchange(peer, call)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(PeerError::Timeout {
+                peer,
+                after: timeout,
+            }),
+        };
+        let counter = match outcome {
+            Ok(_) => &self.counters.answered,
+            Err(_) => &self.counters.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        outcome
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> PeerStats {
+        let c = &self.counters;
+        PeerStats {
+            calls: c.calls.load(Ordering::Relaxed),
+            answered: c.answered.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            connections_opened: c.opened.load(Ordering::Relaxed),
+            connections_open: c.open.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn exchange(&self, peer: SocketAddr, call: Call) -> Result<Answer, PeerError> {
+        let size = fits(peer, &call)?;
+        let conn = self.conn(peer).await?;
+        let (stream, outcome) = conn
+            .shared
+            .register()
+            .map_err(|reason| PeerError::Lost { peer, reason })?;
+        let _unregister = Unregister {
+            shared: &conn.shared,
+            stream,
+        };
+        let mut bytes = Vec::with_capacity(size);
+        Frame::Call(stream, call).encode(&mut bytes);
+        if conn.queue.send(bytes).await.is_err() {
+            return Err(PeerError::Lost {
+                peer,
+                reason: "the connection's writer ended".into(),
+            });
+        }
+        match outcome.await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(reason)) => Err(PeerError::Lost { peer, reason }),
+            Err(_) => Err(PeerError::Lost {
+                peer,
+                reason: "the connection ended".into(),
+            }),
+        }
+    }
+
+    /// The open connection to `peer`, opened now if there is none: callers of one peer
+    /// wait for each other here, so only one connects.
+    async fn conn(&self, peer: SocketAddr) -> Result<Conn, PeerError> {
+        let slot = lock(&self.slots).entry(peer).or_default().clone();
+        let mut slot = slot.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            if conn.shared.is_open() {
+                return Ok(conn.clone());
+            }
+        }
+        *slot = None;
+        let conn = self.open(peer).await?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    async fn open(&self, peer: SocketAddr) -> Result<Conn, PeerError> {
+        let connect_error = |source| PeerError::Connect { peer, source };
+        let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(peer)).await
+        {
+            Ok(connected) => connected.map_err(connect_error)?,
+            Err(_) => {
+                return Err(connect_error(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no connection within {CONNECT_TIMEOUT:?}"),
+                )))
+            }
+        };
+        stream.set_nodelay(true).map_err(connect_error)?;
+        auth::handshake(&mut stream, &self.secret, Role::Client, peer).await?;
+        let (rd, wr) = stream.into_split();
+        let (queue, rx) = mpsc::channel(QUEUE);
+        let shared = Arc::new(Shared {
+            peer,
+            next_stream: AtomicU64::new(1),
+            pending: Mutex::new(Pending::Open(HashMap::new())),
+        });
+        self.counters.opened.fetch_add(1, Ordering::Relaxed);
+        self.counters.open.fetch_add(1, Ordering::Relaxed);
+        debug!(%peer, "peer connection open");
+        tokio::spawn(run_client(
+            rd,
+            wr,
+            rx,
+            shared.clone(),
+            self.ping_interval,
+            self.counters.clone(),
+        ));
+        Ok(Conn { queue, shared })
+    }
+}
+
+/// Checks that `call` fits in a frame; returns its encoded size.
+fn fits(peer: SocketAddr, call: &Call) -> Result<usize, PeerError> {
+    let too_large = |what, size, limit| PeerError::TooLarge {
+        peer,
+        what,
+        size,
+        limit,
+    };
+    let name_limit = u16::MAX as usize;
+    if call.chain.len() > name_limit {
+        return Err(too_large("a chain name", call.chain.len(), name_limit));
+    }
+    if call.function.len() > name_limit {
+        return Err(too_large(
+            "a function name",
+            call.function.len(),
+            name_limit,
+        ));
+    }
+    // kind stream | chain function | deadline route hop flags | meta payload
+    let body = 1
+        + 8
+        + (2 + call.chain.len() + 2 + call.function.len())
+        + (4 + 2 + 1 + 1)
+        + (4 + call.meta.len() + 4 + call.payload.len());
+    if body > MAX_FRAME {
+        return Err(too_large("a call", body, MAX_FRAME));
+    }
+    Ok(4 + body)
+}
+
+/// A connection's task: reads answers and writes queued frames until either side ends,
+/// then fails what is still pending.
+async fn run_client(
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    queue: mpsc::Receiver<Vec<u8>>,
+    shared: Arc<Shared>,
+    interval: Duration,
+    counters: Arc<Counters>,
+) {
+    let epoch = Instant::now();
+    let last_rx = AtomicU64::new(0);
+    let last_tx = AtomicU64::new(0);
+    let ended = tokio::select! {
+        r = client_reader(rd, &shared, interval, &last_rx, epoch) => r,
+        w = client_writer(wr, queue, interval, &last_rx, &last_tx, epoch) => w,
+    };
+    let peer = shared.peer;
+    let reason: Arc<str> = match ended {
+        Ok(()) => {
+            debug!(%peer, "peer connection closed: no caller left");
+            "closed by this node".into()
+        }
+        Err(reason) => {
+            warn!(%peer, "peer connection lost: {reason}");
+            reason.into()
+        }
+    };
+    shared.fail(reason);
+    counters.open.fetch_sub(1, Ordering::Relaxed);
+}
+
+fn millis_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn client_reader(
+    mut rd: OwnedReadHalf,
+    shared: &Shared,
+    interval: Duration,
+    last_rx: &AtomicU64,
+    epoch: Instant,
+) -> Result<(), String> {
+    let mut buf = Vec::new();
+    let quiet = interval * LOST_AFTER_PINGS;
+    loop {
+        let frame = read_frame(&mut rd, &mut buf, quiet)
+            .await
+            .map_err(|e| e.to_string())?;
+        last_rx.store(millis_since(epoch), Ordering::Relaxed);
+        match frame {
+            Frame::Answer(stream, answer) => match shared.take(stream) {
+                Some(tx) => {
+                    let _ = tx.send(Ok(answer));
+                }
+                None => debug!(peer = %shared.peer, stream, "late peer answer dropped"),
+            },
+            Frame::Pong(_) => {}
+            Frame::Call(..) | Frame::Ping(_) => {
+                return Err("the server sent a CALL or PING, which only clients send".into())
+            }
+        }
+    }
+}
+
+async fn client_writer(
+    wr: OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    interval: Duration,
+    last_rx: &AtomicU64,
+    last_tx: &AtomicU64,
+    epoch: Instant,
+) -> Result<(), String> {
+    let failed = |e: io::Error| format!("writing failed: {e}");
+    let mut w = BufWriter::with_capacity(64 << 10, wr);
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.reset();
+    let quiet = u64::try_from((interval / 2).as_millis()).unwrap_or(u64::MAX);
+    let mut pings = 0u64;
+    let mut ping = Vec::new();
+    loop {
+        tokio::select! {
+            frame = queue.recv() => {
+                let Some(frame) = frame else {
+                    let _ = w.shutdown().await;
+                    return Ok(());
+                };
+                w.write_all(&frame).await.map_err(failed)?;
+                // Whatever else is queued goes in the same write.
+                while let Ok(frame) = queue.try_recv() {
+                    w.write_all(&frame).await.map_err(failed)?;
+                }
+                w.flush().await.map_err(failed)?;
+                last_tx.store(millis_since(epoch), Ordering::Relaxed);
+            }
+            _ = tick.tick() => {
+                let now = millis_since(epoch);
+                let rx_quiet = now.saturating_sub(last_rx.load(Ordering::Relaxed)) >= quiet;
+                let tx_quiet = now.saturating_sub(last_tx.load(Ordering::Relaxed)) >= quiet;
+                if rx_quiet || tx_quiet {
+                    pings += 1;
+                    ping.clear();
+                    Frame::Ping(pings).encode(&mut ping);
+                    w.write_all(&ping).await.map_err(failed)?;
+                    w.flush().await.map_err(failed)?;
+                    last_tx.store(now, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Why reading a frame stopped.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// The peer closed the connection (or it ended mid-frame).
+    #[error("the peer closed the connection")]
+    Closed,
+    /// Nothing arrived for too long.
+    #[error("nothing received for {0:?}")]
+    Quiet(Duration),
+    /// The socket failed.
+    #[error("reading failed: {0}")]
+    Io(#[from] io::Error),
+    /// The bytes are no frame.
+    #[error("bad frame: {0}")]
+    Frame(#[from] FrameError),
+}
+
+/// Reads one frame; fails if no byte arrives for `quiet`. `buf` is reused between frames.
+async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    quiet: Duration,
+) -> Result<Frame, ReadError> {
+    let mut head = [0u8; 4];
+    let mut got = 0;
+    while got < head.len() {
+        match tokio::time::timeout(quiet, r.read(&mut head[got..])).await {
+            Err(_) => return Err(ReadError::Quiet(quiet)),
+            Ok(Ok(0)) => return Err(ReadError::Closed),
+            Ok(Ok(n)) => got += n,
+            Ok(Err(e)) => return Err(e.into()),
+        }
+    }
+    let n = Frame::announced(head)?;
+    if buf.capacity() > KEEP_BUF {
+        *buf = Vec::new();
+    }
+    buf.clear();
+    while buf.len() < n {
+        if buf.len() == buf.capacity() {
+            // Grow with what arrives, never past the announced length.
+            let grow = (n - buf.len()).min(buf.len().max(FIRST_CHUNK));
+            buf.reserve_exact(grow);
+        }
+        let left = (n - buf.len()) as u64;
+        match tokio::time::timeout(quiet, (&mut *r).take(left).read_buf(buf)).await {
+            Err(_) => return Err(ReadError::Quiet(quiet)),
+            Ok(Ok(0)) => return Err(ReadError::Closed),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.into()),
+        }
+    }
+    Ok(Frame::decode(buf)?)
+}
+
+/// Serves peer connections on `listener`: authenticates each with `secret` and answers its
+/// calls with `handler`, until `shutdown` turns true (or its sender is dropped). Then it
+/// stops accepting, lets each connection answer the calls it runs (for at most [`DRAIN`]),
+/// and returns once all are closed.
+pub async fn serve(
+    listener: TcpListener,
+    secret: Arc<Secret>,
+    handler: Handler,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut conns = tokio::task::JoinSet::new();
+    let conn_shutdown = shutdown.clone();
+    loop {
+        tokio::select! {
+            () = stopped(&mut shutdown) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    conns.spawn(serve_conn(
+                        stream,
+                        peer,
+                        secret.clone(),
+                        handler.clone(),
+                        conn_shutdown.clone(),
+                    ));
+                }
+                Err(e) => {
+                    // Out of descriptors, most likely: wait rather than spin.
+                    warn!("peer listener: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let all_closed = async { while conns.join_next().await.is_some() {} };
+    if tokio::time::timeout(DRAIN + Duration::from_secs(1), all_closed)
+        .await
+        .is_err()
+    {
+        warn!("peer connections still open after {DRAIN:?}; closing them");
+        conns.abort_all();
+    }
+}
+
+/// Resolves once `shutdown` is true or its sender is gone (no one left to say otherwise).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// How a server's reading of a connection ended.
+enum ReadEnd {
+    Shutdown,
+    Closed,
+    Failed(String),
+}
+
+async fn serve_conn(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    secret: Arc<Secret>,
+    handler: Handler,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    if let Err(e) = stream.set_nodelay(true) {
+        debug!(%peer, "peer connection: TCP_NODELAY: {e}");
+    }
+    if let Err(e) = auth::handshake(&mut stream, &secret, Role::Server, peer).await {
+        warn!("{e}");
+        return;
+    }
+    debug!(%peer, "peer connected");
+    let (rd, wr) = stream.into_split();
+    // Room for every running call's answer and then some, so answers rarely wait.
+    let (answers, queue) = mpsc::channel(MAX_IN_FLIGHT + 64);
+    let writer = server_writer(wr, queue);
+    tokio::pin!(writer);
+    let ended = tokio::select! {
+        end = server_reader(rd, peer, &handler, answers, &mut shutdown) => end,
+        w = &mut writer => match w {
+            Ok(()) => ReadEnd::Closed,
+            Err(e) => ReadEnd::Failed(e),
+        },
+    };
+    match ended {
+        ReadEnd::Shutdown => {
+            // The reader's sender is gone; the writer ends when the last running call
+            // has queued its answer.
+            match tokio::time::timeout(DRAIN, &mut writer).await {
+                Ok(Ok(())) => debug!(%peer, "peer connection closed for shutdown"),
+                Ok(Err(e)) => warn!(%peer, "peer connection: {e}"),
+                Err(_) => warn!(%peer, "peer calls still running after {DRAIN:?}; closing"),
+            }
+        }
+        ReadEnd::Closed => debug!(%peer, "peer closed its connection"),
+        ReadEnd::Failed(reason) => warn!(%peer, "closing the peer connection: {reason}"),
+    }
+}
+
+async fn server_reader(
+    mut rd: OwnedReadHalf,
+    peer: SocketAddr,
+    handler: &Handler,
+    answers: mpsc::Sender<Vec<u8>>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> ReadEnd {
+    let limit = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut buf = Vec::new();
+    loop {
+        let frame = tokio::select! {
+            () = stopped(shutdown) => return ReadEnd::Shutdown,
+            frame = read_frame(&mut rd, &mut buf, SERVER_IDLE) => frame,
+        };
+        let reply = match frame {
+            Err(ReadError::Closed) => return ReadEnd::Closed,
+            Err(e) => return ReadEnd::Failed(e.to_string()),
+            Ok(Frame::Ping(stream)) => Frame::Pong(stream),
+            Ok(Frame::Call(stream, call)) => match limit.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    tokio::spawn(answer(
+                        peer,
+                        stream,
+                        call,
+                        handler.clone(),
+                        answers.clone(),
+                        permit,
+                    ));
+                    continue;
+                }
+                Err(_) => Frame::Answer(
+                    stream,
+                    Answer {
+                        status: 503,
+                        flags: 0,
+                        payload: format!(
+                            "the peer runs {MAX_IN_FLIGHT} calls of this connection already"
+                        )
+                        .into_bytes(),
+                    },
+                ),
+            },
+            Ok(Frame::Answer(..) | Frame::Pong(_)) => {
+                return ReadEnd::Failed(
+                    "the client sent an ANSWER or PONG, which only servers send".into(),
+                )
+            }
+        };
+        let mut bytes = Vec::new();
+        reply.encode(&mut bytes);
+        if answers.send(bytes).await.is_err() {
+            return ReadEnd::Failed("the writer ended".into());
+        }
+    }
+}
+
+/// Runs one call and queues its answer.
+async fn answer(
+    peer: SocketAddr,
+    stream: u64,
+    call: Call,
+    handler: Handler,
+    answers: mpsc::Sender<Vec<u8>>,
+    _permit: OwnedSemaphorePermit,
+) {
+    // A task of its own, so a handler that panics still gets its call an answer.
+    let mut answer = match tokio::spawn(async move { handler(call).await }).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            warn!(%peer, stream, "peer call handler failed: {e}");
+            Answer {
+                status: 500,
+                flags: 0,
+                payload: b"the peer's handler failed".to_vec(),
+            }
+        }
+    };
+    // kind stream status flags payload
+    let body = 1 + 8 + 2 + 1 + 4 + answer.payload.len();
+    if body > MAX_FRAME {
+        warn!(%peer, stream, "peer answer of {body} bytes is more than a frame carries");
+        answer = Answer {
+            status: 502,
+            flags: 0,
+            payload: format!("the answer of {body} bytes is more than a peer frame carries")
+                .into_bytes(),
+        };
+    }
+    let mut bytes = Vec::with_capacity(4 + 1 + 8 + 2 + 1 + 4 + answer.payload.len());
+    Frame::Answer(stream, answer).encode(&mut bytes);
+    // The connection may be gone; then the answer has no one to go to.
+    let _ = answers.send(bytes).await;
+}
+
+async fn server_writer(
+    wr: OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+) -> Result<(), String> {
+    write_queued(BufWriter::with_capacity(64 << 10, wr), &mut queue)
+        .await
+        .map_err(|e| format!("writing failed: {e}"))
+}
+
+async fn write_queued<W: AsyncWrite + Unpin>(
+    mut w: W,
+    queue: &mut mpsc::Receiver<Vec<u8>>,
+) -> io::Result<()> {
+    while let Some(frame) = queue.recv().await {
+        w.write_all(&frame).await?;
+        while let Ok(frame) = queue.try_recv() {
+            w.write_all(&frame).await?;
+        }
+        w.flush().await?;
+    }
+    w.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use tokio::task::JoinHandle;
+    use tokio::time::timeout;
+
+    use super::*;
+
+    const KEY: &[u8] = b"the cluster's peer secret, 32 B!";
+    /// The bound on every wait of these tests.
+    const BOUND: Duration = Duration::from_secs(10);
+
+    fn secret() -> Arc<Secret> {
+        Arc::new(Secret::new(KEY))
+    }
+
+    fn call(i: usize, payload: &str) -> Call {
+        Call {
+            chain: "default_hello_0".into(),
+            function: format!("f{i}"),
+            deadline_ms: 5_000,
+            route: 1,
+            hop: (i % 256) as u8,
+            flags: 0,
+            meta: Vec::new(),
+            payload: payload.as_bytes().to_vec(),
+        }
+    }
+
+    /// Uppercases the payload and adds what is specific to the call, after a delay that
+    /// differs per call (so answers come back out of order).
+    fn echo(runs: Arc<AtomicUsize>) -> Handler {
+        handler(move |c: Call| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_millis(u64::from(c.hop % 7))).await;
+                let mut out = c.payload.to_ascii_uppercase();
+                out.extend_from_slice(format!("|{}|{}", c.function, c.hop).as_bytes());
+                Answer {
+                    status: 200,
+                    flags: c.hop % 2,
+                    payload: out,
+                }
+            }
+        })
+    }
+
+    fn expected(i: usize, payload: &str) -> Answer {
+        Answer {
+            status: 200,
+            flags: (i % 256 % 2) as u8,
+            payload: format!("{}|f{i}|{}", payload.to_ascii_uppercase(), i % 256).into_bytes(),
+        }
+    }
+
+    struct Server {
+        addr: SocketAddr,
+        stop: watch::Sender<bool>,
+        task: JoinHandle<()>,
+    }
+
+    async fn start_on(addr: SocketAddr, secret: Arc<Secret>, handler: Handler) -> Server {
+        let listener = TcpListener::bind(addr).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(serve(listener, secret, handler, rx));
+        Server { addr, stop, task }
+    }
+
+    async fn start(handler: Handler) -> Server {
+        start_on("127.0.0.1:0".parse().unwrap(), secret(), handler).await
+    }
+
+    /// Waits until `n` reaches `want`.
+    async fn reach(n: &AtomicUsize, want: usize) {
+        timeout(BOUND, async {
+            while n.load(Ordering::SeqCst) < want {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{} of {want}", n.load(Ordering::SeqCst)));
+    }
+
+    /// Whether the other end closes `s` (EOF or reset) within BOUND, reading whatever
+    /// comes before.
+    async fn closed_by_peer(s: &mut TcpStream) -> bool {
+        let mut sink = [0u8; 4096];
+        timeout(BOUND, async {
+            loop {
+                match s.read(&mut sink).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_hundred_concurrent_calls_share_one_connection() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let server = start(echo(runs.clone())).await;
+        let peers = Arc::new(Peers::new(secret()));
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            let peers = peers.clone();
+            let addr = server.addr;
+            calls.spawn(async move {
+                let payload = format!("hello {i}");
+                let answer = peers.call(addr, call(i, &payload), BOUND).await;
+                (i, payload, answer)
+            });
+        }
+        let mut answered = 0;
+        while let Some(joined) = timeout(BOUND, calls.join_next()).await.unwrap() {
+            let (i, payload, answer) = joined.unwrap();
+            assert_eq!(answer.unwrap(), expected(i, &payload), "call {i}");
+            answered += 1;
+        }
+        assert_eq!(answered, 200);
+        assert_eq!(runs.load(Ordering::SeqCst), 200);
+        assert_eq!(
+            peers.stats(),
+            PeerStats {
+                calls: 200,
+                answered: 200,
+                failed: 0,
+                connections_opened: 1,
+                connections_open: 1,
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wrong_secret_is_refused_and_the_handler_never_runs() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let server = start(echo(runs.clone())).await;
+        let intruder = Peers::new(Arc::new(Secret::new(b"not the cluster's secret at all")));
+        let e = intruder
+            .call(server.addr, call(1, "x"), BOUND)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, PeerError::Auth(a)
+            if matches!(a.reason, auth::AuthFailure::WrongSecret)),
+            "{e}"
+        );
+        assert_eq!(e.status(), 502);
+        assert!(e.to_string().contains(&server.addr.to_string()), "{e}");
+        assert_eq!(intruder.stats().connections_opened, 0);
+        assert_eq!(intruder.stats().failed, 1);
+        // The server goes on serving peers that hold the secret.
+        let peers = Peers::new(secret());
+        assert_eq!(
+            peers.call(server.addr, call(2, "y"), BOUND).await.unwrap(),
+            expected(2, "y")
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_call_never_answered_times_out_alone_and_a_late_answer_is_dropped() {
+        let h = handler(|c: Call| async move {
+            match c.payload.as_slice() {
+                b"hang" => std::future::pending::<()>().await,
+                b"slow" => tokio::time::sleep(Duration::from_millis(400)).await,
+                _ => {}
+            }
+            Answer {
+                status: 200,
+                flags: 0,
+                payload: c.payload,
+            }
+        });
+        let server = start(h).await;
+        let peers = Arc::new(Peers::new(secret()));
+        let short = Duration::from_millis(200);
+        let (hang, slow, quick) = tokio::join!(
+            peers.call(server.addr, call(1, "hang"), short),
+            peers.call(server.addr, call(2, "slow"), short),
+            peers.call(server.addr, call(3, "quick"), short),
+        );
+        for e in [hang.unwrap_err(), slow.unwrap_err()] {
+            assert!(
+                matches!(e, PeerError::Timeout { after, .. } if after == short),
+                "{e}"
+            );
+            assert_eq!(e.status(), 504);
+        }
+        assert_eq!(quick.unwrap().payload, b"quick");
+        // The slow call's answer arrives now, for a stream no one waits on.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        for i in 0..5 {
+            let payload = format!("after {i}");
+            let answer = peers.call(server.addr, call(i, &payload), BOUND).await;
+            assert_eq!(answer.unwrap().payload, payload.as_bytes());
+        }
+        let stats = peers.stats();
+        assert_eq!(stats.connections_opened, 1, "{stats:?}");
+        assert_eq!((stats.calls, stats.answered, stats.failed), (8, 6, 2));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_server_that_dies_fails_every_pending_call_then_the_next_call_reconnects() {
+        let entered = Arc::new(AtomicUsize::new(0));
+        let seen = entered.clone();
+        let hang = handler(move |_c: Call| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<Answer>()
+        });
+        let server = start(hang).await;
+        let peers = Arc::new(Peers::new(secret()));
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..50 {
+            let peers = peers.clone();
+            let addr = server.addr;
+            calls.spawn(async move {
+                peers
+                    .call(addr, call(i, "x"), Duration::from_secs(60))
+                    .await
+            });
+        }
+        reach(&entered, 50).await;
+        server.task.abort();
+        assert!(server.task.await.unwrap_err().is_cancelled());
+        let mut lost = 0;
+        timeout(Duration::from_secs(5), async {
+            while let Some(joined) = calls.join_next().await {
+                let e = joined.unwrap().unwrap_err();
+                assert!(matches!(e, PeerError::Lost { .. }), "{e}");
+                assert_eq!(e.status(), 502);
+                lost += 1;
+            }
+        })
+        .await
+        .expect("every pending call fails promptly");
+        assert_eq!(lost, 50);
+        // Let the connection's task finish its bookkeeping.
+        timeout(BOUND, async {
+            while peers.stats().connections_open != 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap();
+
+        let runs = Arc::new(AtomicUsize::new(0));
+        let _again = start_on(server.addr, secret(), echo(runs.clone())).await;
+        assert_eq!(
+            peers
+                .call(server.addr, call(7, "back"), BOUND)
+                .await
+                .unwrap(),
+            expected(7, "back")
+        );
+        let stats = peers.stats();
+        assert_eq!((stats.connections_opened, stats.connections_open), (2, 1));
+        assert_eq!((stats.calls, stats.answered, stats.failed), (51, 1, 50));
+    }
+
+    #[tokio::test]
+    async fn shutdown_answers_running_calls_then_closes() {
+        let entered = Arc::new(AtomicUsize::new(0));
+        let seen = entered.clone();
+        let slow = handler(move |c: Call| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Answer {
+                    status: 200,
+                    flags: 0,
+                    payload: c.payload,
+                }
+            }
+        });
+        let server = start(slow).await;
+        let peers = Arc::new(Peers::new(secret()));
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..10 {
+            let peers = peers.clone();
+            let addr = server.addr;
+            calls.spawn(async move { peers.call(addr, call(i, &format!("{i}")), BOUND).await });
+        }
+        reach(&entered, 10).await;
+        server.stop.send(true).unwrap();
+        let mut answered = 0;
+        while let Some(joined) = timeout(BOUND, calls.join_next()).await.unwrap() {
+            joined.unwrap().unwrap();
+            answered += 1;
+        }
+        assert_eq!(answered, 10);
+        timeout(BOUND, server.task).await.unwrap().unwrap();
+        // Nothing listens any more.
+        let e = peers
+            .call(server.addr, call(1, "x"), BOUND)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, PeerError::Connect { .. } | PeerError::Lost { .. }),
+            "{e}"
+        );
+        assert_eq!(e.status(), 502);
+    }
+
+    #[tokio::test]
+    async fn pings_keep_a_quiet_connection_and_a_silent_peer_is_lost() {
+        let server = start(echo(Arc::new(AtomicUsize::new(0)))).await;
+        let interval = Duration::from_millis(100);
+        let peers = Peers::with_ping_interval(secret(), interval);
+        peers.call(server.addr, call(1, "a"), BOUND).await.unwrap();
+        // Ten intervals without a call: only pings and pongs keep the connection.
+        tokio::time::sleep(interval * 10).await;
+        peers.call(server.addr, call(2, "b"), BOUND).await.unwrap();
+        assert_eq!(peers.stats().connections_opened, 1);
+
+        // A peer that authenticates, then neither reads nor writes.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let silent = tokio::spawn(async move {
+            let (mut s, peer) = listener.accept().await.unwrap();
+            auth::handshake(&mut s, &Secret::new(KEY), Role::Server, peer)
+                .await
+                .unwrap();
+            tokio::time::sleep(BOUND * 2).await;
+            drop(s);
+        });
+        let began = Instant::now();
+        let e = peers.call(addr, call(3, "c"), BOUND).await.unwrap_err();
+        assert!(
+            matches!(&e, PeerError::Lost { reason, .. }
+            if reason.contains("nothing received")),
+            "{e}"
+        );
+        assert!(began.elapsed() < interval * 10, "{:?}", began.elapsed());
+        silent.abort();
+    }
+
+    #[tokio::test]
+    async fn a_server_that_sends_garbage_is_lost() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let liar = tokio::spawn(async move {
+            let (mut s, peer) = listener.accept().await.unwrap();
+            auth::handshake(&mut s, &Secret::new(KEY), Role::Server, peer)
+                .await
+                .unwrap();
+            s.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
+            s
+        });
+        let peers = Peers::new(secret());
+        let e = peers.call(addr, call(1, "x"), BOUND).await.unwrap_err();
+        assert!(
+            matches!(&e, PeerError::Lost { reason, .. }
+            if reason.contains("bad frame")),
+            "{e}"
+        );
+        drop(liar.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn garbage_from_a_client_closes_only_its_connection() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let server = start(echo(runs.clone())).await;
+        let peers = Peers::new(secret());
+        assert_eq!(
+            peers.call(server.addr, call(1, "a"), BOUND).await.unwrap(),
+            expected(1, "a")
+        );
+        let mut bad_kind = Vec::new();
+        Frame::Ping(1).encode(&mut bad_kind);
+        bad_kind[4] = 99;
+        let mut answer_from_client = Vec::new();
+        Frame::Answer(
+            1,
+            Answer {
+                status: 200,
+                flags: 0,
+                payload: Vec::new(),
+            },
+        )
+        .encode(&mut answer_from_client);
+        let mut lying_field = Vec::new();
+        Frame::Call(1, call(1, "x")).encode(&mut lying_field);
+        let at = lying_field.len() - 1 - 4;
+        lying_field[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let inputs: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "4 GiB announced",
+                [&u32::MAX.to_le_bytes()[..], b"junk"].concat(),
+            ),
+            (
+                "MAX_FRAME + 1 announced",
+                ((MAX_FRAME + 1) as u32).to_le_bytes().to_vec(),
+            ),
+            ("too short announced", 3u32.to_le_bytes().to_vec()),
+            ("unknown kind", bad_kind),
+            ("answer from a client", answer_from_client),
+            ("a field past the frame", lying_field),
+        ];
+        for (what, bytes) in inputs {
+            let mut s = TcpStream::connect(server.addr).await.unwrap();
+            auth::handshake(&mut s, &Secret::new(KEY), Role::Client, server.addr)
+                .await
+                .unwrap();
+            s.write_all(&bytes).await.unwrap();
+            assert!(closed_by_peer(&mut s).await, "{what}: still open");
+        }
+        // Before the handshake: not even a preamble.
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n....................")
+            .await
+            .unwrap();
+        assert!(closed_by_peer(&mut s).await, "HTTP: still open");
+
+        assert!(!server.task.is_finished());
+        assert_eq!(
+            peers.call(server.addr, call(2, "b"), BOUND).await.unwrap(),
+            expected(2, "b")
+        );
+        assert_eq!(peers.stats().connections_opened, 1);
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_call_too_large_for_a_frame_is_refused_before_connecting() {
+        // Nothing listens there: the refusal comes first.
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let peers = Peers::new(secret());
+        let mut big = call(1, "");
+        big.payload = vec![0; MAX_FRAME];
+        let e = peers.call(addr, big, BOUND).await.unwrap_err();
+        assert!(
+            matches!(e, PeerError::TooLarge { what: "a call", .. }),
+            "{e}"
+        );
+        assert_eq!(e.status(), 413);
+        let mut long = call(1, "");
+        long.function = "f".repeat(70_000);
+        let e = peers.call(addr, long, BOUND).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PeerError::TooLarge {
+                    what: "a function name",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(peers.stats().connections_opened, 0);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500() {
+        let h = handler(|c: Call| async move {
+            if c.payload == b"boom" {
+                panic!("handler bug");
+            }
+            Answer {
+                status: 200,
+                flags: 0,
+                payload: c.payload,
+            }
+        });
+        let server = start(h).await;
+        let peers = Peers::new(secret());
+        let a = peers
+            .call(server.addr, call(1, "boom"), BOUND)
+            .await
+            .unwrap();
+        assert_eq!(a.status, 500);
+        let a = peers
+            .call(server.addr, call(2, "fine"), BOUND)
+            .await
+            .unwrap();
+        assert_eq!(a.payload, b"fine");
+    }
+
+    #[tokio::test]
+    async fn frames_are_read_across_any_split_and_bad_lengths_before_the_body() {
+        let mut bytes = Vec::new();
+        Frame::Call(9, call(3, "split")).encode(&mut bytes);
+        Frame::Ping(4).encode(&mut bytes);
+        let (mut a, mut b) = tokio::io::duplex(64);
+        let writer = tokio::spawn(async move {
+            for byte in bytes {
+                a.write_all(&[byte]).await.unwrap();
+            }
+            a
+        });
+        let mut buf = Vec::new();
+        let first = read_frame(&mut b, &mut buf, BOUND).await.unwrap();
+        assert_eq!(first, Frame::Call(9, call(3, "split")));
+        assert_eq!(
+            read_frame(&mut b, &mut buf, BOUND).await.unwrap(),
+            Frame::Ping(4)
+        );
+        let mut a = writer.await.unwrap();
+        // A length past MAX_FRAME is refused on its four bytes: nothing else is read
+        // (there is nothing else) and nothing allocated.
+        a.write_all(&((MAX_FRAME + 1) as u32).to_le_bytes())
+            .await
+            .unwrap();
+        let mut fresh = Vec::new();
+        let e = read_frame(&mut b, &mut fresh, BOUND).await.unwrap_err();
+        assert!(matches!(e, ReadError::Frame(FrameError::Size(_))), "{e}");
+        assert_eq!(fresh.capacity(), 0);
+        // A frame announced but never sent: the allocation follows what arrived.
+        a.write_all(&(MAX_FRAME as u32).to_le_bytes())
+            .await
+            .unwrap();
+        a.write_all(&[Frame::Ping(0).stream() as u8; 100])
+            .await
+            .unwrap();
+        let e = read_frame(&mut b, &mut fresh, Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ReadError::Quiet(_)), "{e}");
+        assert!(fresh.capacity() <= FIRST_CHUNK, "{}", fresh.capacity());
+        drop(a);
+        let e = read_frame(&mut b, &mut fresh, BOUND).await.unwrap_err();
+        assert!(matches!(e, ReadError::Closed), "{e}");
+    }
+}

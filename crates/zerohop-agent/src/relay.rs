@@ -1,0 +1,140 @@
+//! The instances of a function that runs on a peer node (a chain split over nodes, see
+//! [`crate::split`]): the agent plays them itself, in its own process, attached to the
+//! chain like any instance (`zerohop_runtime::attach`). Each request such an instance takes
+//! goes to the peer daemon over the one connection between the two nodes
+//! (`daemon::peer`); the peer runs the function on it and the answer comes back into the
+//! request's slot here, so the rest of the route goes on as if the function had run here.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use zerohop_runtime::{Handler, HandlerError, Next, Request};
+
+use crate::daemon::peer::conn::Peers;
+use crate::daemon::peer::frame::{Answer, Call};
+use crate::supervise::{handover_fds, InstanceSpec, Shared};
+
+/// How an agent reaches the daemons of its peer nodes: shared by all its chains.
+#[derive(Clone)]
+pub struct Link {
+    peers: Arc<Peers>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Link {
+    /// Relays over `peers`, whose connections run on `runtime`.
+    pub fn new(peers: Arc<Peers>, runtime: tokio::runtime::Handle) -> Self {
+        Self { peers, runtime }
+    }
+}
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Link")
+    }
+}
+
+/// A relaying instance: the thread serving it and what stops it.
+pub(crate) struct RelayParty {
+    stop: Arc<dyn zerohop_transport::Stop>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl RelayParty {
+    /// Stops receiving; the returned thread ends once the requests it holds are answered
+    /// (each within its deadline).
+    pub(crate) fn stop(self) -> std::thread::JoinHandle<()> {
+        self.stop.stop();
+        self.thread
+    }
+}
+
+/// Attaches `inst`'s party in this process and serves it, relaying to `peer`.
+pub(crate) fn start(
+    shared: &Shared,
+    inst: &InstanceSpec,
+    peer: SocketAddr,
+    link: &Link,
+) -> std::io::Result<RelayParty> {
+    let fds = handover_fds(shared, inst)?;
+    let plan = (**shared.gateways.plan()).clone();
+    let chain = plan.chain.clone();
+    let instance = zerohop_runtime::attach(plan, inst.party, fds)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let stop = instance.stopper();
+    let handler = Relay {
+        link: link.clone(),
+        peer,
+        chain,
+        function: inst.function.clone(),
+    };
+    let thread = std::thread::Builder::new()
+        .name(format!("relay-{}", inst.function))
+        .spawn(move || instance.serve_in_place(handler))?;
+    Ok(RelayParty { stop, thread })
+}
+
+/// The handler of a relaying instance.
+struct Relay {
+    link: Link,
+    peer: SocketAddr,
+    chain: String,
+    function: String,
+}
+
+impl Handler for Relay {
+    fn handle(&self, req: &mut Request<'_>) -> Result<Next, HandlerError> {
+        let (hop, flags, deadline) = req.hop_flags_deadline();
+        let left = match deadline {
+            0 => Duration::from_secs(30),
+            d => Duration::from_millis(d.saturating_sub(zerohop_pool::monotonic_ms())),
+        };
+        if left.is_zero() {
+            return Err(HandlerError::new(
+                504,
+                "no time left for the hop to the peer node",
+            ));
+        }
+        let call = Call {
+            chain: self.chain.clone(),
+            function: self.function.clone(),
+            deadline_ms: left.as_millis().min(u128::from(u32::MAX)) as u32,
+            route: req.route_index(),
+            hop,
+            flags,
+            meta: req.meta().to_vec(),
+            payload: req.body().to_vec(),
+        };
+        let answer = self
+            .link
+            .runtime
+            .block_on(self.link.peers.call(self.peer, call, left))
+            .map_err(|e| HandlerError::new(e.status(), e.to_string()))?;
+        outcome(req, &self.function, answer)
+    }
+}
+
+/// What a peer's answer means here: its output in the slot and the route going on (or the
+/// client answered, when the request left its sequence there), or its error.
+fn outcome(req: &mut Request<'_>, function: &str, a: Answer) -> Result<Next, HandlerError> {
+    if matches!(a.status, 0 | 200..=399) {
+        req.set_body(&a.payload)?;
+        return Ok(if a.flags & Answer::LEFT != 0 {
+            Next::Reply
+        } else {
+            Next::Continue
+        });
+    }
+    let text = String::from_utf8_lossy(&a.payload);
+    // The peer's runtime named the function already; this one names it again.
+    let prefix = format!("function '{function}': ");
+    let message = text.strip_prefix(&prefix).unwrap_or(&text).trim_end();
+    let status = if (400..=599).contains(&a.status) {
+        a.status
+    } else {
+        502
+    };
+    Err(HandlerError::new(status, message.to_owned()))
+}
