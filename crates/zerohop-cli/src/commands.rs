@@ -171,7 +171,13 @@ pub async fn controller(
 }
 
 /// `zerohop apply FILE`.
-pub async fn apply(c: Client, o: Out, spec: PathBuf, listen: Option<SocketAddr>) -> Result<()> {
+pub async fn apply(
+    c: Client,
+    o: Out,
+    spec: PathBuf,
+    listen: Option<SocketAddr>,
+    split: Option<zerohop_agent::api::SplitRequest>,
+) -> Result<()> {
     let text = std::fs::read_to_string(&spec)
         .with_context(|| format!("cannot read {}", spec.display()))?;
     let path =
@@ -180,7 +186,7 @@ pub async fn apply(c: Client, o: Out, spec: PathBuf, listen: Option<SocketAddr>)
         path: path.display().to_string(),
         text,
         listen: listen.map(|l| l.to_string()),
-        split: None,
+        split,
     };
     let r: ApplyResponse = c.call(Method::POST, "/chains", Some(&req)).await?;
     if o.json {

@@ -55,6 +55,17 @@ struct KubeNodeArgs {
     heartbeat: String,
 }
 
+/// `FUNC=IP:PORT` of `zerohop apply --peer`.
+fn parse_peer(s: &str) -> Result<(String, SocketAddr), String> {
+    let (f, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not FUNC=IP:PORT"))?;
+    let addr = addr
+        .parse()
+        .map_err(|_| format!("`{addr}` (in `{s}`) is not IP:PORT"))?;
+    Ok((f.to_owned(), addr))
+}
+
 /// The port peer daemons connect to when `--peer-listen` names none.
 const DEFAULT_PEER_PORT: u16 = 7090;
 
@@ -166,6 +177,14 @@ enum Command {
         /// a free port on 127.0.0.1).
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Run only these functions here (a chain split over nodes, FUNC,...); every other
+        /// one needs a --peer. The daemons need --peer-secret.
+        #[arg(long, value_delimiter = ',', requires = "peer")]
+        here: Vec<String>,
+        /// Where a function of a split chain runs: FUNC=IP:PORT, the peer daemon's
+        /// --peer-listen address (repeat for each function not --here).
+        #[arg(long, value_parser = parse_peer, requires = "here")]
+        peer: Vec<(String, SocketAddr)>,
         #[command(flatten)]
         daemon: DaemonArgs,
     },
@@ -410,8 +429,16 @@ fn main() -> ExitCode {
         Command::Apply {
             spec,
             listen,
+            here,
+            peer,
             daemon,
-        } => commands::run(&daemon, |c, o| commands::apply(c, o, spec, listen)),
+        } => {
+            let split = (!here.is_empty()).then(|| zerohop_agent::api::SplitRequest {
+                local: here,
+                peers: peer.into_iter().collect(),
+            });
+            commands::run(&daemon, |c, o| commands::apply(c, o, spec, listen, split))
+        }
         Command::Ls { daemon } => commands::run(&daemon, commands::ls),
         Command::Status { chain, daemon } => {
             commands::run(&daemon, |c, o| commands::status(c, o, chain))
