@@ -353,6 +353,7 @@ mod tests {
             } else {
                 assert!(matches!(e.reason, AuthFailure::WrongSecret), "{e}");
             }
+            drop(c);
             m.await.unwrap();
         }
     }

@@ -286,6 +286,28 @@ mod tests {
     }
 
     #[test]
+    fn answer_flags_follow_the_status() {
+        let mut out = Vec::new();
+        Frame::Answer(
+            3,
+            Answer {
+                status: 200,
+                flags: Answer::LEFT,
+                payload: b"ok".to_vec(),
+            },
+        )
+        .encode(&mut out);
+        // len kind stream | status flags | n payload
+        assert_eq!(out[4 + 9..4 + 9 + 3], [200, 0, Answer::LEFT]);
+        assert_eq!(out[4 + 9 + 3..4 + 9 + 3 + 4], 2u32.to_le_bytes());
+        assert_eq!(out.len(), 4 + 9 + 3 + 4 + 2);
+        // Every cut of an answer is refused too.
+        for cut in 0..out.len() - 4 {
+            assert!(Frame::decode(&out[4..4 + cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
     fn every_cut_and_every_wrong_length_is_refused() {
         let mut out = Vec::new();
         call().encode(&mut out);
