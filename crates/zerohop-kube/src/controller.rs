@@ -47,30 +47,18 @@ pub struct ControllerOptions {
     pub ports: RangeInclusive<u16>,
 }
 
-impl Default for ControllerOptions {
-    fn default() -> Self {
-        Self {
-            namespace: "zerohop-system".into(),
-            identity: "zerohop-controller".into(),
-            lease_duration: Duration::from_secs(15),
-            ports: 30100..=30999,
-        }
-    }
-}
-
 /// Why the controller stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
     /// The leader election failed.
     #[error("leader election: {0}")]
     Lease(#[from] kube_lease_manager::LeaseManagerError),
-    /// The API server refused or failed.
-    #[error("{0}")]
-    Api(#[from] kube::Error),
+    /// The leader election's task ended while the controller ran.
+    #[error("leader election: its task ended")]
+    LeaseLost,
 }
 
 /// The caches the controller works from.
-#[derive(Clone)]
 struct Caches {
     chains: Store<Chain>,
     parts: Store<ChainPart>,
@@ -80,8 +68,9 @@ struct Caches {
     slices: Store<EndpointSlice>,
 }
 
-/// Starts watching `api` into a cache; every change pokes `changed`.
-fn cache<K>(
+/// Starts watching `api` into a cache (its task goes into `tasks`); every change pokes
+/// `changed`.
+pub(crate) fn cache<K>(
     api: Api<K>,
     config: watcher::Config,
     changed: Arc<Notify>,
@@ -191,57 +180,69 @@ pub async fn run(
             c.slices.wait_until_ready(),
         );
     };
-    let mut stopped = tokio::select! {
+    let stopped = tokio::select! {
         _ = &mut shutdown => true,
         _ = listed => false,
     };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut was_leading = false;
-    while !stopped {
-        tokio::select! {
-            _ = &mut shutdown => {
-                stopped = true;
-                continue;
-            }
-            _ = changed.notified() => {}
-            _ = tick.tick() => {}
-            r = leading.changed() => {
-                if r.is_err() {
-                    break;
+    // Whether the loop ended because the election's task did (then the controller fails,
+    // and its Deployment starts it again).
+    let mut lease_lost = false;
+    if !stopped {
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = changed.notified() => {}
+                _ = tick.tick() => {}
+                r = leading.changed() => {
+                    if r.is_err() {
+                        lease_lost = true;
+                        break;
+                    }
                 }
             }
-        }
-        let lead = *leading.borrow();
-        if lead != was_leading {
-            tracing::info!(
-                identity = %world.opts.identity,
-                "{}",
-                if lead { "leading: placing chains" } else { "not leading: standing by" }
-            );
-            was_leading = lead;
-            world.last.clear();
-        }
-        if !lead {
-            continue;
-        }
-        if let Err(e) = world.reconcile_all().await {
-            tracing::warn!("reconcile: {e}");
+            let lead = *leading.borrow();
+            if lead != was_leading {
+                tracing::info!(
+                    identity = %world.opts.identity,
+                    "{}",
+                    if lead { "leading: placing chains" } else { "not leading: standing by" }
+                );
+                was_leading = lead;
+                world.last.clear();
+            }
+            if !lead {
+                continue;
+            }
+            if let Err(e) = world.reconcile_all().await {
+                tracing::warn!("reconcile: {e}");
+            }
         }
     }
     // Hand the lease on at once rather than letting it lapse.
     drop(leading);
-    match lease_task.await {
+    let ended = match lease_task.await {
         Ok(Ok(manager)) => {
             let _ = manager.release().await;
+            Ok(())
         }
-        Ok(Err(e)) => tracing::warn!("leader lease: {e}"),
-        Err(_) => {}
-    }
+        Ok(Err(e)) => Err(ControllerError::Lease(e)),
+        Err(_) => Err(ControllerError::LeaseLost),
+    };
     for t in tasks {
         t.abort();
     }
-    Ok(())
+    match ended {
+        Err(e) if lease_lost => Err(e),
+        Err(e) => {
+            tracing::warn!("leader lease: {e}");
+            Ok(())
+        }
+        Ok(()) if lease_lost => Err(ControllerError::LeaseLost),
+        Ok(()) => Ok(()),
+    }
 }
 
 /// A node's heartbeat as the controller reads it.

@@ -17,11 +17,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::{watch, Notify};
@@ -65,7 +64,7 @@ struct Applied {
     uid: String,
     /// Its generation when applied.
     generation: i64,
-    /// The local chain's name (`None`: it failed to come up).
+    /// The local chain's name (`None`: nothing of it runs).
     local: Option<String>,
 }
 
@@ -78,20 +77,13 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let changed = Arc::new(Notify::new());
-    let parts_api: Api<ChainPart> = Api::all(client.clone());
-    let (store, writer) = reflector::store();
-    let config = watcher::Config::default().labels(&format!("{LABEL_NODE}={}", opts.node));
-    let stream = reflector::reflector(writer, watcher(parts_api, config).default_backoff());
-    let poke = changed.clone();
-    let watching = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                tracing::warn!("watching this node's chain parts: {e}");
-            }
-            poke.notify_one();
-        }
-    });
+    let mut watching = Vec::new();
+    let store = crate::controller::cache(
+        Api::<ChainPart>::all(client.clone()),
+        watcher::Config::default().labels(&format!("{LABEL_NODE}={}", opts.node)),
+        changed.clone(),
+        &mut watching,
+    );
     let leases: Api<Lease> = Api::namespaced(client.clone(), &opts.namespace);
     let lease_name = node_lease_name(&opts.node);
     let renew = (opts.lease_duration / 3).max(Duration::from_millis(200));
@@ -170,7 +162,9 @@ pub async fn run(
             let _ = patch_status(&client, &p, &status).await;
         }
     }
-    watching.abort();
+    for w in watching {
+        w.abort();
+    }
 }
 
 /// `namespace/name` of a part.
@@ -333,13 +327,16 @@ async fn converge(
                 tracing::warn!(part = %key, chain = %local, "cannot run: {message}");
                 status.phase = "Failed".into();
                 status.message = message;
-                // Counted as applied: it is not tried again until the part changes.
+                // Counted as applied: it is not tried again until the part changes. A
+                // version of it that runs still (a change refused) stays known, so that it
+                // is stopped when the part goes.
+                let still = running.get(&key).and_then(|a| a.local.clone());
                 running.insert(
                     key.clone(),
                     Applied {
                         uid,
                         generation,
-                        local: None,
+                        local: still,
                     },
                 );
             }
@@ -361,9 +358,22 @@ fn describe(e: &DaemonError) -> String {
 }
 
 /// What a part of a split replica runs here and where the rest runs (`None`: the whole
-/// chain runs here); fails naming a peer whose daemon publishes no peer address.
+/// chain runs here); fails naming a peer whose daemon publishes no peer address, and while
+/// the replica's other parts are not placed.
 fn split_of(spec: &ChainPartSpec) -> Result<Option<SplitRequest>, String> {
     if spec.peers.is_empty() {
+        let all = spec
+            .template
+            .get("functions")
+            .and_then(|f| f.as_object())
+            .map_or(0, |f| f.len());
+        if spec.functions.len() < all {
+            return Err(format!(
+                "it runs {} of the chain's {all} functions, and the replica's other parts are \
+                 not placed yet",
+                spec.functions.len()
+            ));
+        }
         return Ok(None);
     }
     let mut peers = std::collections::BTreeMap::new();
@@ -383,4 +393,51 @@ fn split_of(spec: &ChainPartSpec) -> Result<Option<SplitRequest>, String> {
         local: spec.functions.clone(),
         peers,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Peer;
+
+    fn part(functions: &[&str], peers: Vec<Peer>) -> ChainPartSpec {
+        let template = serde_json::from_value(json!({
+            "functions": { "upper": {}, "exclaim": {} }
+        }))
+        .unwrap();
+        ChainPartSpec {
+            chain: "hello".into(),
+            chain_generation: 1,
+            replica: 0,
+            part: 0,
+            node: "node-0".into(),
+            port: Some(30100),
+            functions: functions.iter().map(|f| f.to_string()).collect(),
+            peers,
+            template,
+        }
+    }
+
+    #[test]
+    fn a_part_runs_the_whole_chain_only_when_it_has_every_function() {
+        assert_eq!(split_of(&part(&["upper", "exclaim"], Vec::new())), Ok(None));
+        let e = split_of(&part(&["upper"], Vec::new())).unwrap_err();
+        assert!(e.contains("1 of the chain's 2 functions"), "{e}");
+        let peer = |address: &str| Peer {
+            part: 1,
+            node: "node-1".into(),
+            address: address.into(),
+            functions: vec!["exclaim".into()],
+        };
+        let split = split_of(&part(&["upper"], vec![peer("10.0.0.2:7090")]))
+            .unwrap()
+            .expect("split");
+        assert_eq!(split.local, ["upper"]);
+        assert_eq!(
+            split.peers.get("exclaim"),
+            Some(&"10.0.0.2:7090".parse().unwrap())
+        );
+        let e = split_of(&part(&["upper"], vec![peer("")])).unwrap_err();
+        assert!(e.contains("node-1 has no peer address"), "{e}");
+    }
 }
