@@ -49,8 +49,8 @@ fn main() -> Result<()> {
         Some("fuzz") => fuzz(&args[1..]),
         Some("c-sdk") => c_sdk(&args[1..]),
         Some("polyglot") => polyglot(&args[1..]),
-        Some("kube") => kube(&args[1..]).map(|_| ()),
-        Some("image") => image(&args[1..]).map(|_| ()),
+        Some("kube") => kube(&args[1..]),
+        Some("image") => image(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
@@ -149,11 +149,14 @@ fn run(step: &str, cmd: &mut Command) -> Result<()> {
 
 /// The Kubernetes release the tests run against: `xtask/kube/go.mod` pins the same.
 const KUBE_VERSION: &str = "v1.34.4";
+/// Its major and minor version, as the binaries report them.
+const KUBE_MAJOR_MINOR: (&str, &str) = ("1", "34");
 
 /// Builds kube-apiserver and kubectl from the Go module proxy (`xtask/kube`, k8s.io/kubernetes
-/// at [`KUBE_VERSION`]) into `target/kube/bin`, unless they are there already in that version;
-/// returns the folder. The Go caches live in `target/kube` too (about 3 GB).
-fn kube(args: &[String]) -> Result<PathBuf> {
+/// at [`KUBE_VERSION`]) into `target/kube/bin`, unless they are there already in that version.
+/// The Go caches (about 3 GB, in `target/kube` while it builds) are removed once it built; a
+/// failed build keeps them for the next try.
+fn kube(args: &[String]) -> Result<()> {
     if let Some(a) = args.first() {
         bail!("cargo xtask kube takes no arguments (got `{a}`)");
     }
@@ -168,11 +171,17 @@ fn kube(args: &[String]) -> Result<PathBuf> {
             .all(|b| bin.join(b).is_file())
     {
         eprintln!("xtask: kube-apiserver and kubectl {KUBE_VERSION} are built (target/kube/bin)");
-        return Ok(bin);
+        return Ok(());
     }
-    let (major, minor) = {
-        let mut parts = KUBE_VERSION.trim_start_matches('v').split('.');
-        (parts.next().unwrap_or("1"), parts.next().unwrap_or("0"))
+    let (major, minor) = KUBE_MAJOR_MINOR;
+    // Go with its caches in target/kube, in the module that pins Kubernetes.
+    let go = || {
+        let mut c = Command::new("go");
+        c.current_dir(root.join("xtask/kube"))
+            .env("GOFLAGS", "-mod=mod")
+            .env("GOCACHE", dir.join("go-cache"))
+            .env("GOMODCACHE", dir.join("go-mod"));
+        c
     };
     let ldflags = format!(
         "-s -w -X k8s.io/component-base/version.gitVersion={KUBE_VERSION} \
@@ -189,34 +198,30 @@ fn kube(args: &[String]) -> Result<PathBuf> {
                 "building {cmd} {KUBE_VERSION} from the Go module proxy into target/kube/bin \
                  (about 5 minutes the first time)"
             ),
-            Command::new("go")
-                .args(["build", "-p", "2", "-o"])
+            go().args(["build", "-p", "2", "-o"])
                 .arg(bin.join(cmd))
                 .args(["-ldflags", &ldflags])
-                .arg(format!("k8s.io/kubernetes/cmd/{cmd}"))
-                .current_dir(root.join("xtask/kube"))
-                .env("GOFLAGS", "-mod=mod")
-                .env("GOCACHE", dir.join("go-cache"))
-                .env("GOMODCACHE", dir.join("go-mod")),
+                .arg(format!("k8s.io/kubernetes/cmd/{cmd}")),
         )
-        .context("building the Kubernetes control plane needs Go 1.24 or newer (`go` on PATH)")?;
+        .with_context(|| {
+            format!(
+                "building {cmd} with `go` (it needs Go 1.24 or newer on PATH and the Go module \
+                 proxy reachable; see the output above)"
+            )
+        })?;
         eprintln!("xtask: {cmd} built in {:.0?}", started.elapsed());
     }
     std::fs::write(&stamp, format!("{KUBE_VERSION}\n"))
         .context("writing target/kube/bin/VERSION")?;
     // The stamp makes a rebuild rare; the Go caches (about 3 GB) are not worth their disk.
-    let cleaned = Command::new("go")
-        .args(["clean", "-cache", "-modcache"])
-        .current_dir(root.join("xtask/kube"))
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOCACHE", dir.join("go-cache"))
-        .env("GOMODCACHE", dir.join("go-mod"))
-        .status();
-    if !matches!(cleaned, Ok(s) if s.success()) {
+    // The module cache is read-only, which only `go clean` removes; the build cache is a
+    // plain folder.
+    let cleaned = go().args(["clean", "-modcache"]).status();
+    let cache = std::fs::remove_dir_all(dir.join("go-cache"));
+    if !matches!(cleaned, Ok(s) if s.success()) || cache.is_err() {
         eprintln!("xtask: warning: could not remove the Go caches under target/kube");
     }
-    let _ = std::fs::remove_dir_all(dir.join("go-cache"));
-    Ok(bin)
+    Ok(())
 }
 
 /// The files of the image: (path in the image, file on this machine, strip it).
@@ -260,8 +265,9 @@ fn image_files(root: &Path) -> Result<Vec<(String, PathBuf, bool)>> {
     Ok(files)
 }
 
-/// Builds the container image as an OCI image layout; returns the archive's path.
-fn image(args: &[String]) -> Result<PathBuf> {
+/// Builds the container image as an OCI image layout (`target/image/oci`) and the same as
+/// one archive (`target/image/zerohop-VERSION.oci.tar`).
+fn image(args: &[String]) -> Result<()> {
     use sha2::Digest;
     if let Some(a) = args.first() {
         bail!("cargo xtask image takes no arguments (got `{a}`)");
@@ -274,6 +280,12 @@ fn image(args: &[String]) -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&layout);
     std::fs::create_dir_all(layout.join("blobs/sha256")).context("creating target/image/oci")?;
     eprintln!("xtask: building the image zerohop:{version} (target/image)");
+    // The image's platform is this machine's (its binaries are this build's), in OCI's names.
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
     // One layer: every file owned by root, time 0, in name order (the same inputs give the
     // same digest).
     let mut layer = tar::Builder::new(Vec::new());
@@ -350,7 +362,7 @@ fn image(args: &[String]) -> Result<PathBuf> {
     };
     let (layer_digest, layer_size) = blob(&gz)?;
     let config = serde_json::json!({
-        "architecture": "amd64",
+        "architecture": arch,
         "os": "linux",
         "config": {
             "Entrypoint": ["/usr/local/bin/zerohop"],
@@ -389,7 +401,7 @@ fn image(args: &[String]) -> Result<PathBuf> {
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "digest": manifest_digest,
             "size": manifest_size,
-            "platform": { "architecture": "amd64", "os": "linux" },
+            "platform": { "architecture": arch, "os": "linux" },
             "annotations": {
                 "org.opencontainers.image.ref.name": version,
                 "io.containerd.image.name": format!("docker.io/library/zerohop:{version}"),
@@ -431,7 +443,7 @@ fn image(args: &[String]) -> Result<PathBuf> {
         layout.display(),
         archive.display()
     );
-    Ok(archive)
+    Ok(())
 }
 
 fn build_bins() -> Result<()> {

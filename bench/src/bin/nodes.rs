@@ -22,12 +22,32 @@ use anyhow::{bail, Context, Result};
 use zerohop_bench::loadgen::{run, BodyMix, Load, RunResult};
 use zerohop_bench::procstat::{ticks_per_second, tree_ticks};
 use zerohop_bench::HELLO;
-use zerohop_test_support::{ChildGuard, ChildLines, TempDir};
+use zerohop_bench::{bin_dir, need_bin, wait_line};
+use zerohop_test_support::{ChildGuard, TempDir};
 
-/// A binary of this build (beside this one, in `target/release`).
-fn target_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().expect("a folder").join(name)
+/// A binary of this build (beside this one, in `target/release`), or an error saying how to
+/// build it.
+fn target_bin(name: &str) -> Result<PathBuf> {
+    need_bin(&bin_dir(None)?, name)
+}
+
+/// Starts `cmd` with its standard error in `log` and waits for the stdout line with `marker`
+/// (the rest of its output is drained).
+fn spawn_ready(mut cmd: Command, log: &Path, marker: &str) -> Result<ChildGuard> {
+    let mut child = ChildGuard::new(
+        cmd.stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()
+            .with_context(|| format!("starting {cmd:?}"))?,
+    );
+    let stdout = child.child_mut().stdout.take().context("piped stdout")?;
+    wait_line(stdout, marker, Duration::from_secs(20)).map_err(|e| {
+        anyhow::anyhow!(
+            "{cmd:?} printed no {marker:?} line ({e}); see {}",
+            log.display()
+        )
+    })?;
+    Ok(child)
 }
 
 /// The two nodes.
@@ -132,15 +152,15 @@ fn spec(dir: &Path) -> Result<PathBuf> {
     let path = dir.join("hello.yaml");
     let text = format!(
         "name: hello\ntimeout: 10s\ngateway_threads: 1\nfunctions:\n  upper: {{ command: [{}], concurrency: 8 }}\n  exclaim: {{ command: [{}], concurrency: 8 }}\nroutes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n",
-        target_bin("upper").display(),
-        target_bin("exclaim").display()
+        target_bin("upper")?.display(),
+        target_bin("exclaim")?.display()
     );
     std::fs::write(&path, text)?;
     Ok(path)
 }
 
 fn agent(net_ns: &str, dir: &Path, name: &str, peer: Option<&str>) -> Result<ChildGuard> {
-    let mut c = Net::command(net_ns, &target_bin("zerohop"));
+    let mut c = Net::command(net_ns, &target_bin("zerohop")?);
     c.arg("agent")
         .arg("--socket")
         .arg(dir.join(format!("{name}.sock")))
@@ -150,19 +170,11 @@ fn agent(net_ns: &str, dir: &Path, name: &str, peer: Option<&str>) -> Result<Chi
             .arg(dir.join("secret"))
             .args(["--peer-listen", addr]);
     }
-    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
-    let mut child = ChildGuard::new(
-        c.stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .context("starting zerohop agent")?,
-    );
-    ChildLines::new(&mut child).wait_for(name, "daemon ready", Duration::from_secs(20));
-    Ok(child)
+    spawn_ready(c, &dir.join(format!("{name}.log")), "daemon ready")
 }
 
 fn apply(dir: &Path, name: &str, spec: &Path, extra: &[String]) -> Result<()> {
-    let out = Command::new(target_bin("zerohop"))
+    let out = Command::new(target_bin("zerohop")?)
         .arg("apply")
         .arg(spec)
         .arg("--socket")
@@ -234,20 +246,12 @@ fn split(net: &Net, dir: &Path) -> Result<System> {
 
 fn http_chain(net: &Net, dir: &Path) -> Result<System> {
     let start = |ns: &str, listen: &str, step: &str, next: Option<&str>| -> Result<ChildGuard> {
-        let mut c = Net::command(ns, &target_bin("zerohop-bench-fn"));
+        let mut c = Net::command(ns, &target_bin("zerohop-bench-fn")?);
         c.args(["--listen", listen, "--steps", step]);
         if let Some(n) = next {
             c.args(["--next", n]);
         }
-        let log = std::fs::File::create(dir.join(format!("fn-{step}.log")))?;
-        let mut child = ChildGuard::new(
-            c.stdout(Stdio::piped())
-                .stderr(log)
-                .spawn()
-                .context("starting zerohop-bench-fn")?,
-        );
-        ChildLines::new(&mut child).wait_for(step, "listening on", Duration::from_secs(10));
-        Ok(child)
+        spawn_ready(c, &dir.join(format!("fn-{step}.log")), "listening on")
     };
     let b = start(&net.b, &format!("{}:18082", net.ip_b), "exclaim", None)?;
     let next = format!("http://{}:18082/hello", net.ip_b);
@@ -332,7 +336,7 @@ fn main() -> Result<()> {
     }
     let net = Net::create().context("creating the two nodes (needs root and iproute2)")?;
     // The load generator runs on node A (this thread's sockets are made there).
-    let ns = std::fs::File::open(format!("/run/netns/{}", net.a))?;
+    let ns = std::fs::File::open(format!("/run/netns/{}", net.a)).context("node A's namespace")?;
     nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).context("entering node A")?;
     let dir = TempDir::new("bench-nodes");
     let mut points = Vec::new();

@@ -46,10 +46,11 @@ pub fn split(
     }
     // The routes relayed hops arrive by: per route, each local function its requests may
     // reach, in function order (the same numbering on every node).
+    let whole = crate::plan_from_spec(spec, &spec.transport, 0, 1);
     for (i, r) in spec.routes.iter().enumerate() {
-        let reach = reachable(spec, r);
-        for f in &spec.functions {
-            if local.contains(&f.name) && reach.contains(&f.name.as_str()) {
+        let reach = whole.answerers(i as u16);
+        for (k, f) in spec.functions.iter().enumerate() {
+            if local.contains(&f.name) && reach.contains(&(k as u8)) {
                 out.routes.push(RouteSpec {
                     line: r.line,
                     method: String::new(),
@@ -88,25 +89,6 @@ fn relayed(f: &FunctionSpec, peer: SocketAddr) -> FunctionSpec {
         relay: Some(peer),
         ..f.clone()
     }
-}
-
-/// The functions a request of route `r` may reach: its sequence, and what those reach by
-/// dynamic routing, calls and fan-out.
-fn reachable<'a>(spec: &'a ChainSpec, r: &'a RouteSpec) -> Vec<&'a str> {
-    let mut seen: Vec<&str> = Vec::new();
-    let mut todo: Vec<&str> = r.sequence.iter().map(String::as_str).collect();
-    while let Some(name) = todo.pop() {
-        if seen.contains(&name) {
-            continue;
-        }
-        seen.push(name);
-        if let Some(f) = spec.functions.iter().find(|f| f.name == name) {
-            todo.extend(f.next.iter().map(String::as_str));
-            todo.extend(f.calls.iter().map(String::as_str));
-            todo.extend(f.fan_out.iter().map(String::as_str));
-        }
-    }
-    seen
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use zerohop_test_support::kube::{ControlPlane, User};
@@ -220,6 +220,8 @@ struct Node {
     name: String,
     host: Host,
     daemon: Option<ChildGuard>,
+    /// Its standard output, read on (a reader dropped would leave its later lines to EPIPE).
+    _lines: Option<ChildLines>,
 }
 
 /// Nodes, controllers and their control plane.
@@ -280,6 +282,7 @@ impl Cluster {
                 name,
                 host,
                 daemon: None,
+                _lines: None,
             });
         }
         for i in 0..cluster.nodes.len() {
@@ -316,8 +319,10 @@ impl Cluster {
                 .spawn()
                 .expect("start a node daemon"),
         );
-        ChildLines::new(&mut child).wait_for(&node.name, "daemon ready", Duration::from_secs(20));
+        let lines = ChildLines::new(&mut child);
+        lines.wait_for(&node.name, "daemon ready", Duration::from_secs(20));
         self.nodes[i].daemon = Some(child);
+        self.nodes[i]._lines = Some(lines);
     }
 
     fn start_controller(&self, i: usize) -> ChildGuard {
@@ -471,29 +476,39 @@ fn post(addr: &str, body: &str) -> Result<(u16, String), (bool, String)> {
     Ok((status, body.to_owned()))
 }
 
-/// One request on a connection of its own. `Err(true)`: the connection was refused (nothing
-/// was accepted); `Err(false)`: accepted but not answered right.
-fn post_hello(addr: &str) -> Result<(), (bool, String)> {
-    let a: SocketAddr = addr
-        .parse()
-        .map_err(|_| (true, format!("bad address {addr}")))?;
-    let mut s = TcpStream::connect_timeout(&a, Duration::from_secs(2))
-        .map_err(|e| (true, format!("{addr}: {e}")))?;
-    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    let body = "hello world";
-    let req = format!(
-        "POST /hello HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes())
-        .map_err(|e| (false, format!("{addr}: write: {e}")))?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer)
-        .map_err(|e| (false, format!("{addr}: read: {e}")))?;
-    if answer.starts_with("HTTP/1.1 200") && answer.ends_with("\r\n\r\nHELLO WORLD!") {
-        Ok(())
+/// The node of ChainPart `REPLICA-PART`, empty while the part does not exist (a moved part is
+/// deleted, then made anew).
+fn part_node(plane: &ControlPlane, replica: &str, part: u32) -> String {
+    let out = plane.kubectl(&[
+        "get",
+        "chainpart",
+        &format!("{replica}-{part}"),
+        "-o",
+        "jsonpath={.spec.node}",
+    ]);
+    if out.status.success() {
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
     } else {
-        Err((false, format!("{addr}: answered {answer:?}")))
+        String::new()
+    }
+}
+
+/// `post` of "hello world", which must come back as 200 `HELLO WORLD!`.
+fn post_hello(addr: &str) -> Result<(), (bool, String)> {
+    match post(addr, "hello world")? {
+        (200, body) if body == "HELLO WORLD!" => Ok(()),
+        (status, body) => Err((false, format!("{addr}: answered {status} {body:?}"))),
+    }
+}
+
+/// Sets the flag that stops a test's load threads when dropped: at the end of the load, or
+/// when an assertion fails first (the thread scope then joins them before the panic goes on).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        // Relaxed: the threads only poll it; their joins order what they counted.
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -534,89 +549,70 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
     // Load through the published endpoints while node-1's daemon stops.
     // Relaxed everywhere: flags and counters that order nothing; the final counts are read
     // after the threads are joined, which orders them.
-    let stop = Arc::new(AtomicBool::new(false));
-    let current = Arc::new(Mutex::new(addrs.clone()));
-    let (ok, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-    let mut threads = Vec::new();
-    {
-        let (stop, current) = (stop.clone(), current.clone());
-        let kubeconfig = cluster.plane.kubeconfig(User::Admin);
-        threads.push(std::thread::spawn(move || {
+    let stop = AtomicBool::new(false);
+    let current = Mutex::new(addrs.clone());
+    let (ok, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+    let failures = Mutex::new(Vec::<String>::new());
+    let (lost, before, moved) = std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        let plane = &cluster.plane;
+        let (stop, current, ok, refused, failures) = (&stop, &current, &ok, &refused, &failures);
+        s.spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let out = Command::new(zerohop_test_support::kube::kube_bin("kubectl"))
-                    .arg("--kubeconfig")
-                    .arg(&kubeconfig)
-                    .args([
-                        "get",
-                        "endpointslices",
-                        "-n",
-                        "default",
-                        "-l",
-                        "kubernetes.io/service-name=hello",
-                        "-o",
-                        "json",
-                    ])
-                    .output();
-                if let Ok(out) = out {
-                    let now: Vec<String> = parse_slices(&out.stdout)
-                        .into_iter()
-                        .filter(|e| e.2)
-                        .map(|e| e.0)
-                        .collect();
-                    if !now.is_empty() {
-                        *current.lock().unwrap() = now;
-                    }
+                let now: Vec<String> = endpoints_of(plane, "hello")
+                    .into_iter()
+                    .filter(|e| e.2)
+                    .map(|e| e.0)
+                    .collect();
+                if !now.is_empty() {
+                    *current.lock().unwrap() = now;
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
-        }));
-    }
-    for t in 0..2 {
-        let (stop, current, ok, refused, failures) = (
-            stop.clone(),
-            current.clone(),
-            ok.clone(),
-            refused.clone(),
-            failures.clone(),
+        });
+        for t in 0..2 {
+            s.spawn(move || {
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    let target = {
+                        let c = current.lock().unwrap();
+                        c[i % c.len()].clone()
+                    };
+                    i += 1;
+                    match post_hello(&target) {
+                        Ok(()) => ok.fetch_add(1, Ordering::Relaxed),
+                        Err((true, _)) => refused.fetch_add(1, Ordering::Relaxed),
+                        Err((false, e)) => {
+                            failures.lock().unwrap().push(e);
+                            0
+                        }
+                    };
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let before = ok.load(Ordering::Relaxed);
+        let lost = cluster.nodes[1].name.clone();
+        let mut daemon = cluster.nodes[1].daemon.take().unwrap();
+        daemon.signal(Signal::SIGTERM);
+        assert_eq!(
+            daemon.wait_timeout(Duration::from_secs(30)),
+            Some(0),
+            "node-1's daemon did not stop cleanly\n{}",
+            cluster.logs()
         );
-        threads.push(std::thread::spawn(move || {
-            let mut i = t;
-            while !stop.load(Ordering::Relaxed) {
-                let target = {
-                    let c = current.lock().unwrap();
-                    c[i % c.len()].clone()
-                };
-                i += 1;
-                match post_hello(&target) {
-                    Ok(()) => ok.fetch_add(1, Ordering::Relaxed),
-                    Err((true, _)) => refused.fetch_add(1, Ordering::Relaxed),
-                    Err((false, e)) => {
-                        failures.lock().unwrap().push(e);
-                        0
-                    }
-                };
-            }
-        }));
-    }
-    std::thread::sleep(Duration::from_secs(2));
-    let before = ok.load(Ordering::Relaxed);
-    let lost = cluster.nodes[1].name.clone();
-    let mut daemon = cluster.nodes[1].daemon.take().unwrap();
-    daemon.signal(Signal::SIGTERM);
-    assert_eq!(
-        daemon.wait_timeout(Duration::from_secs(30)),
-        Some(0),
-        "node-1's daemon did not stop cleanly\n{}",
-        cluster.logs()
-    );
-    // Its replica moved: three ready endpoints again, none on the stopped node.
-    let moved = cluster.wait_ready("hello", 3, |n| !n.contains(&lost), Duration::from_secs(30));
-    std::thread::sleep(Duration::from_secs(2));
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
+        // It left by deleting its heartbeat (its parts move at once, not when it lapses).
+        let log = std::fs::read_to_string(cluster.dir.path().join(format!("{lost}.log")))
+            .unwrap_or_default();
+        assert!(
+            log.contains("heartbeat lease deleted"),
+            "{lost} did not delete its heartbeat lease:\n{log}"
+        );
+        // Its replica moved: three ready endpoints again, none on the stopped node.
+        let moved = cluster.wait_ready("hello", 3, |n| !n.contains(&lost), Duration::from_secs(30));
+        std::thread::sleep(Duration::from_secs(2));
+        (lost, before, moved)
+    });
     let failures = failures.lock().unwrap().clone();
     let (ok, refused) = (ok.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
     assert!(
@@ -721,18 +717,7 @@ fn a_chain_split_over_two_nodes_answers_through_the_hop_and_every_request_once_w
     let mut cluster = Cluster::start(3, 1);
     cluster.plane.kubectl_ok(&["apply", "-f", "-"], Some(SPLIT));
     let addr = cluster.wait_ready("split", 1, |_| true, Duration::from_secs(60))[0].clone();
-    let node_of = |part: u32| {
-        cluster.plane.kubectl_ok(
-            &[
-                "get",
-                "chainpart",
-                &format!("split-0-{part}"),
-                "-o",
-                "jsonpath={.spec.node}",
-            ],
-            None,
-        )
-    };
+    let node_of = |part: u32| part_node(&cluster.plane, "split-0", part);
     let (gateway_node, exclaim_node) = (node_of(0), node_of(1));
     assert_ne!(
         gateway_node, exclaim_node,
@@ -747,23 +732,18 @@ fn a_chain_split_over_two_nodes_answers_through_the_hop_and_every_request_once_w
     // Load on the gateway's node while the node that runs `exclaim` dies (its daemon killed
     // outright): every accepted request gets one answer, a success or a clear 5xx, and the
     // part moves to the third node. Relaxed: counters read after the threads are joined.
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let problems = Arc::new(Mutex::new(Vec::<String>::new()));
-    let threads: Vec<_> = (0..3)
-        .map(|t| {
-            let (stop, ok, failed, problems, addr) = (
-                stop.clone(),
-                ok.clone(),
-                failed.clone(),
-                problems.clone(),
-                addr.clone(),
-            );
-            std::thread::spawn(move || {
+    let stop = AtomicBool::new(false);
+    let (ok, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+    let problems = Mutex::new(Vec::<String>::new());
+    let (before_kill, recovered) = std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        let (stop, ok, failed, problems, addr) = (&stop, &ok, &failed, &problems, &addr);
+        for t in 0..3 {
+            s.spawn(move || {
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
-                    match post(&addr, &format!("t{t} {i}")) {
+                    match post(addr, &format!("t{t} {i}")) {
                         Ok((200, body)) if body == format!("T{t} {i}!") => {
                             ok.fetch_add(1, Ordering::Relaxed);
                         }
@@ -775,40 +755,37 @@ fn a_chain_split_over_two_nodes_answers_through_the_hop_and_every_request_once_w
                         Err((false, e)) => problems.lock().unwrap().push(e),
                     }
                 }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_secs(1));
-    let victim = cluster
-        .nodes
-        .iter()
-        .position(|n| n.name == exclaim_node)
-        .unwrap();
-    let before_kill = ok.load(Ordering::Relaxed);
-    cluster.nodes[victim]
-        .daemon
-        .as_mut()
-        .unwrap()
-        .signal(Signal::SIGKILL);
-    // The part moves (a new node, the replica ready again) and requests succeed again.
-    let moved = wait_until(Duration::from_secs(60), || {
-        let n = node_of(1);
-        !n.is_empty() && n != exclaim_node && n != gateway_node
+            });
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let victim = cluster
+            .nodes
+            .iter()
+            .position(|n| n.name == exclaim_node)
+            .unwrap();
+        let before_kill = ok.load(Ordering::Relaxed);
+        cluster.nodes[victim]
+            .daemon
+            .as_mut()
+            .unwrap()
+            .signal(Signal::SIGKILL);
+        // The part moves (a new node, the replica ready again) and requests succeed again.
+        let moved = wait_until(Duration::from_secs(60), || {
+            let n = part_node(&cluster.plane, "split-0", 1);
+            !n.is_empty() && n != exclaim_node && n != gateway_node
+        });
+        assert!(
+            moved,
+            "part 1 did not move off {exclaim_node}\n{}",
+            cluster.logs()
+        );
+        cluster.wait_ready("split", 1, |_| true, Duration::from_secs(60));
+        let after_move = ok.load(Ordering::Relaxed);
+        let recovered = wait_until(Duration::from_secs(30), || {
+            ok.load(Ordering::Relaxed) > after_move + 20
+        });
+        (before_kill, recovered)
     });
-    assert!(
-        moved,
-        "part 1 did not move off {exclaim_node}\n{}",
-        cluster.logs()
-    );
-    cluster.wait_ready("split", 1, |_| true, Duration::from_secs(60));
-    let after_move = ok.load(Ordering::Relaxed);
-    let recovered = wait_until(Duration::from_secs(30), || {
-        ok.load(Ordering::Relaxed) > after_move + 20
-    });
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
     let problems = problems.lock().unwrap().clone();
     let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
     eprintln!(

@@ -283,12 +283,7 @@ impl Gateway {
             .submit_inner(route, meta, chunks, self.config.timeout, &span)
             .instrument(span.clone())
             .await;
-        match &result {
-            Ok(r) if r.status.is_success() || r.status.is_redirection() => {
-                self.stats.ok.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => self.count_error(),
-        }
+        self.tally(&result);
         result
     }
 
@@ -329,13 +324,22 @@ impl Gateway {
             )
             .instrument(span.clone())
             .await;
-        match &result {
+        self.tally(&result);
+        result
+    }
+
+    /// Counts a request's outcome in [`GatewayStats`]: a reply with a 2xx or 3xx status is
+    /// `ok`, anything else `errors`.
+    ///
+    /// [`GatewayStats`]: crate::GatewayStats
+    fn tally(&self, result: &Result<Reply, GatewayError>) {
+        match result {
             Ok(r) if r.status.is_success() || r.status.is_redirection() => {
+                // Relaxed: a counter for reports, it orders nothing.
                 self.stats.ok.fetch_add(1, Ordering::Relaxed);
             }
             _ => self.count_error(),
         }
-        result
     }
 
     async fn submit_inner<'m, C: AsRef<[u8]>>(

@@ -2,7 +2,8 @@
 //! the controller asks one node's daemon to run). Their schemas live in
 //! `deploy/kubernetes/1*-crd-*.yaml`, written by hand so that the API server's checks read
 //! like the chain spec's documentation; these types are what the controller and the daemons
-//! read and write, and `tests/manifests.rs` holds the two together.
+//! read and write, and `crates/zerohop-e2e/tests/kubernetes.rs` holds the two together
+//! against a real API server.
 
 use std::collections::BTreeMap;
 
@@ -10,8 +11,6 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// The API group of zerohop's resources.
-pub const GROUP: &str = "zerohop.dev";
 /// Label on every object the controller makes for a Chain: the Chain's name.
 pub const LABEL_CHAIN: &str = "zerohop.dev/chain";
 /// Label on a ChainPart: the node it runs on (the daemons select theirs by it).
@@ -241,8 +240,8 @@ pub struct ChainPartStatus {
     pub last_transition_time: Option<String>,
 }
 
-/// The chain spec text (YAML; JSON is YAML) a part of Chain `name` in `namespace` runs:
-/// the template with the chain's node-local name (see [`local_name`]).
+/// The chain spec text (YAML; JSON is YAML) a part runs: the Chain's `template` under the
+/// chain's node-local name `local` (see [`local_name`]).
 pub fn chain_text(local: &str, template: &Map<String, Value>) -> String {
     let mut doc = Map::new();
     doc.insert("name".into(), Value::String(local.to_owned()));
@@ -261,9 +260,9 @@ pub fn spec_error(e: &zerohop_agent::spec::SpecError) -> String {
     format!("spec.{}: {}", e.field, e.message)
 }
 
-/// The name a part's chain has on its node's daemon (`zerohop ls`): `NAMESPACE.CHAIN.REPLICA`
-/// with `-` for the dots (a chain's name allows letters, digits, `-`, `_`), shortened with a
-/// hash when it would pass 64 characters.
+/// The name a part's chain has on its node's daemon (`zerohop ls`): `NAMESPACE_CHAIN_REPLICA`
+/// (a chain's name allows letters, digits, `-`, `_`), the namespace shortened and a hash
+/// appended when it would pass 64 characters.
 pub fn local_name(namespace: &str, chain: &str, replica: u32) -> String {
     let full = format!("{namespace}_{chain}_{replica}");
     if full.len() <= 64 {
@@ -325,7 +324,9 @@ mod tests {
         let long = "n".repeat(63);
         let a = local_name(&long, &"c".repeat(40), 999);
         assert_eq!(a.len(), 64, "{a}");
-        assert!(a.ends_with(&format!("_{}_999_{}", "c".repeat(40), &a[a.len() - 8..])));
+        let (head, hash) = a.split_at(a.len() - 8);
+        assert!(head.ends_with(&format!("_{}_999_", "c".repeat(40))), "{a}");
+        assert!(hash.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
         assert_ne!(
             a,
             local_name(&format!("{}m", &long[1..]), &"c".repeat(40), 999)

@@ -124,7 +124,7 @@ pub struct Daemon {
     metrics_url: Mutex<Option<String>>,
     started: Instant,
     /// How its chains reach peer daemons (set by [`run_with`] when peers are configured).
-    link: Mutex<Option<crate::relay::Link>>,
+    link: std::sync::OnceLock<crate::relay::Link>,
 }
 
 impl Daemon {
@@ -136,7 +136,7 @@ impl Daemon {
             changing: tokio::sync::Mutex::new(()),
             metrics_url: Mutex::new(None),
             started: Instant::now(),
-            link: Mutex::new(None),
+            link: std::sync::OnceLock::new(),
         })
     }
 
@@ -217,12 +217,7 @@ impl Daemon {
         }
         let mut spec = spec::parse(&path, &req.text)?;
         if let Some(split) = &req.split {
-            if self
-                .link
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_none()
-            {
+            if self.link.get().is_none() {
                 return Err(DaemonError::BadRequest(format!(
                     "chain '{}' is split over nodes, and this daemon has no peers (start it \
                      with --peer-secret)",
@@ -347,7 +342,7 @@ impl Daemon {
             uid_range: self.opts.uid_range,
             cgroups: self.opts.cgroups,
             echo_logs: false,
-            link: self.link.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            link: self.link.get().cloned(),
             ..UpOptions::default()
         }
     }
@@ -377,7 +372,8 @@ impl Daemon {
             Ok(r) => Answer {
                 status: r.status.as_u16(),
                 flags: if r.left { Answer::LEFT } else { 0 },
-                payload: r.body.to_vec(),
+                // The reply's own buffer (the gateway's one copy out), not a copy of it.
+                payload: Vec::from(r.body),
             },
             Err((status, message)) => Answer {
                 status,
@@ -736,14 +732,14 @@ where
                 p.listen
             ))
         })?;
-        *daemon.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(crate::relay::Link::new(
+        let _ = daemon.link.set(crate::relay::Link::new(
             Arc::new(peer::conn::Peers::new(p.secret.clone())),
             tokio::runtime::Handle::current(),
         ));
         let d = daemon.clone();
-        let handler: peer::conn::Handler = Arc::new(move |call| {
+        let handler = peer::conn::handler(move |call| {
             let d = d.clone();
-            Box::pin(async move { d.relayed(call).await })
+            async move { d.relayed(call).await }
         });
         peer_server = Some(tokio::spawn(peer::conn::serve(
             l,

@@ -161,7 +161,7 @@ where
 }
 
 /// [`handshake`] with another bound.
-pub(crate) async fn handshake_within<S>(
+async fn handshake_within<S>(
     io: &mut S,
     secret: &Secret,
     role: Role,

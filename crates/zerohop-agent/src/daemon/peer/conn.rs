@@ -158,6 +158,7 @@ pub struct PeerStats {
     pub connections_open: u64,
 }
 
+/// Every access is Relaxed: statistics, they order nothing.
 #[derive(Default)]
 struct Counters {
     calls: AtomicU64,
@@ -187,14 +188,14 @@ struct Conn {
 /// What callers and the connection's task share.
 struct Shared {
     peer: SocketAddr,
-    next_stream: AtomicU64,
     pending: Mutex<Pending>,
 }
 
 type Outcome = Result<Answer, Arc<str>>;
 
 enum Pending {
-    Open(HashMap<u64, oneshot::Sender<Outcome>>),
+    /// The calls waiting, by stream, and the next call's stream.
+    Open(HashMap<u64, oneshot::Sender<Outcome>>, u64),
     Closed(Arc<str>),
 }
 
@@ -205,14 +206,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shared {
     fn is_open(&self) -> bool {
-        matches!(*lock(&self.pending), Pending::Open(_))
+        matches!(*lock(&self.pending), Pending::Open(..))
     }
 
     /// A fresh stream and where its outcome arrives, or why the connection is closed.
     fn register(&self) -> Result<(u64, oneshot::Receiver<Outcome>), Arc<str>> {
         match &mut *lock(&self.pending) {
-            Pending::Open(map) => {
-                let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+            Pending::Open(map, next) => {
+                let stream = *next;
+                *next += 1;
                 let (tx, rx) = oneshot::channel();
                 map.insert(stream, tx);
                 Ok((stream, rx))
@@ -224,7 +226,7 @@ impl Shared {
     /// Whoever takes a stream's sender gives the call its one outcome.
     fn take(&self, stream: u64) -> Option<oneshot::Sender<Outcome>> {
         match &mut *lock(&self.pending) {
-            Pending::Open(map) => map.remove(&stream),
+            Pending::Open(map, _) => map.remove(&stream),
             Pending::Closed(_) => None,
         }
     }
@@ -232,7 +234,7 @@ impl Shared {
     /// Closes the connection for callers: every pending call fails with `reason`.
     fn fail(&self, reason: Arc<str>) {
         let old = std::mem::replace(&mut *lock(&self.pending), Pending::Closed(reason.clone()));
-        if let Pending::Open(map) = old {
+        if let Pending::Open(map, _) = old {
             for (_, tx) in map {
                 let _ = tx.send(Err(reason.clone()));
             }
@@ -340,6 +342,12 @@ impl Peers {
     /// wait for each other here, so only one connects.
     async fn conn(&self, peer: SocketAddr) -> Result<Conn, PeerError> {
         let slot = lock(&self.slots).entry(peer).or_default().clone();
+        // The usual case, an open connection, without queueing behind other callers.
+        if let Ok(s) = slot.try_lock() {
+            if let Some(conn) = s.as_ref().filter(|c| c.shared.is_open()) {
+                return Ok(conn.clone());
+            }
+        }
         let mut slot = slot.lock().await;
         if let Some(conn) = slot.as_ref() {
             if conn.shared.is_open() {
@@ -370,8 +378,7 @@ impl Peers {
         let (queue, rx) = mpsc::channel(QUEUE);
         let shared = Arc::new(Shared {
             peer,
-            next_stream: AtomicU64::new(1),
-            pending: Mutex::new(Pending::Open(HashMap::new())),
+            pending: Mutex::new(Pending::Open(HashMap::new(), 1)),
         });
         self.counters.opened.fetch_add(1, Ordering::Relaxed);
         self.counters.open.fetch_add(1, Ordering::Relaxed);
@@ -407,12 +414,7 @@ fn fits(peer: SocketAddr, call: &Call) -> Result<usize, PeerError> {
             name_limit,
         ));
     }
-    // kind stream | chain function | deadline route hop flags | meta payload
-    let body = 1
-        + 8
-        + (2 + call.chain.len() + 2 + call.function.len())
-        + (4 + 2 + 1 + 1)
-        + (4 + call.meta.len() + 4 + call.payload.len());
+    let body = call.body_len();
     if body > MAX_FRAME {
         return Err(too_large("a call", body, MAX_FRAME));
     }
@@ -429,15 +431,23 @@ async fn run_client(
     interval: Duration,
     counters: Arc<Counters>,
 ) {
+    // However the task ends (also by a panic, or dropped with the runtime), what is still
+    // pending fails at once and the connection counts as closed, so `conn` opens a new one.
+    let mut close = Close {
+        shared: shared.clone(),
+        counters,
+        reason: "the connection's task ended".into(),
+    };
     let epoch = Instant::now();
+    // Written by the reader, read by the writer: both run in this task (`select!`); the
+    // atomic only makes the shared borrow `Send`, so Relaxed.
     let last_rx = AtomicU64::new(0);
-    let last_tx = AtomicU64::new(0);
     let ended = tokio::select! {
         r = client_reader(rd, &shared, interval, &last_rx, epoch) => r,
-        w = client_writer(wr, queue, interval, &last_rx, &last_tx, epoch) => w,
+        w = client_writer(wr, queue, interval, &last_rx, epoch) => w,
     };
     let peer = shared.peer;
-    let reason: Arc<str> = match ended {
+    close.reason = match ended {
         Ok(()) => {
             debug!(%peer, "peer connection closed: no caller left");
             "closed by this node".into()
@@ -447,8 +457,20 @@ async fn run_client(
             reason.into()
         }
     };
-    shared.fail(reason);
-    counters.open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Closes a connection for its callers when dropped (see [`run_client`]).
+struct Close {
+    shared: Arc<Shared>,
+    counters: Arc<Counters>,
+    reason: Arc<str>,
+}
+
+impl Drop for Close {
+    fn drop(&mut self) {
+        self.shared.fail(self.reason.clone());
+        self.counters.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn millis_since(epoch: Instant) -> u64 {
@@ -463,7 +485,7 @@ async fn client_reader(
     epoch: Instant,
 ) -> Result<(), String> {
     let mut buf = Vec::new();
-    let quiet = interval * LOST_AFTER_PINGS;
+    let quiet = interval.saturating_mul(LOST_AFTER_PINGS);
     loop {
         let frame = read_frame(&mut rd, &mut buf, quiet)
             .await
@@ -489,7 +511,6 @@ async fn client_writer(
     mut queue: mpsc::Receiver<Vec<u8>>,
     interval: Duration,
     last_rx: &AtomicU64,
-    last_tx: &AtomicU64,
     epoch: Instant,
 ) -> Result<(), String> {
     let failed = |e: io::Error| format!("writing failed: {e}");
@@ -500,6 +521,7 @@ async fn client_writer(
     let quiet = u64::try_from((interval / 2).as_millis()).unwrap_or(u64::MAX);
     let mut pings = 0u64;
     let mut ping = Vec::new();
+    let mut last_tx = 0u64;
     loop {
         tokio::select! {
             frame = queue.recv() => {
@@ -513,19 +535,19 @@ async fn client_writer(
                     w.write_all(&frame).await.map_err(failed)?;
                 }
                 w.flush().await.map_err(failed)?;
-                last_tx.store(millis_since(epoch), Ordering::Relaxed);
+                last_tx = millis_since(epoch);
             }
             _ = tick.tick() => {
                 let now = millis_since(epoch);
                 let rx_quiet = now.saturating_sub(last_rx.load(Ordering::Relaxed)) >= quiet;
-                let tx_quiet = now.saturating_sub(last_tx.load(Ordering::Relaxed)) >= quiet;
+                let tx_quiet = now.saturating_sub(last_tx) >= quiet;
                 if rx_quiet || tx_quiet {
                     pings += 1;
                     ping.clear();
                     Frame::Ping(pings).encode(&mut ping);
                     w.write_all(&ping).await.map_err(failed)?;
                     w.flush().await.map_err(failed)?;
-                    last_tx.store(now, Ordering::Relaxed);
+                    last_tx = now;
                 }
             }
         }
@@ -763,8 +785,7 @@ async fn answer(
             }
         }
     };
-    // kind stream status flags payload
-    let body = 1 + 8 + 2 + 1 + 4 + answer.payload.len();
+    let body = answer.body_len();
     if body > MAX_FRAME {
         warn!(%peer, stream, "peer answer of {body} bytes is more than a frame carries");
         answer = Answer {
@@ -774,7 +795,7 @@ async fn answer(
                 .into_bytes(),
         };
     }
-    let mut bytes = Vec::with_capacity(4 + 1 + 8 + 2 + 1 + 4 + answer.payload.len());
+    let mut bytes = Vec::with_capacity(4 + answer.body_len());
     Frame::Answer(stream, answer).encode(&mut bytes);
     // The connection may be gone; then the answer has no one to go to.
     let _ = answers.send(bytes).await;
@@ -849,6 +870,15 @@ mod tests {
                 }
             }
         })
+    }
+
+    /// A handler's answer: the call's payload as it came.
+    fn same(c: Call) -> Answer {
+        Answer {
+            status: 200,
+            flags: 0,
+            payload: c.payload,
+        }
     }
 
     fn expected(i: usize, payload: &str) -> Answer {
@@ -974,11 +1004,7 @@ mod tests {
                 b"slow" => tokio::time::sleep(Duration::from_millis(400)).await,
                 _ => {}
             }
-            Answer {
-                status: 200,
-                flags: 0,
-                payload: c.payload,
-            }
+            same(c)
         });
         let server = start(h).await;
         let peers = Arc::new(Peers::new(secret()));
@@ -1074,11 +1100,7 @@ mod tests {
             seen.fetch_add(1, Ordering::SeqCst);
             async move {
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                Answer {
-                    status: 200,
-                    flags: 0,
-                    payload: c.payload,
-                }
+                same(c)
             }
         });
         let server = start(slow).await;
@@ -1264,11 +1286,7 @@ mod tests {
             if c.payload == b"boom" {
                 panic!("handler bug");
             }
-            Answer {
-                status: 200,
-                flags: 0,
-                payload: c.payload,
-            }
+            same(c)
         });
         let server = start(h).await;
         let peers = Peers::new(secret());

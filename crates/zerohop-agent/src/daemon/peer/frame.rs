@@ -106,14 +106,25 @@ pub enum FrameError {
     Utf8,
 }
 
-impl Frame {
-    /// The frame's stream number.
-    pub fn stream(&self) -> u64 {
-        match self {
-            Frame::Call(s, _) | Frame::Answer(s, _) | Frame::Ping(s) | Frame::Pong(s) => *s,
-        }
+impl Call {
+    /// The length of its frame's body (what the length word counts), as [`Frame::encode`]
+    /// writes it: kind, stream, chain, function, deadline, route, hop, flags, meta, payload.
+    pub fn body_len(&self) -> usize {
+        1 + 8
+            + (2 + self.chain.len() + 2 + self.function.len())
+            + (4 + 2 + 1 + 1)
+            + (4 + self.meta.len() + 4 + self.payload.len())
     }
+}
 
+impl Answer {
+    /// The length of its frame's body: kind, stream, status, flags, payload.
+    pub fn body_len(&self) -> usize {
+        1 + 8 + 2 + 1 + 4 + self.payload.len()
+    }
+}
+
+impl Frame {
     /// Appends the frame's bytes, length first, to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
@@ -282,6 +293,12 @@ mod tests {
             let n = Frame::announced(out[..4].try_into().unwrap()).unwrap();
             assert_eq!(n, out.len() - 4);
             assert_eq!(Frame::decode(&out[4..]).unwrap(), f);
+            // The sizes callers check before encoding are what encoding writes.
+            match &f {
+                Frame::Call(_, c) => assert_eq!(c.body_len(), n),
+                Frame::Answer(_, a) => assert_eq!(a.body_len(), n),
+                Frame::Ping(_) | Frame::Pong(_) => {}
+            }
         }
     }
 
