@@ -698,6 +698,45 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
         .kubectl_ok(&["scale", "chain", "hello", "--replicas=2"], None);
     cluster.wait_ready("hello", 2, |_| true, Duration::from_secs(30));
 
+    // An edit rolls out while both replicas stay in the Service: every look at the slices
+    // until the Chain reports both replicas on the new spec finds both serving.
+    let before = cluster.chain("hello")["metadata"]["generation"]
+        .as_i64()
+        .expect("a generation");
+    cluster.plane.kubectl_ok(
+        &[
+            "patch",
+            "chain",
+            "hello",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"timeout":"20s"}}"#,
+        ],
+        None,
+    );
+    let mut looks = 0;
+    let rolled = wait_until(Duration::from_secs(30), || {
+        let serving = cluster.endpoints("hello").iter().filter(|e| e.2).count();
+        assert_eq!(
+            serving,
+            2,
+            "a replica left the Service during an edit (look {looks})\nstatus: {}",
+            cluster.chain("hello")["status"]
+        );
+        looks += 1;
+        let status = &cluster.chain("hello")["status"];
+        status["observedGeneration"].as_i64() > Some(before) && status["readyReplicas"] == 2
+    });
+    assert!(
+        rolled,
+        "the edit did not roll out: {}\n{}",
+        cluster.chain("hello")["status"],
+        cluster.logs()
+    );
+    for a in cluster.wait_ready("hello", 2, |_| true, Duration::from_secs(5)) {
+        post_hello(&a).unwrap_or_else(|e| panic!("{e:?}"));
+    }
+
     // Deleting the Chain removes its parts, Service and slices.
     cluster
         .plane

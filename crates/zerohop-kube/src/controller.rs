@@ -265,8 +265,9 @@ struct World {
     last: BTreeMap<String, Vec<Condition>>,
     /// Per Chain, the error its last reconcile ended with (logged once).
     failing: BTreeMap<String, String>,
-    /// Per Chain, its spec's check for the generation it was made for (the parser runs once
-    /// per change of a Chain, not once a second).
+    /// Per Chain (by uid: a Chain deleted and made again under its name is another), its
+    /// spec's check for the generation it was made for (the parser runs once per change of
+    /// a Chain, not once a second).
     validated: BTreeMap<String, (i64, Option<String>)>,
 }
 
@@ -329,6 +330,8 @@ impl World {
         // Parts placed in this pass, not yet in the cache: the next Chain's placement counts
         // their nodes and ports.
         let mut placed_now: Vec<(String, Option<u16>)> = Vec::new();
+        let uids: BTreeSet<String> = chains.iter().filter_map(|c| c.uid()).collect();
+        self.validated.retain(|uid, _| uids.contains(uid));
         for c in chains {
             if c.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -419,11 +422,12 @@ impl World {
         let mut conditions = Vec::new();
         // 1. Is the spec valid? The API server checked its shape; zerohop's own parser checks
         //    the rest (names in sequences, cycles of calls, sizes that fit).
-        let invalid = match self.validated.get(&key) {
+        let uid = chain.uid().unwrap_or_default();
+        let invalid = match self.validated.get(&uid) {
             Some((g, v)) if *g == generation => v.clone(),
             _ => {
                 let v = validate(&ns, chain);
-                self.validated.insert(key.clone(), (generation, v.clone()));
+                self.validated.insert(uid, (generation, v.clone()));
                 v
             }
         };
@@ -835,7 +839,7 @@ impl World {
                 "ports": [{ "name": "http", "protocol": "TCP", "port": port }],
                 "endpoints": eps.iter().map(|e| json!({
                     "addresses": [e.address],
-                    "conditions": { "ready": e.ready, "serving": e.ready, "terminating": false },
+                    "conditions": { "ready": e.serving, "serving": e.serving, "terminating": false },
                     "nodeName": e.node,
                 })).collect::<Vec<_>>(),
             });
@@ -954,12 +958,18 @@ fn endpoints(
     nparts: u32,
 ) -> Vec<ReplicaEndpoint> {
     let generation = chain.metadata.generation.unwrap_or(0);
+    // Serving: its daemon runs it, whatever spec (a node applies a change while the spec
+    // before goes on answering, so an edit or a scale costs the Service no endpoint).
+    let serving = |p: &ChainPart| {
+        p.status.as_ref().is_some_and(|s| s.ready) && alive.contains_key(&p.spec.node)
+    };
+    // Current: running the Chain's spec of now.
     let current = |p: &ChainPart| {
-        p.spec.chain_generation == generation
-            && p.status
-                .as_ref()
-                .is_some_and(|s| s.ready && s.observed_generation == p.metadata.generation)
-            && alive.contains_key(&p.spec.node)
+        serving(p)
+            && p.spec.chain_generation == generation
+            && p.status.as_ref().is_some_and(|s| {
+                s.phase == "Running" && s.observed_generation == p.metadata.generation
+            })
     };
     let mut by_replica: BTreeMap<u32, Vec<&ChainPart>> = BTreeMap::new();
     for p in parts {
@@ -973,7 +983,8 @@ fn endpoints(
         let Some(gw) = ps.iter().find(|p| p.spec.part == 0) else {
             continue;
         };
-        let ready = ps.len() as u32 == nparts && ps.iter().all(|p| current(p));
+        let whole = ps.len() as u32 == nparts;
+        let ready = whole && ps.iter().all(|p| current(p));
         out.push(ReplicaEndpoint {
             replica,
             node: gw.spec.node.clone(),
@@ -983,6 +994,7 @@ fn endpoints(
                 .unwrap_or_default(),
             port: gw.spec.port.unwrap_or(0),
             ready,
+            serving: whole && ps.iter().all(|p| serving(p)),
             parts: if nparts > 1 {
                 ps.iter()
                     .map(|p| PartEndpoint {

@@ -39,6 +39,9 @@ const LEAVE_WAIT: Duration = Duration::from_secs(8);
 /// sending here.
 const ENDPOINT_GRACE: Duration = Duration::from_secs(1);
 
+/// The longest wait before a failed part is tried again.
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
 /// How a node's daemon takes part.
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
@@ -66,6 +69,17 @@ struct Applied {
     generation: i64,
     /// The local chain's name (`None`: nothing of it runs).
     local: Option<String>,
+    /// Applying it failed this many times in a row.
+    failures: u32,
+    /// When to try it again (after a failure).
+    retry_at: Option<tokio::time::Instant>,
+}
+
+/// The wait before trying a failed part again: 2 s, doubling up to [`RETRY_MAX`].
+fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(2)
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(8))
+        .min(RETRY_MAX)
 }
 
 /// Runs the node's side until `stop` turns true; then deletes the heartbeat and returns
@@ -86,13 +100,19 @@ pub async fn run(
     );
     let leases: Api<Lease> = Api::namespaced(client.clone(), &opts.namespace);
     let lease_name = node_lease_name(&opts.node);
-    let renew = (opts.lease_duration / 3).max(Duration::from_millis(200));
-    let mut heartbeat = tokio::time::interval(renew);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The heartbeat runs on its own, so that a long apply or drain never delays it.
+    let heartbeat = tokio::spawn(heartbeat(leases.clone(), lease_name.clone(), opts.clone()));
     let mut running: BTreeMap<String, Applied> = BTreeMap::new();
-    let mut beating = false;
     tracing::info!(node = %opts.node, "taking part in the cluster");
     loop {
+        // A part that failed is tried again when its backoff ends.
+        let retry = running.values().filter_map(|a| a.retry_at).min();
+        let retry_due = async {
+            match retry {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             r = stop.changed() => {
                 if r.is_err() || *stop.borrow() {
@@ -100,25 +120,13 @@ pub async fn run(
                 }
                 continue;
             }
-            _ = heartbeat.tick() => {
-                match beat(&leases, &lease_name, &opts).await {
-                    Ok(()) => {
-                        if !beating {
-                            tracing::info!(node = %opts.node, "heartbeat lease {lease_name} renewed every {renew:?}");
-                        }
-                        beating = true;
-                    }
-                    Err(e) => {
-                        tracing::warn!(node = %opts.node, "cannot renew the heartbeat lease {lease_name}: {e}");
-                        beating = false;
-                    }
-                }
-                continue;
-            }
+            () = retry_due => {}
             _ = changed.notified() => {}
         }
         converge(&client, &daemon, &opts, &store, &mut running).await;
     }
+    heartbeat.abort();
+    let _ = heartbeat.await;
     // Leave: the controller moves this node's replicas as soon as the lease is gone.
     match leases.delete(&lease_name, &DeleteParams::default()).await {
         Ok(_) => tracing::info!(node = %opts.node, "heartbeat lease deleted; leaving the cluster"),
@@ -170,6 +178,30 @@ pub async fn run(
 /// `namespace/name` of a part.
 fn part_key(p: &ChainPart) -> String {
     format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any())
+}
+
+/// Renews the node's heartbeat lease every third of its duration, for ever (the caller
+/// aborts it).
+async fn heartbeat(leases: Api<Lease>, lease_name: String, opts: NodeOptions) {
+    let renew = (opts.lease_duration / 3).max(Duration::from_millis(200));
+    let mut tick = tokio::time::interval(renew);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut beating = false;
+    loop {
+        tick.tick().await;
+        match beat(&leases, &lease_name, &opts).await {
+            Ok(()) => {
+                if !beating {
+                    tracing::info!(node = %opts.node, "heartbeat lease {lease_name} renewed every {renew:?}");
+                }
+                beating = true;
+            }
+            Err(e) => {
+                tracing::warn!(node = %opts.node, "cannot renew the heartbeat lease {lease_name}: {e}");
+                beating = false;
+            }
+        }
+    }
 }
 
 /// Renews (or creates) the node's heartbeat lease.
@@ -262,23 +294,46 @@ async fn converge(
     for (key, part) in parts {
         let generation = part.metadata.generation.unwrap_or(0);
         let uid = part.uid().unwrap_or_default();
-        if running
-            .get(&key)
-            .is_some_and(|a| a.uid == uid && a.generation == generation)
-        {
+        let before = running.get(&key).filter(|a| a.uid == uid);
+        let due = before.is_none_or(|a| {
+            a.generation != generation
+                || a.retry_at
+                    .is_some_and(|at| at <= tokio::time::Instant::now())
+        });
+        if !due {
             continue;
         }
+        let failures = before.map_or(0, |a| a.failures);
+        // A version of it that runs already goes on serving while the change is applied.
+        let serving = before.and_then(|a| a.local.clone());
         let ns = part.namespace().unwrap_or_default();
         let local = local_name(&ns, &part.spec.chain, part.spec.replica);
+        let address = part
+            .spec
+            .port
+            .map(|p| std::net::SocketAddr::new(opts.address, p).to_string())
+            .unwrap_or_default();
         let mut status = ChainPartStatus {
             observed_generation: Some(generation),
-            phase: "Starting".into(),
-            ready: false,
-            address: String::new(),
+            phase: if serving.is_some() {
+                "Updating"
+            } else {
+                "Starting"
+            }
+            .into(),
+            ready: serving.is_some(),
+            address: if serving.is_some() {
+                part.status
+                    .as_ref()
+                    .map(|s| s.address.clone())
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            },
             message: String::new(),
             last_transition_time: Some(jiff::Timestamp::now().to_string()),
         };
-        if part.status.as_ref().map(|s| s.phase.as_str()) != Some("Starting") {
+        if part.status.as_ref().map(|s| s.phase.as_str()) != Some(status.phase.as_str()) {
             let _ = patch_status(client, &part, &status).await;
         }
         let result = match (split_of(&part.spec), part.spec.port) {
@@ -309,34 +364,39 @@ async fn converge(
                 tracing::info!(part = %key, chain = %local, "running: {}", listeners.join(", "));
                 status.phase = "Running".into();
                 status.ready = true;
-                status.address = part
-                    .spec
-                    .port
-                    .map(|p| std::net::SocketAddr::new(opts.address, p).to_string())
-                    .unwrap_or_default();
+                status.address = address;
                 running.insert(
                     key.clone(),
                     Applied {
                         uid,
                         generation,
                         local: Some(local),
+                        failures: 0,
+                        retry_at: None,
                     },
                 );
             }
             Err(message) => {
-                tracing::warn!(part = %key, chain = %local, "cannot run: {message}");
+                let failures = failures.saturating_add(1);
+                let wait = backoff(failures);
+                tracing::warn!(part = %key, chain = %local, "cannot run (trying again in {wait:?}): {message}");
                 status.phase = "Failed".into();
-                status.message = message;
-                // Counted as applied: it is not tried again until the part changes. A
-                // version of it that runs still (a change refused) stays known, so that it
-                // is stopped when the part goes.
-                let still = running.get(&key).and_then(|a| a.local.clone());
+                // A version of it that runs still (a change refused) goes on serving and
+                // stays known, so that it is stopped when the part goes.
+                status.ready = serving.is_some();
+                status.message = if serving.is_some() {
+                    format!("{message} (the spec before goes on serving; trying again in {wait:?})")
+                } else {
+                    format!("{message} (trying again in {wait:?})")
+                };
                 running.insert(
                     key.clone(),
                     Applied {
                         uid,
                         generation,
-                        local: still,
+                        local: serving,
+                        failures,
+                        retry_at: Some(tokio::time::Instant::now() + wait),
                     },
                 );
             }

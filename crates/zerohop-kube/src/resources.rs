@@ -145,8 +145,12 @@ pub struct ReplicaEndpoint {
     pub address: String,
     /// Its gateway's port.
     pub port: u16,
-    /// Every part runs the current spec.
+    /// Every part runs the current spec and is ready.
     pub ready: bool,
+    /// Every part is ready and its node alive, whatever spec it runs: the replica answers
+    /// requests (while a changed spec rolls out, it goes on serving the one before).
+    #[serde(default)]
+    pub serving: bool,
     /// Its parts, the gateway's first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<PartEndpoint>,
@@ -223,10 +227,12 @@ pub struct ChainPartStatus {
     /// The part's `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Pending`, `Starting`, `Running` or `Failed`.
+    /// `Pending`, `Starting`, `Updating` (a version before runs and serves), `Running` or
+    /// `Failed`.
     #[serde(default)]
     pub phase: String,
-    /// It runs and answers.
+    /// It runs and answers (during `Updating`, and `Failed` after a refused change: the
+    /// version before).
     #[serde(default)]
     pub ready: bool,
     /// `HOST:PORT` of part 0's gateway.
