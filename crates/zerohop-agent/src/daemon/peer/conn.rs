@@ -34,10 +34,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
@@ -64,9 +64,6 @@ pub const DRAIN: Duration = Duration::from_secs(10);
 
 /// The bound on opening a TCP connection (the handshake has its own).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Frames a client queues for its connection's writer before callers wait.
-const QUEUE: usize = 256;
 
 /// A read buffer larger than this is not kept for the next frame.
 const KEEP_BUF: usize = 1 << 20;
@@ -181,7 +178,10 @@ pub struct Peers {
 /// A connection as callers use it.
 #[derive(Clone)]
 struct Conn {
-    queue: mpsc::Sender<Vec<u8>>,
+    /// Owned by the connection's task: the socket closes when the task ends.
+    wire: Weak<Wire>,
+    /// Held by every caller: when the last one goes, the connection closes.
+    _users: mpsc::Sender<()>,
     shared: Arc<Shared>,
 }
 
@@ -322,12 +322,11 @@ impl Peers {
         };
         let mut bytes = Vec::with_capacity(size);
         Frame::Call(stream, call).encode(&mut bytes);
-        if conn.queue.send(bytes).await.is_err() {
-            return Err(PeerError::Lost {
-                peer,
-                reason: "the connection's writer ended".into(),
-            });
-        }
+        conn.wire
+            .upgrade()
+            .ok_or_else(|| Arc::<str>::from("the connection's task ended"))
+            .and_then(|wire| wire.send(&bytes))
+            .map_err(|reason| PeerError::Lost { peer, reason })?;
         match outcome.await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(reason)) => Err(PeerError::Lost { peer, reason }),
@@ -375,7 +374,8 @@ impl Peers {
         stream.set_nodelay(true).map_err(connect_error)?;
         auth::handshake(&mut stream, &self.secret, Role::Client, peer).await?;
         let (rd, wr) = stream.into_split();
-        let (queue, rx) = mpsc::channel(QUEUE);
+        let wire = Arc::new(Wire::new(wr));
+        let (users, rx) = mpsc::channel(1);
         let shared = Arc::new(Shared {
             peer,
             pending: Mutex::new(Pending::Open(HashMap::new(), 1)),
@@ -383,15 +383,20 @@ impl Peers {
         self.counters.opened.fetch_add(1, Ordering::Relaxed);
         self.counters.open.fetch_add(1, Ordering::Relaxed);
         debug!(%peer, "peer connection open");
+        let weak = Arc::downgrade(&wire);
         tokio::spawn(run_client(
             rd,
-            wr,
+            wire,
             rx,
             shared.clone(),
             self.ping_interval,
             self.counters.clone(),
         ));
-        Ok(Conn { queue, shared })
+        Ok(Conn {
+            wire: weak,
+            _users: users,
+            shared,
+        })
     }
 }
 
@@ -421,12 +426,12 @@ fn fits(peer: SocketAddr, call: &Call) -> Result<usize, PeerError> {
     Ok(4 + body)
 }
 
-/// A connection's task: reads answers and writes queued frames until either side ends,
-/// then fails what is still pending.
+/// A connection's task: reads answers, writes what callers could not write at once, and
+/// pings, until either side ends (or no caller is left); then fails what is still pending.
 async fn run_client(
     rd: OwnedReadHalf,
-    wr: OwnedWriteHalf,
-    queue: mpsc::Receiver<Vec<u8>>,
+    wire: Arc<Wire>,
+    users: mpsc::Receiver<()>,
     shared: Arc<Shared>,
     interval: Duration,
     counters: Arc<Counters>,
@@ -438,13 +443,13 @@ async fn run_client(
         counters,
         reason: "the connection's task ended".into(),
     };
-    let epoch = Instant::now();
-    // Written by the reader, read by the writer: both run in this task (`select!`); the
+    // Written by the reader, read by the pinger: both run in this task (`select!`); the
     // atomic only makes the shared borrow `Send`, so Relaxed.
     let last_rx = AtomicU64::new(0);
     let ended = tokio::select! {
-        r = client_reader(rd, &shared, interval, &last_rx, epoch) => r,
-        w = client_writer(wr, queue, interval, &last_rx, epoch) => w,
+        r = client_reader(rd, &shared, interval, &last_rx, wire.epoch) => r,
+        w = wire.flush_until_unused(users) => w,
+        p = pinger(&wire, interval, &last_rx) => p,
     };
     let peer = shared.peer;
     close.reason = match ended {
@@ -506,49 +511,140 @@ async fn client_reader(
     }
 }
 
-async fn client_writer(
-    wr: OwnedWriteHalf,
-    mut queue: mpsc::Receiver<Vec<u8>>,
-    interval: Duration,
-    last_rx: &AtomicU64,
-    epoch: Instant,
-) -> Result<(), String> {
-    let failed = |e: io::Error| format!("writing failed: {e}");
-    let mut w = BufWriter::with_capacity(64 << 10, wr);
+/// Pings when the connection has been quiet in either direction for half an interval.
+async fn pinger(wire: &Wire, interval: Duration, last_rx: &AtomicU64) -> Result<(), String> {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.reset();
     let quiet = u64::try_from((interval / 2).as_millis()).unwrap_or(u64::MAX);
     let mut pings = 0u64;
     let mut ping = Vec::new();
-    let mut last_tx = 0u64;
     loop {
-        tokio::select! {
-            frame = queue.recv() => {
-                let Some(frame) = frame else {
-                    let _ = w.shutdown().await;
-                    return Ok(());
-                };
-                w.write_all(&frame).await.map_err(failed)?;
-                // Whatever else is queued goes in the same write.
-                while let Ok(frame) = queue.try_recv() {
-                    w.write_all(&frame).await.map_err(failed)?;
+        tick.tick().await;
+        let now = millis_since(wire.epoch);
+        let rx_quiet = now.saturating_sub(last_rx.load(Ordering::Relaxed)) >= quiet;
+        let tx_quiet = now.saturating_sub(wire.last_tx.load(Ordering::Relaxed)) >= quiet;
+        if rx_quiet || tx_quiet {
+            pings += 1;
+            ping.clear();
+            Frame::Ping(pings).encode(&mut ping);
+            wire.send(&ping).map_err(|e| e.to_string())?;
+        }
+    }
+}
+
+/// The sending side of a connection, shared by all who send on it. A frame is written to
+/// the socket by its sender, in its own thread, whenever nothing waits before it (the usual
+/// case: no hand-off to a writer task, no wakeup); what the socket does not take at once
+/// waits in a backlog that the connection's task ([`Wire::flush_until_unused`]) writes in
+/// order. The backlog is bounded by the frames in flight: a client's calls each send one
+/// and wait for its answer, a server runs at most [`MAX_IN_FLIGHT`] calls.
+struct Wire {
+    sock: OwnedWriteHalf,
+    state: Mutex<WireState>,
+    /// The backlog has bytes, or the socket failed.
+    wake: tokio::sync::Notify,
+    epoch: Instant,
+    /// Milliseconds since `epoch` of the last frame sent (for pings; Relaxed: a hint).
+    last_tx: AtomicU64,
+}
+
+#[derive(Default)]
+struct WireState {
+    /// Bytes of whole frames not written yet, in order.
+    backlog: Vec<u8>,
+    /// The socket failed: nothing more is sent.
+    failed: Option<Arc<str>>,
+}
+
+impl Wire {
+    fn new(sock: OwnedWriteHalf) -> Self {
+        Wire {
+            sock,
+            state: Mutex::new(WireState::default()),
+            wake: tokio::sync::Notify::new(),
+            epoch: Instant::now(),
+            last_tx: AtomicU64::new(0),
+        }
+    }
+
+    /// Sends one whole frame: written now as far as the socket takes it, the rest queued
+    /// behind what waits already. Fails only when the connection failed before.
+    fn send(&self, frame: &[u8]) -> Result<(), Arc<str>> {
+        let mut st = lock(&self.state);
+        if let Some(reason) = &st.failed {
+            return Err(reason.clone());
+        }
+        let mut done = 0;
+        if st.backlog.is_empty() {
+            while done < frame.len() {
+                match self.sock.try_write(&frame[done..]) {
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        let reason: Arc<str> = format!("writing failed: {e}").into();
+                        st.failed = Some(reason.clone());
+                        self.wake.notify_one();
+                        return Err(reason);
+                    }
                 }
-                w.flush().await.map_err(failed)?;
-                last_tx = millis_since(epoch);
             }
-            _ = tick.tick() => {
-                let now = millis_since(epoch);
-                let rx_quiet = now.saturating_sub(last_rx.load(Ordering::Relaxed)) >= quiet;
-                let tx_quiet = now.saturating_sub(last_tx) >= quiet;
-                if rx_quiet || tx_quiet {
-                    pings += 1;
-                    ping.clear();
-                    Frame::Ping(pings).encode(&mut ping);
-                    w.write_all(&ping).await.map_err(failed)?;
-                    w.flush().await.map_err(failed)?;
-                    last_tx = now;
+        }
+        self.last_tx
+            .store(millis_since(self.epoch), Ordering::Relaxed);
+        if done < frame.len() {
+            st.backlog.extend_from_slice(&frame[done..]);
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Writes the backlog whenever it has bytes, until the socket fails (`Err`) or every
+    /// sender of `users` is gone and the backlog is written (`Ok`).
+    async fn flush_until_unused(&self, mut users: mpsc::Receiver<()>) -> Result<(), String> {
+        let mut unused = false;
+        loop {
+            if !unused {
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    None = users.recv() => unused = true,
                 }
+            }
+            loop {
+                {
+                    let mut st = lock(&self.state);
+                    if let Some(reason) = &st.failed {
+                        return Err(reason.to_string());
+                    }
+                    if st.backlog.is_empty() {
+                        break;
+                    }
+                    match self.sock.try_write(&st.backlog) {
+                        Ok(n) => {
+                            st.backlog.drain(..n);
+                            continue;
+                        }
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                            ) => {}
+                        Err(e) => {
+                            let reason = format!("writing failed: {e}");
+                            st.failed = Some(reason.as_str().into());
+                            return Err(reason);
+                        }
+                    }
+                }
+                self.sock
+                    .writable()
+                    .await
+                    .map_err(|e| format!("writing failed: {e}"))?;
+            }
+            if unused {
+                // Dropping the write half (with the task) shuts the connection down.
+                return Ok(());
             }
         }
     }
@@ -682,12 +778,14 @@ async fn serve_conn(
     }
     debug!(%peer, "peer connected");
     let (rd, wr) = stream.into_split();
-    // Room for every running call's answer and then some, so answers rarely wait.
-    let (answers, queue) = mpsc::channel(MAX_IN_FLIGHT + 64);
-    let writer = server_writer(wr, queue);
+    let wire = Arc::new(Wire::new(wr));
+    // Every running call holds a sender: the writer ends once the reader and all of them
+    // are done and their answers written.
+    let (users, unused) = mpsc::channel(1);
+    let writer = wire.flush_until_unused(unused);
     tokio::pin!(writer);
     let ended = tokio::select! {
-        end = server_reader(rd, peer, &handler, answers, &mut shutdown) => end,
+        end = server_reader(rd, peer, &handler, &wire, users, &mut shutdown) => end,
         w = &mut writer => match w {
             Ok(()) => ReadEnd::Closed,
             Err(e) => ReadEnd::Failed(e),
@@ -696,7 +794,7 @@ async fn serve_conn(
     match ended {
         ReadEnd::Shutdown => {
             // The reader's sender is gone; the writer ends when the last running call
-            // has queued its answer.
+            // has sent its answer.
             match tokio::time::timeout(DRAIN, &mut writer).await {
                 Ok(Ok(())) => debug!(%peer, "peer connection closed for shutdown"),
                 Ok(Err(e)) => warn!(%peer, "peer connection: {e}"),
@@ -712,7 +810,8 @@ async fn server_reader(
     mut rd: OwnedReadHalf,
     peer: SocketAddr,
     handler: &Handler,
-    answers: mpsc::Sender<Vec<u8>>,
+    wire: &Arc<Wire>,
+    users: mpsc::Sender<()>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> ReadEnd {
     let limit = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
@@ -733,7 +832,7 @@ async fn server_reader(
                         stream,
                         call,
                         handler.clone(),
-                        answers.clone(),
+                        (Arc::downgrade(wire), users.clone()),
                         permit,
                     ));
                     continue;
@@ -758,26 +857,29 @@ async fn server_reader(
         };
         let mut bytes = Vec::new();
         reply.encode(&mut bytes);
-        if answers.send(bytes).await.is_err() {
-            return ReadEnd::Failed("the writer ended".into());
+        if let Err(reason) = wire.send(&bytes) {
+            return ReadEnd::Failed(reason.to_string());
         }
     }
 }
 
-/// Runs one call and queues its answer.
+/// Runs one call and sends its answer (on `wire`, owned by the connection's task so that an
+/// aborted connection closes even while calls run; the sender keeps its writer going until
+/// the answer is sent).
 async fn answer(
     peer: SocketAddr,
     stream: u64,
     call: Call,
     handler: Handler,
-    answers: mpsc::Sender<Vec<u8>>,
+    (wire, _user): (Weak<Wire>, mpsc::Sender<()>),
     _permit: OwnedSemaphorePermit,
 ) {
-    // A task of its own, so a handler that panics still gets its call an answer.
-    let mut answer = match tokio::spawn(async move { handler(call).await }).await {
+    // A handler that panics still gets its call an answer.
+    let run = std::panic::AssertUnwindSafe(handler(call));
+    let mut answer = match futures_util::FutureExt::catch_unwind(run).await {
         Ok(answer) => answer,
-        Err(e) => {
-            warn!(%peer, stream, "peer call handler failed: {e}");
+        Err(_) => {
+            warn!(%peer, stream, "peer call handler panicked");
             Answer {
                 status: 500,
                 flags: 0,
@@ -798,36 +900,16 @@ async fn answer(
     let mut bytes = Vec::with_capacity(4 + answer.body_len());
     Frame::Answer(stream, answer).encode(&mut bytes);
     // The connection may be gone; then the answer has no one to go to.
-    let _ = answers.send(bytes).await;
-}
-
-async fn server_writer(
-    wr: OwnedWriteHalf,
-    mut queue: mpsc::Receiver<Vec<u8>>,
-) -> Result<(), String> {
-    write_queued(BufWriter::with_capacity(64 << 10, wr), &mut queue)
-        .await
-        .map_err(|e| format!("writing failed: {e}"))
-}
-
-async fn write_queued<W: AsyncWrite + Unpin>(
-    mut w: W,
-    queue: &mut mpsc::Receiver<Vec<u8>>,
-) -> io::Result<()> {
-    while let Some(frame) = queue.recv().await {
-        w.write_all(&frame).await?;
-        while let Ok(frame) = queue.try_recv() {
-            w.write_all(&frame).await?;
-        }
-        w.flush().await?;
+    if let Some(wire) = wire.upgrade() {
+        let _ = wire.send(&bytes);
     }
-    w.shutdown().await
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
+    use tokio::io::AsyncWriteExt;
     use tokio::task::JoinHandle;
     use tokio::time::timeout;
 
@@ -966,6 +1048,46 @@ mod tests {
                 connections_opened: 1,
                 connections_open: 1,
             }
+        );
+    }
+
+    /// Frames far larger than the sockets' buffers, many at once from both sides: senders
+    /// write what the socket takes and the rest goes through the backlog, in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn large_frames_from_many_callers_arrive_whole_and_in_their_streams() {
+        let server = start(handler(|c: Call| async move { same(c) })).await;
+        let peers = Arc::new(Peers::new(secret()));
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..24usize {
+            let peers = peers.clone();
+            let addr = server.addr;
+            calls.spawn(async move {
+                // 1 to 6 MiB, each byte naming its call and position.
+                let payload: Vec<u8> = (0..(1 + i % 6) << 20)
+                    .map(|j| (i * 31 + j / 4096) as u8)
+                    .collect();
+                let mut c = call(i, "");
+                c.payload = payload.clone();
+                (payload, peers.call(addr, c, BOUND).await)
+            });
+        }
+        let mut whole = 0;
+        while let Some(joined) = timeout(BOUND, calls.join_next()).await.unwrap() {
+            let (sent, answer) = joined.unwrap();
+            let answer = answer.unwrap();
+            assert_eq!(answer.payload.len(), sent.len());
+            assert!(
+                answer.payload == sent,
+                "an answer's bytes differ from its call's"
+            );
+            whole += 1;
+        }
+        assert_eq!(whole, 24);
+        let stats = peers.stats();
+        assert_eq!(
+            (stats.answered, stats.connections_opened),
+            (24, 1),
+            "{stats:?}"
         );
     }
 
