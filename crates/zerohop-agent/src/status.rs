@@ -283,6 +283,15 @@ impl ChainView {
                 if !r.coap.is_empty() {
                     triggers.push(format!("coap {}", r.coap));
                 }
+                if let Some(of) = r.relay_of {
+                    // No trigger of its own: hops a peer node relays for one of its routes.
+                    let of = plan
+                        .routes
+                        .get(of as usize)
+                        .filter(|o| !o.path.is_empty())
+                        .map_or(format!("#{of}"), |o| format!("{} {}", o.method, o.path));
+                    triggers.push(format!("relayed from a peer ({of})"));
+                }
                 RouteStatus {
                     triggers,
                     sequence: r
