@@ -166,6 +166,7 @@ pub async fn run(
         last: BTreeMap::new(),
         failing: BTreeMap::new(),
         validated: BTreeMap::new(),
+        renewals: BTreeMap::new(),
     };
     let mut shutdown = std::pin::pin!(shutdown);
     // A cache that never listed is empty: acting on it would delete every part.
@@ -269,13 +270,22 @@ struct World {
     /// spec's check for the generation it was made for (the parser runs once per change of
     /// a Chain, not once a second).
     validated: BTreeMap<String, (i64, Option<String>)>,
+    /// Per node, its heartbeat lease's last `renewTime` and when this controller saw it
+    /// change.
+    renewals: BTreeMap<String, (jiff::Timestamp, Option<std::time::Instant>)>,
 }
 
 impl World {
-    /// The live nodes' heartbeats, by node name.
-    fn heartbeats(&self) -> BTreeMap<String, Heartbeat> {
+    /// The live nodes' heartbeats, by node name. A lease is fresh while its `renewTime`
+    /// last changed less than its duration ago by this controller's own monotonic clock
+    /// (the daemons' clocks may be off from it; only a change counts). A lease seen for the
+    /// first time counts from then, unless its `renewTime` is already older than its
+    /// duration by the wall clock.
+    fn heartbeats(&mut self) -> BTreeMap<String, Heartbeat> {
         let now = jiff::Timestamp::now();
+        let tick = std::time::Instant::now();
         let mut alive = BTreeMap::new();
+        let mut seen = BTreeMap::new();
         for l in self.caches.leases.state() {
             let Some(node) = l
                 .name_any()
@@ -292,11 +302,21 @@ impl World {
             if spec.holder_identity.as_deref() != Some(node.as_str()) {
                 continue;
             }
-            let until = renewed
-                .0
-                .checked_add(jiff::SignedDuration::from_secs(i64::from(secs)))
-                .unwrap_or(renewed.0);
-            if until <= now {
+            let duration = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+            // When the renewal was seen (`None`: stale when first seen, not renewed since).
+            let observed = match self.renewals.get(&node) {
+                Some(&(last, at)) if last == renewed.0 => at,
+                Some(_) => Some(tick),
+                None => {
+                    let until = renewed
+                        .0
+                        .checked_add(jiff::SignedDuration::from_secs(i64::from(secs)))
+                        .unwrap_or(renewed.0);
+                    (until > now).then_some(tick)
+                }
+            };
+            seen.insert(node.clone(), (renewed.0, observed));
+            if observed.is_none_or(|at| tick.duration_since(at) >= duration) {
                 continue;
             }
             let a = l.annotations();
@@ -308,6 +328,7 @@ impl World {
                 },
             );
         }
+        self.renewals = seen;
         alive
     }
 
