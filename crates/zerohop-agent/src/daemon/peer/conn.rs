@@ -59,6 +59,10 @@ pub const SERVER_IDLE: Duration = Duration::from_secs(30);
 /// The calls a server runs at once per connection.
 pub const MAX_IN_FLIGHT: usize = 1024;
 
+/// The handshakes a server runs at once (each bounded in time); more connections waiting to
+/// prove themselves are closed at once.
+pub const MAX_HANDSHAKES: usize = 64;
+
 /// How long a server that shuts down waits for the calls it runs.
 pub const DRAIN: Duration = Duration::from_secs(10);
 
@@ -716,18 +720,26 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = tokio::task::JoinSet::new();
+    let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     let conn_shutdown = shutdown.clone();
     loop {
         tokio::select! {
             () = stopped(&mut shutdown) => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    // Unauthenticated connections are bounded: beyond the cap, a new one
+                    // is closed at once (peers that hold the secret connect once and stay).
+                    let Ok(unproven) = handshakes.clone().try_acquire_owned() else {
+                        warn!(%peer, "peer connection refused: {MAX_HANDSHAKES} handshakes run already");
+                        continue;
+                    };
                     conns.spawn(serve_conn(
                         stream,
                         peer,
                         secret.clone(),
                         handler.clone(),
                         conn_shutdown.clone(),
+                        unproven,
                     ));
                 }
                 Err(e) => {
@@ -768,6 +780,7 @@ async fn serve_conn(
     secret: Arc<Secret>,
     handler: Handler,
     mut shutdown: watch::Receiver<bool>,
+    unproven: OwnedSemaphorePermit,
 ) {
     if let Err(e) = stream.set_nodelay(true) {
         debug!(%peer, "peer connection: TCP_NODELAY: {e}");
@@ -776,6 +789,7 @@ async fn serve_conn(
         warn!("{e}");
         return;
     }
+    drop(unproven);
     debug!(%peer, "peer connected");
     let (rd, wr) = stream.into_split();
     let wire = Arc::new(Wire::new(wr));
@@ -1089,6 +1103,31 @@ mod tests {
             (24, 1),
             "{stats:?}"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn handshakes_at_once_are_capped_and_the_silent_ones_time_out() {
+        let server = start(handler(|c: Call| async move { same(c) })).await;
+        let mut silent = Vec::new();
+        for _ in 0..MAX_HANDSHAKES {
+            silent.push(TcpStream::connect(server.addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // One more is closed at once, long before the handshake timeout (5 s).
+        let mut extra = TcpStream::connect(server.addr).await.unwrap();
+        let mut byte = [0u8; 1];
+        let closed = timeout(Duration::from_secs(2), extra.read(&mut byte)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0) | Err(_))),
+            "a connection beyond {MAX_HANDSHAKES} handshakes was kept: {closed:?}"
+        );
+        // The silent ones are closed by the handshake timeout; then a peer gets in.
+        for s in &mut silent {
+            assert!(closed_by_peer(s).await, "a silent connection was kept");
+        }
+        let peers = Peers::new(secret());
+        let answer = peers.call(server.addr, call(1, "in"), BOUND).await.unwrap();
+        assert_eq!(answer.payload, b"in");
     }
 
     #[tokio::test]
