@@ -4,13 +4,17 @@
 //! goes to the peer daemon over the one connection between the two nodes
 //! (`daemon::peer`); the peer runs the function on it and the answer comes back into the
 //! request's slot here, so the rest of the route goes on as if the function had run here.
+//!
+//! No thread waits for a peer: the instance's receiving thread hands each request
+//! (`zerohop_runtime::Deferred`) to a task on the daemon's peer thread, which sends the call
+//! and finishes the request when the answer arrives.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use zerohop_runtime::{Handler, HandlerError, Next, Request};
+use zerohop_runtime::{Deferred, HandlerError, Next, Request};
 
 use crate::daemon::peer::conn::Peers;
 use crate::daemon::peer::frame::{Answer, Call};
@@ -43,8 +47,8 @@ pub(crate) struct RelayParty {
 }
 
 impl RelayParty {
-    /// Stops receiving; the returned thread ends once the requests it holds are answered
-    /// (each within its deadline).
+    /// Stops receiving; the returned thread ends at once. The requests on their way to the
+    /// peer are finished by their tasks (each within its deadline).
     pub(crate) fn stop(self) -> std::thread::JoinHandle<()> {
         self.stop.stop();
         self.thread
@@ -64,15 +68,15 @@ pub(crate) fn start(
     let instance = zerohop_runtime::attach(plan, inst.party, fds)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let stop = instance.stopper();
-    let handler = Relay {
+    let relay = Arc::new(Relay {
         link: link.clone(),
         peer,
         chain,
         function: inst.function.clone(),
-    };
+    });
     let thread = std::thread::Builder::new()
         .name(format!("relay-{}", inst.function))
-        .spawn(move || instance.serve_in_place(handler))?;
+        .spawn(move || instance.serve_deferred(|req| relay.start(req)))?;
     Ok(RelayParty { stop, thread })
 }
 
@@ -84,18 +88,24 @@ struct Relay {
     function: String,
 }
 
-impl Handler for Relay {
-    fn handle(&self, req: &mut Request<'_>) -> Result<Next, HandlerError> {
+impl Relay {
+    /// Sends `req` to the peer and finishes it when the answer comes: a task on the
+    /// daemon's peer thread does both, so no thread of this instance waits (the receiving
+    /// thread goes straight back to receiving).
+    fn start(self: &Arc<Self>, req: Deferred) {
         let (hop, flags, deadline) = req.hop_flags_deadline();
         let left = match deadline {
             0 => Duration::from_secs(30),
             d => Duration::from_millis(d.saturating_sub(zerohop_pool::monotonic_ms())),
         };
         if left.is_zero() {
-            return Err(HandlerError::new(
-                504,
-                "no time left for the hop to the peer node",
-            ));
+            req.finish(|_| {
+                Err(HandlerError::new(
+                    504,
+                    "no time left for the hop to the peer node",
+                ))
+            });
+            return;
         }
         let call = Call {
             chain: self.chain.clone(),
@@ -107,12 +117,14 @@ impl Handler for Relay {
             meta: req.meta().to_vec(),
             payload: req.body().to_vec(),
         };
-        let answer = self
-            .link
-            .runtime
-            .block_on(self.link.peers.call(self.peer, call, left))
-            .map_err(|e| HandlerError::new(e.status(), e.to_string()))?;
-        outcome(req, &self.function, answer)
+        let me = self.clone();
+        self.link.runtime.spawn(async move {
+            let answer = me.link.peers.call(me.peer, call, left).await;
+            req.finish(|r| match answer {
+                Ok(a) => outcome(r, &me.function, a),
+                Err(e) => Err(HandlerError::new(e.status(), e.to_string())),
+            });
+        });
     }
 }
 

@@ -15,8 +15,8 @@ use zerohop_transport::JoinPolicy;
 
 use crate::spec::{ChainSpec, FunctionSpec, RouteSpec, ScaleSpec};
 
-/// Concurrent requests one relaying instance carries to its peer (each waits on the network,
-/// not on a core).
+/// The concurrency a relaying instance declares. It holds no thread per request (each waits
+/// for its peer in a task), so this only tells the scaler one instance is plenty.
 pub const RELAY_CONCURRENCY: u16 = 64;
 
 /// The part of `spec` this node runs: the functions in `local` run here, every other one on

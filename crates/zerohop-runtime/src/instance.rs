@@ -200,23 +200,9 @@ impl Instance {
             .functions
             .get(router.function as usize)
             .map_or(1, |f| f.concurrency.max(1));
-        // Ready now, or parked until the agent activates this instance (its first pool's
-        // record is the one the agent and the instance hand the state over in).
-        let pid = std::process::id();
-        router.pools.records(self.me).for_each(|r| r.set_pid(pid));
-        let state = router
-            .pools
-            .records(self.me)
-            .next()
-            .map_or(PartyState::Ready, |r| r.attach_or_park());
-        if state != PartyState::Ready {
-            tracing::debug!(?state, "not activated; exiting");
+        if !self.activate() {
             return;
         }
-        router
-            .pools
-            .records(self.me)
-            .for_each(|r| r.set_state(PartyState::Ready));
         let calls = !router.plan.functions[router.function as usize]
             .calls
             .is_empty();
@@ -270,21 +256,111 @@ impl Instance {
             // Dropping the queue's sender ends the handler threads once they are idle.
         }
     }
+
+    /// Ready now, or parked until the agent activates this instance (its first pool's
+    /// record is the one the agent and the instance hand the state over in): whether it
+    /// is to serve.
+    fn activate(&self) -> bool {
+        let records = || self.router.pools.records(self.me);
+        let pid = std::process::id();
+        records().for_each(|r| r.set_pid(pid));
+        let state = records()
+            .next()
+            .map_or(PartyState::Ready, |r| r.attach_or_park());
+        if state != PartyState::Ready {
+            tracing::debug!(?state, "not activated; exiting");
+            return false;
+        }
+        records().for_each(|r| r.set_state(PartyState::Ready));
+        true
+    }
+
+    /// Serves the instance with `start`, called on the receiving thread for each request
+    /// with the request to finish later ([`Deferred::finish`]), from any thread: for a
+    /// party whose work waits on something else (the agent's relay to a peer node), so
+    /// that no thread waits with it. `start` must not block. Returns as
+    /// [`Instance::serve_in_place`] does; requests still unfinished then are finished by
+    /// whoever holds them.
+    #[doc(hidden)]
+    pub fn serve_deferred(mut self, start: impl Fn(Deferred)) {
+        let router = self.router.clone();
+        let _root = router.span.clone().entered();
+        if !self.activate() {
+            return;
+        }
+        while let Some(d) = self.endpoint.recv() {
+            if d.header.flags & SlotHeader::FLAG_ANSWER != 0 {
+                // It makes no calls: an answer is forged; dropping frees it.
+                continue;
+            }
+            if let Some(taken) = router.take(d) {
+                start(Deferred {
+                    router: router.clone(),
+                    taken: Some(taken),
+                });
+            }
+        }
+    }
 }
 
 impl Router {
     fn process<H: Handler + ?Sized>(&self, handler: &H, d: Delivery, calls: Option<&Calls<'_>>) {
+        // Whatever the handler logs names the request (a no-op when INFO is filtered out).
+        let _request = logging::request_span(d.desc.request, d.header.route).entered();
+        let Some(mut t) = self.take(d) else { return };
+        let plan = &*self.plan;
+        // A static fan-out this function joins: every branch gets the request's body (copied
+        // into a slot of its own), all at once; the handler sees their outputs.
+        let me = &plan.functions[self.function as usize];
+        let branches = match calls {
+            Some(cx) if !me.fan_out.is_empty() => {
+                let m = t.header.meta_len as usize;
+                let body = &t.slot.data()[m..m + t.desc.len as usize];
+                let list: Vec<(&str, &[u8])> = me
+                    .fan_out
+                    .iter()
+                    .map(|&f| (plan.function_name(f), body))
+                    .collect();
+                cx.call_all(&t.header, t.slot.pool(), &list)
+            }
+            _ => Vec::new(),
+        };
+        let failed = match me.join {
+            JoinPolicy::Fail => branches.iter().find_map(|b| b.as_ref().err()).cloned(),
+            JoinPolicy::Join => None,
+        };
+        let mut req = Request {
+            slot: &mut t.slot,
+            header: t.header,
+            len: t.desc.len as usize,
+            plan,
+            function: self.function,
+            calls,
+            branches,
+            state: self.state.as_ref(),
+        };
+        let outcome = match failed {
+            Some(e) => Err(HandlerError::from(e)),
+            None => run_handler(|| handler.handle(&mut req)),
+        };
+        // The branches' slots go back to the pool now, not when the request leaves.
+        req.branches.clear();
+        let (len, header) = (req.len, req.header);
+        self.finish(t, header, len, outcome);
+    }
+
+    /// A delivery checked and counted as started, or `None` when it is dropped (a forged
+    /// call).
+    fn take(&self, d: Delivery) -> Option<Taken> {
         // The header copy `take` validated (meta_len + len fit the slot); the shared one is
         // never read again.
         let Delivery {
             desc,
-            mut slot,
+            slot,
             mut header,
             ..
         } = d;
         header.request = desc.request;
-        // Whatever the handler logs names the request (a no-op when INFO is filtered out).
-        let _request = logging::request_span(desc.request, header.route).entered();
         let plan = &*self.plan;
         // A call: whatever the handler does, the slot goes back to the caller.
         let call =
@@ -302,66 +378,47 @@ impl Router {
                     caller,
                     "dropped a call from party {caller}, whose function may not call this one"
                 );
-                return;
+                return None;
             }
         }
         // The party's counters (in its first pool's record, where the agent reads them):
         // busy while the branches and the handler run, then one handled run with its time.
-        let record = self.pools.records(self.me).next();
-        if let Some(r) = record {
+        if let Some(r) = self.pools.records(self.me).next() {
             r.handler_started();
         }
-        let started = std::time::Instant::now();
-        // A static fan-out this function joins: every branch gets the request's body (copied
-        // into a slot of its own), all at once; the handler sees their outputs.
-        let me = &plan.functions[self.function as usize];
-        let branches = match calls {
-            Some(cx) if !me.fan_out.is_empty() => {
-                let m = header.meta_len as usize;
-                let body = &slot.data()[m..m + desc.len as usize];
-                let list: Vec<(&str, &[u8])> = me
-                    .fan_out
-                    .iter()
-                    .map(|&f| (plan.function_name(f), body))
-                    .collect();
-                cx.call_all(&header, slot.pool(), &list)
-            }
-            _ => Vec::new(),
-        };
-        let failed = match me.join {
-            JoinPolicy::Fail => branches.iter().find_map(|b| b.as_ref().err()).cloned(),
-            JoinPolicy::Join => None,
-        };
-        let mut req = Request {
-            slot: &mut slot,
+        Some(Taken {
+            desc,
+            slot,
             header,
-            len: desc.len as usize,
-            plan,
-            function: self.function,
-            calls,
-            branches,
-            state: self.state.as_ref(),
-        };
-        let outcome = match failed {
-            Some(e) => Err(HandlerError::from(e)),
-            None => catch_unwind(AssertUnwindSafe(|| handler.handle(&mut req))).unwrap_or_else(
-                |panic| {
-                    let message = format!("handler panicked: {}", panic_message(&*panic));
-                    tracing::error!("{message}");
-                    Err(HandlerError::internal(message))
-                },
-            ),
-        };
+            call,
+            started: std::time::Instant::now(),
+        })
+    }
+
+    /// Ends a request taken with [`Router::take`] as its handler's `outcome` says: the body
+    /// of `len` bytes and `header` (as the handler left them) go on along the route, back to
+    /// the caller, or the error to the client.
+    fn finish(
+        &self,
+        t: Taken,
+        mut header: SlotHeader,
+        len: usize,
+        outcome: Result<Next, HandlerError>,
+    ) {
+        let Taken {
+            desc,
+            slot,
+            call,
+            started,
+            ..
+        } = t;
+        let plan = &*self.plan;
         if let Err(e) = &outcome {
             tracing::debug!(status = e.status, "handler failed: {}", e.message);
         }
-        if let Some(r) = record {
+        if let Some(r) = self.pools.records(self.me).next() {
             r.handler_finished(started.elapsed().as_micros() as u64, outcome.is_ok());
         }
-        // The branches' slots go back to the pool now, not when the request leaves.
-        req.branches.clear();
-        let len = req.len;
-        let mut header = req.header;
         let route = |next: Next, header: &mut SlotHeader| -> Result<Hop, HandlerError> {
             match next {
                 Next::Reply => {
@@ -414,6 +471,7 @@ impl Router {
                 if let Hop::Function { hop, .. } = hop {
                     header.hop = hop;
                 }
+                let mut slot = slot;
                 slot.set_header(&header);
                 if let Err(e) = self.send(slot, desc.request, len as u32, hop) {
                     let (slot, msg) = e;
@@ -541,6 +599,109 @@ fn write_error(
     n
 }
 
+/// A request taken off the transport, its handler not yet finished.
+struct Taken {
+    desc: Descriptor,
+    slot: OwnedSlot,
+    header: SlotHeader,
+    /// `(caller, number)` of a call, whose answer goes back to the caller.
+    call: Option<(PartyId, u32)>,
+    started: std::time::Instant,
+}
+
+/// Runs a handler; a panic becomes a 500 that names it.
+fn run_handler(f: impl FnOnce() -> Result<Next, HandlerError>) -> Result<Next, HandlerError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let message = format!("handler panicked: {}", panic_message(&*panic));
+        tracing::error!("{message}");
+        Err(HandlerError::internal(message))
+    })
+}
+
+/// A request whose handler finishes later, on any thread: see
+/// [`Instance::serve_deferred`]. Dropping it unfinished answers the request 500.
+#[doc(hidden)]
+pub struct Deferred {
+    router: Arc<Router>,
+    taken: Option<Taken>,
+}
+
+impl Deferred {
+    fn taken(&self) -> &Taken {
+        self.taken.as_ref().expect("an unfinished request")
+    }
+
+    /// The slot's metadata area (see [`Request::meta`]).
+    pub fn meta(&self) -> &[u8] {
+        let t = self.taken();
+        &t.slot.data()[..t.header.meta_len as usize]
+    }
+
+    /// The request's body (see [`Request::body`]).
+    pub fn body(&self) -> &[u8] {
+        let t = self.taken();
+        let m = t.header.meta_len as usize;
+        &t.slot.data()[m..m + t.desc.len as usize]
+    }
+
+    /// The route the request came in by (see [`Request::route_index`]).
+    pub fn route_index(&self) -> u16 {
+        let route = self.taken().header.route;
+        self.router
+            .plan
+            .routes
+            .get(route as usize)
+            .and_then(|r| r.relay_of)
+            .unwrap_or(route)
+    }
+
+    /// See [`Request::hop_flags_deadline`].
+    pub fn hop_flags_deadline(&self) -> (u8, u8, u64) {
+        let h = &self.taken().header;
+        (h.hop, h.flags, h.deadline_ms)
+    }
+
+    /// Finishes the request as a handler returning what `f` returns would (`f` sees the
+    /// request as a handler does, without calls or state): the request goes on along its
+    /// route, back to its caller, or its error to the client.
+    pub fn finish(mut self, f: impl FnOnce(&mut Request<'_>) -> Result<Next, HandlerError>) {
+        let mut t = self.taken.take().expect("an unfinished request");
+        let router = &*self.router;
+        let _root = router.span.clone().entered();
+        let _request = logging::request_span(t.desc.request, t.header.route).entered();
+        let mut req = Request {
+            slot: &mut t.slot,
+            header: t.header,
+            len: t.desc.len as usize,
+            plan: &router.plan,
+            function: router.function,
+            calls: None,
+            branches: Vec::new(),
+            state: None,
+        };
+        let outcome = run_handler(|| f(&mut req));
+        let (len, header) = (req.len, req.header);
+        router.finish(t, header, len, outcome);
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        if let Some(t) = self.taken.take() {
+            let header = t.header;
+            let len = t.desc.len as usize;
+            self.router.finish(
+                t,
+                header,
+                len,
+                Err(HandlerError::internal(
+                    "the request was dropped without an answer",
+                )),
+            );
+        }
+    }
+}
+
 /// What a caught panic says.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -657,6 +818,87 @@ mod tests {
         });
         let sent = kept.0.lock().unwrap().clone();
         (out.text(), sent)
+    }
+
+    /// A request with body `body` taken by upper's instance to finish later, and what the
+    /// runtime sends.
+    fn deferred(body: &[u8]) -> (Deferred, Kept, Arc<Pool>) {
+        let kept = Kept::default();
+        let plan = hello();
+        let pool = Arc::new(
+            Pool::create(&PoolConfig {
+                name: "runtime-deferred-test".into(),
+                slots: 4,
+                first_slot: 0,
+                slot_size: 4096,
+                max_parties: 3,
+                hugepages: false,
+            })
+            .unwrap(),
+        );
+        let router = Arc::new(Router {
+            span: logging::instance_span(&plan.chain, "upper", 1),
+            picker: Picker::new(&plan, 1),
+            ids: plan.request_ids(),
+            sender: Box::new(kept.clone()),
+            plan: Arc::new(plan),
+            pools: Pools::single(pool.clone()),
+            function: 0,
+            me: 1,
+            state: None,
+        });
+        let mut slot = pool.alloc(Owner::party(1)).unwrap();
+        let header = SlotHeader {
+            request: 65537,
+            ..SlotHeader::default()
+        };
+        slot.set_header(&header);
+        slot.data_mut()[..body.len()].copy_from_slice(body);
+        let desc = slot.descriptor(65537, body.len() as u32, 0);
+        let taken = router.take(Delivery {
+            from: 0,
+            desc,
+            slot,
+            header,
+            refused: false,
+        });
+        let d = Deferred {
+            router,
+            taken: Some(taken.expect("taken")),
+        };
+        (d, kept, pool)
+    }
+
+    #[test]
+    fn a_deferred_request_finished_on_another_thread_goes_on_along_its_route() {
+        let (d, kept, pool) = deferred(b"hello");
+        assert_eq!((d.body(), d.route_index()), (&b"hello"[..], 0));
+        std::thread::spawn(move || {
+            d.finish(|req| {
+                req.set_body(b"HELLO, LATER")?;
+                Ok(Next::Continue)
+            })
+        })
+        .join()
+        .unwrap();
+        let sent = kept.0.lock().unwrap().clone();
+        assert_eq!(sent.len(), 1, "one descriptor, on to exclaim");
+        assert_eq!((sent[0].0, sent[0].1.next, sent[0].1.len), (2, 1, 12));
+        let (_, slot, _) = pool.take(&sent[0].1, Owner::party(2), |_| true).unwrap();
+        assert_eq!(&slot.data()[..12], b"HELLO, LATER");
+    }
+
+    #[test]
+    fn a_deferred_request_dropped_unfinished_is_answered_500_once() {
+        let (d, kept, pool) = deferred(b"hello");
+        drop(d);
+        let sent = kept.0.lock().unwrap().clone();
+        assert_eq!(sent.len(), 1, "exactly one answer");
+        assert_eq!(sent[0].0, 0, "to the gateway");
+        let (_, slot, header) = pool.take(&sent[0].1, Owner::party(0), |_| true).unwrap();
+        assert_eq!(header.status, 500);
+        let text = String::from_utf8_lossy(&slot.data()[..sent[0].1.len as usize]).into_owned();
+        assert!(text.contains("dropped without an answer"), "{text}");
     }
 
     #[test]

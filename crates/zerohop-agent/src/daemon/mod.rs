@@ -725,28 +725,35 @@ where
     // node leaving its cluster still answers its peers until its parts have moved).
     let (peer_stop, peer_stop_rx) = tokio::sync::watch::channel(false);
     let mut peer_server = None;
+    let mut peer_runtime = None;
     if let Some(p) = &opts.peer {
-        let l = tokio::net::TcpListener::bind(p.listen).await.map_err(|e| {
-            DaemonError::Internal(format!(
-                "cannot listen for peer daemons on {}: {e}; pick another with --peer-listen",
-                p.listen
-            ))
-        })?;
+        let l = std::net::TcpListener::bind(p.listen)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| {
+                DaemonError::Internal(format!(
+                    "cannot listen for peer daemons on {}: {e}; pick another with --peer-listen",
+                    p.listen
+                ))
+            })?;
+        let rt = PeerRuntime::start()
+            .map_err(|e| DaemonError::Internal(format!("cannot start the peer thread: {e}")))?;
         let _ = daemon.link.set(crate::relay::Link::new(
             Arc::new(peer::conn::Peers::new(p.secret.clone())),
-            tokio::runtime::Handle::current(),
+            rt.handle.clone(),
         ));
         let d = daemon.clone();
         let handler = peer::conn::handler(move |call| {
             let d = d.clone();
             async move { d.relayed(call).await }
         });
-        peer_server = Some(tokio::spawn(peer::conn::serve(
-            l,
-            p.secret.clone(),
-            handler,
-            peer_stop_rx,
-        )));
+        let secret = p.secret.clone();
+        peer_server = Some(rt.handle.spawn(async move {
+            match tokio::net::TcpListener::from_std(l) {
+                Ok(l) => peer::conn::serve(l, secret, handler, peer_stop_rx).await,
+                Err(e) => tracing::error!("peer listener: {e}"),
+            }
+        }));
+        peer_runtime = Some(rt);
     }
     let attached = tokio::spawn(attach(daemon.clone(), stop_rx_attach));
     shutdown.await;
@@ -766,6 +773,44 @@ where
         let _ = t.await;
     }
     daemon.down_all().await;
+    // Only now: the chains' relays used it until they stopped.
+    drop(peer_runtime);
     let _ = std::fs::remove_file(&opts.socket);
     Ok(())
+}
+
+/// The runtime of the peer connections (both ways) and of the relays' calls: one thread of
+/// its own, so a hop's frames, calls and answers never wait for (or wake) another worker
+/// thread. Dropping it stops the thread; what still runs on it is dropped (a relayed
+/// request still waiting is answered 500).
+struct PeerRuntime {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl PeerRuntime {
+    fn start() -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("peers".into())
+            .spawn(move || {
+                let _ = rt.block_on(stopped);
+            })?;
+        Ok(PeerRuntime {
+            handle,
+            stop: Some(stop),
+        })
+    }
+}
+
+impl Drop for PeerRuntime {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
 }
