@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
@@ -68,6 +68,9 @@ pub const DRAIN: Duration = Duration::from_secs(10);
 
 /// The bound on opening a TCP connection (the handshake has its own).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The buffer a connection reads through.
+const READ_BUF: usize = 64 << 10;
 
 /// A read buffer larger than this is not kept for the next frame.
 const KEEP_BUF: usize = 1 << 20;
@@ -487,12 +490,14 @@ fn millis_since(epoch: Instant) -> u64 {
 }
 
 async fn client_reader(
-    mut rd: OwnedReadHalf,
+    rd: OwnedReadHalf,
     shared: &Shared,
     interval: Duration,
     last_rx: &AtomicU64,
     epoch: Instant,
 ) -> Result<(), String> {
+    // Many small frames arrive in one read under load.
+    let mut rd = BufReader::with_capacity(READ_BUF, rd);
     let mut buf = Vec::new();
     let quiet = interval.saturating_mul(LOST_AFTER_PINGS);
     loop {
@@ -537,11 +542,9 @@ async fn pinger(wire: &Wire, interval: Duration, last_rx: &AtomicU64) -> Result<
     }
 }
 
-/// The sending side of a connection, shared by all who send on it. A frame is written to
-/// the socket by its sender, in its own thread, whenever nothing waits before it (the usual
-/// case: no hand-off to a writer task, no wakeup); what the socket does not take at once
-/// waits in a backlog that the connection's task ([`Wire::flush_until_unused`]) writes in
-/// order. The backlog is bounded by the frames in flight: a client's calls each send one
+/// The sending side of a connection, shared by all who send on it: frames wait in a
+/// backlog, in order, that the connection's task ([`Wire::flush_until_unused`]) writes as
+/// the socket takes it. The backlog is bounded by the frames in flight: a client's calls each send one
 /// and wait for its answer, a server runs at most [`MAX_IN_FLIGHT`] calls.
 struct Wire {
     sock: OwnedWriteHalf,
@@ -572,35 +575,21 @@ impl Wire {
         }
     }
 
-    /// Sends one whole frame: written now as far as the socket takes it, the rest queued
-    /// behind what waits already. Fails only when the connection failed before.
+    /// Sends one whole frame: appended to the backlog, which the connection's task writes
+    /// once the frames made in the same turn of the peer thread are all in (one write, one
+    /// TCP segment for many frames under load). Fails only when the connection failed
+    /// before.
     fn send(&self, frame: &[u8]) -> Result<(), Arc<str>> {
         let mut st = lock(&self.state);
         if let Some(reason) = &st.failed {
             return Err(reason.clone());
         }
-        let mut done = 0;
         if st.backlog.is_empty() {
-            while done < frame.len() {
-                match self.sock.try_write(&frame[done..]) {
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        let reason: Arc<str> = format!("writing failed: {e}").into();
-                        st.failed = Some(reason.clone());
-                        self.wake.notify_one();
-                        return Err(reason);
-                    }
-                }
-            }
-        }
-        self.last_tx
-            .store(millis_since(self.epoch), Ordering::Relaxed);
-        if done < frame.len() {
-            st.backlog.extend_from_slice(&frame[done..]);
             self.wake.notify_one();
         }
+        st.backlog.extend_from_slice(frame);
+        self.last_tx
+            .store(millis_since(self.epoch), Ordering::Relaxed);
         Ok(())
     }
 
@@ -821,7 +810,7 @@ async fn serve_conn(
 }
 
 async fn server_reader(
-    mut rd: OwnedReadHalf,
+    rd: OwnedReadHalf,
     peer: SocketAddr,
     handler: &Handler,
     wire: &Arc<Wire>,
@@ -829,6 +818,7 @@ async fn server_reader(
     shutdown: &mut watch::Receiver<bool>,
 ) -> ReadEnd {
     let limit = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut rd = BufReader::with_capacity(READ_BUF, rd);
     let mut buf = Vec::new();
     loop {
         let frame = tokio::select! {
