@@ -2,12 +2,16 @@
 //! ([`super::auth`]), carrying many calls at once ([`super::frame`]).
 //!
 //! ```text
-//!  Peers::call ──┐                                      ┌─► handler(call) ─┐ (a task each,
-//!  Peers::call ──┼─► queue ─► writer ══ TCP ══► reader ─┼─► handler(call) ─┤  at most
-//!  Peers::call ──┘    (mpsc)   task          (serve)    └─► handler(call) ─┘  MAX_IN_FLIGHT)
-//!       ▲                                                                  │
-//!       └── pending[stream] ◄── reader ◄══ TCP ══ writer ◄── queue ◄───────┘
+//!  Peers::call ──┐                                        ┌─► handler(call) ─┐ (a task each,
+//!  Peers::call ──┼─► backlog ─► writer ══ TCP ══► reader ─┼─► handler(call) ─┤  at most
+//!  Peers::call ──┘   (Wire)      task          (serve)    └─► handler(call) ─┘  MAX_IN_FLIGHT)
+//!       ▲                                                                    │
+//!       └── pending[stream] ◄── reader ◄══ TCP ══ writer ◄── backlog ◄───────┘
 //! ```
+//!
+//! In the daemon all of it runs on one thread of its own (the peer runtime), so a call,
+//! its frame and its answer never wake another thread, and the frames made in one turn of
+//! that thread leave in one write.
 //!
 //! Client ([`Peers`]): the first call to an address connects (one caller does, the others
 //! wait for it), later calls share the connection; each picks a fresh stream number and
