@@ -772,62 +772,21 @@ mod tests {
         let kept = Kept::default();
         let subscriber = logging::subscriber(out.clone(), EnvFilter::new(filter));
         tracing::subscriber::with_default(subscriber, || {
-            let plan = hello();
-            let pool = Arc::new(
-                Pool::create(&PoolConfig {
-                    name: "runtime-logging-test".into(),
-                    slots: 4,
-                    first_slot: 0,
-                    slot_size: 4096,
-                    max_parties: 3,
-                    hugepages: false,
-                })
-                .unwrap(),
-            );
-            let router = Router {
-                span: logging::instance_span(&plan.chain, "upper", 1),
-                picker: Picker::new(&plan, 1),
-                ids: plan.request_ids(),
-                sender: Box::new(kept.clone()),
-                plan: Arc::new(plan),
-                pools: Pools::single(pool.clone()),
-                function: 0,
-                me: 1,
-                state: None,
-            };
-            let mut slot = pool.alloc(Owner::party(1)).unwrap();
-            let header = SlotHeader {
-                request: 65537,
-                ..SlotHeader::default()
-            };
-            slot.set_header(&header);
-            slot.data_mut()[..body.len()].copy_from_slice(body);
-            let desc = slot.descriptor(65537, body.len() as u32, 0);
+            let (router, pool) = upper(&kept, "runtime-logging-test");
+            let delivery = request(&pool, body);
             let _root = router.span.clone().entered();
-            router.process(
-                &handler,
-                Delivery {
-                    from: 0,
-                    desc,
-                    slot,
-                    header,
-                    refused: false,
-                },
-                None,
-            );
+            router.process(&handler, delivery, None);
         });
         let sent = kept.0.lock().unwrap().clone();
         (out.text(), sent)
     }
 
-    /// A request with body `body` taken by upper's instance to finish later, and what the
-    /// runtime sends.
-    fn deferred(body: &[u8]) -> (Deferred, Kept, Arc<Pool>) {
-        let kept = Kept::default();
+    /// Upper's router (party 1 of `hello`), sending into `kept`, with a pool named `name`.
+    fn upper(kept: &Kept, name: &str) -> (Router, Arc<Pool>) {
         let plan = hello();
         let pool = Arc::new(
             Pool::create(&PoolConfig {
-                name: "runtime-deferred-test".into(),
+                name: name.into(),
                 slots: 4,
                 first_slot: 0,
                 slot_size: 4096,
@@ -836,7 +795,7 @@ mod tests {
             })
             .unwrap(),
         );
-        let router = Arc::new(Router {
+        let router = Router {
             span: logging::instance_span(&plan.chain, "upper", 1),
             picker: Picker::new(&plan, 1),
             ids: plan.request_ids(),
@@ -846,7 +805,12 @@ mod tests {
             function: 0,
             me: 1,
             state: None,
-        });
+        };
+        (router, pool)
+    }
+
+    /// Request 65537 with body `body`, as the gateway hands it to upper.
+    fn request(pool: &Arc<Pool>, body: &[u8]) -> Delivery {
         let mut slot = pool.alloc(Owner::party(1)).unwrap();
         let header = SlotHeader {
             request: 65537,
@@ -855,16 +819,25 @@ mod tests {
         slot.set_header(&header);
         slot.data_mut()[..body.len()].copy_from_slice(body);
         let desc = slot.descriptor(65537, body.len() as u32, 0);
-        let taken = router.take(Delivery {
+        Delivery {
             from: 0,
             desc,
             slot,
             header,
             refused: false,
-        });
+        }
+    }
+
+    /// A request with body `body` taken by upper's instance to finish later, and what the
+    /// runtime sends.
+    fn deferred(body: &[u8]) -> (Deferred, Kept, Arc<Pool>) {
+        let kept = Kept::default();
+        let (router, pool) = upper(&kept, "runtime-deferred-test");
+        let router = Arc::new(router);
+        let taken = router.take(request(&pool, body)).expect("taken");
         let d = Deferred {
             router,
-            taken: Some(taken.expect("taken")),
+            taken: Some(taken),
         };
         (d, kept, pool)
     }
