@@ -76,7 +76,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The buffer a connection reads through.
 const READ_BUF: usize = 64 << 10;
 
-/// A read buffer larger than this is not kept for the next frame.
+/// A read buffer (or a write backlog) larger than this is not kept for the next frame.
 const KEEP_BUF: usize = 1 << 20;
 
 /// The first allocation for a frame's body; it then doubles as bytes arrive.
@@ -548,8 +548,8 @@ async fn pinger(wire: &Wire, interval: Duration, last_rx: &AtomicU64) -> Result<
 
 /// The sending side of a connection, shared by all who send on it: frames wait in a
 /// backlog, in order, that the connection's task ([`Wire::flush_until_unused`]) writes as
-/// the socket takes it. The backlog is bounded by the frames in flight: a client's calls each send one
-/// and wait for its answer, a server runs at most [`MAX_IN_FLIGHT`] calls.
+/// the socket takes it. The backlog is bounded by the frames in flight: a client's calls
+/// each send one and wait for its answer, a server runs at most [`MAX_IN_FLIGHT`] calls.
 struct Wire {
     sock: OwnedWriteHalf,
     state: Mutex<WireState>,
@@ -562,8 +562,9 @@ struct Wire {
 
 #[derive(Default)]
 struct WireState {
-    /// Bytes of whole frames not written yet, in order.
+    /// Whole frames, in order; `backlog[written..]` is not written yet.
     backlog: Vec<u8>,
+    written: usize,
     /// The socket failed: nothing more is sent.
     failed: Option<Arc<str>>,
 }
@@ -588,7 +589,7 @@ impl Wire {
         if let Some(reason) = &st.failed {
             return Err(reason.clone());
         }
-        if st.backlog.is_empty() {
+        if st.written == st.backlog.len() {
             self.wake.notify_one();
         }
         st.backlog.extend_from_slice(frame);
@@ -614,12 +615,24 @@ impl Wire {
                     if let Some(reason) = &st.failed {
                         return Err(reason.to_string());
                     }
-                    if st.backlog.is_empty() {
+                    if st.written == st.backlog.len() {
+                        st.backlog.clear();
+                        if st.backlog.capacity() > KEEP_BUF {
+                            st.backlog = Vec::new();
+                        }
+                        st.written = 0;
                         break;
                     }
-                    match self.sock.try_write(&st.backlog) {
+                    match self.sock.try_write(&st.backlog[st.written..]) {
                         Ok(n) => {
-                            st.backlog.drain(..n);
+                            st.written += n;
+                            // What is written goes once it is most of the backlog (not
+                            // after every partial write of a large one).
+                            if st.written > st.backlog.len() / 2 && st.written >= 1 << 20 {
+                                let w = st.written;
+                                st.backlog.drain(..w);
+                                st.written = 0;
+                            }
                             continue;
                         }
                         Err(e)
