@@ -92,13 +92,24 @@ impl Relay {
     /// Sends `req` to the peer and finishes it when the answer comes: a task on the
     /// daemon's peer thread does both, so no thread of this instance waits (the receiving
     /// thread goes straight back to receiving).
-    fn start(self: &Arc<Self>, req: Deferred) {
-        let (hop, flags, deadline) = req.hop_flags_deadline();
+    fn start(self: &Arc<Self>, mut req: Deferred) {
+        let r = req.request();
+        let (hop, flags, deadline) = r.hop_flags_deadline();
         let left = match deadline {
             0 => Duration::from_secs(30),
             d => Duration::from_millis(d.saturating_sub(zerohop_pool::monotonic_ms())),
         };
-        if left.is_zero() {
+        let call = (!left.is_zero()).then(|| Call {
+            chain: self.chain.clone(),
+            function: self.function.clone(),
+            deadline_ms: left.as_millis().min(u128::from(u32::MAX)) as u32,
+            route: r.route_index(),
+            hop,
+            flags,
+            meta: r.meta().to_vec(),
+            payload: r.body().to_vec(),
+        });
+        let Some(call) = call else {
             req.finish(|_| {
                 Err(HandlerError::new(
                     504,
@@ -106,16 +117,6 @@ impl Relay {
                 ))
             });
             return;
-        }
-        let call = Call {
-            chain: self.chain.clone(),
-            function: self.function.clone(),
-            deadline_ms: left.as_millis().min(u128::from(u32::MAX)) as u32,
-            route: req.route_index(),
-            hop,
-            flags,
-            meta: req.meta().to_vec(),
-            payload: req.body().to_vec(),
         };
         let me = self.clone();
         self.link.runtime.spawn(async move {

@@ -627,60 +627,36 @@ pub struct Deferred {
 }
 
 impl Deferred {
-    fn taken(&self) -> &Taken {
-        self.taken.as_ref().expect("an unfinished request")
-    }
-
-    /// The slot's metadata area (see [`Request::meta`]).
-    pub fn meta(&self) -> &[u8] {
-        let t = self.taken();
-        &t.slot.data()[..t.header.meta_len as usize]
-    }
-
-    /// The request's body (see [`Request::body`]).
-    pub fn body(&self) -> &[u8] {
-        let t = self.taken();
-        let m = t.header.meta_len as usize;
-        &t.slot.data()[m..m + t.desc.len as usize]
-    }
-
-    /// The route the request came in by (see [`Request::route_index`]).
-    pub fn route_index(&self) -> u16 {
-        let route = self.taken().header.route;
-        self.router
-            .plan
-            .routes
-            .get(route as usize)
-            .and_then(|r| r.relay_of)
-            .unwrap_or(route)
-    }
-
-    /// See [`Request::hop_flags_deadline`].
-    pub fn hop_flags_deadline(&self) -> (u8, u8, u64) {
-        let h = &self.taken().header;
-        (h.hop, h.flags, h.deadline_ms)
-    }
-
-    /// Finishes the request as a handler returning what `f` returns would (`f` sees the
-    /// request as a handler does, without calls or state): the request goes on along its
-    /// route, back to its caller, or its error to the client.
-    pub fn finish(mut self, f: impl FnOnce(&mut Request<'_>) -> Result<Next, HandlerError>) {
-        let mut t = self.taken.take().expect("an unfinished request");
-        let router = &*self.router;
-        let _root = router.span.clone().entered();
-        let _request = logging::request_span(t.desc.request, t.header.route).entered();
-        let mut req = Request {
+    /// The request as a handler sees it, without calls or state.
+    pub fn request(&mut self) -> Request<'_> {
+        let t = self.taken.as_mut().expect("an unfinished request");
+        Request {
             slot: &mut t.slot,
             header: t.header,
             len: t.desc.len as usize,
-            plan: &router.plan,
-            function: router.function,
+            plan: &self.router.plan,
+            function: self.router.function,
             calls: None,
             branches: Vec::new(),
             state: None,
+        }
+    }
+
+    /// Finishes the request as a handler returning what `f` returns would (`f` sees
+    /// [`Deferred::request`]): the request goes on along its route, back to its caller, or
+    /// its error to the client.
+    pub fn finish(mut self, f: impl FnOnce(&mut Request<'_>) -> Result<Next, HandlerError>) {
+        let router = self.router.clone();
+        let _root = router.span.clone().entered();
+        let (request, route) = {
+            let h = &self.taken.as_ref().expect("an unfinished request").header;
+            (h.request, h.route)
         };
+        let _request = logging::request_span(request, route).entered();
+        let mut req = self.request();
         let outcome = run_handler(|| f(&mut req));
         let (len, header) = (req.len, req.header);
+        let t = self.taken.take().expect("an unfinished request");
         router.finish(t, header, len, outcome);
     }
 }
@@ -844,8 +820,9 @@ mod tests {
 
     #[test]
     fn a_deferred_request_finished_on_another_thread_goes_on_along_its_route() {
-        let (d, kept, pool) = deferred(b"hello");
-        assert_eq!((d.body(), d.route_index()), (&b"hello"[..], 0));
+        let (mut d, kept, pool) = deferred(b"hello");
+        let r = d.request();
+        assert_eq!((r.body(), r.route_index()), (&b"hello"[..], 0));
         std::thread::spawn(move || {
             d.finish(|req| {
                 req.set_body(b"HELLO, LATER")?;

@@ -321,7 +321,7 @@ impl Peers {
     }
 
     async fn exchange(&self, peer: SocketAddr, call: Call) -> Result<Answer, PeerError> {
-        let size = fits(peer, &call)?;
+        fits(peer, &call)?;
         let conn = self.conn(peer).await?;
         let (stream, outcome) = conn
             .shared
@@ -331,12 +331,11 @@ impl Peers {
             shared: &conn.shared,
             stream,
         };
-        let mut bytes = Vec::with_capacity(size);
-        Frame::Call(stream, call).encode(&mut bytes);
+        let frame = Frame::Call(stream, call);
         conn.wire
             .upgrade()
             .ok_or_else(|| Arc::<str>::from("the connection's task ended"))
-            .and_then(|wire| wire.send(&bytes))
+            .and_then(|wire| wire.send(&frame))
             .map_err(|reason| PeerError::Lost { peer, reason })?;
         match outcome.await {
             Ok(Ok(answer)) => Ok(answer),
@@ -411,8 +410,8 @@ impl Peers {
     }
 }
 
-/// Checks that `call` fits in a frame; returns its encoded size.
-fn fits(peer: SocketAddr, call: &Call) -> Result<usize, PeerError> {
+/// Checks that `call` fits in a frame.
+fn fits(peer: SocketAddr, call: &Call) -> Result<(), PeerError> {
     let too_large = |what, size, limit| PeerError::TooLarge {
         peer,
         what,
@@ -434,7 +433,7 @@ fn fits(peer: SocketAddr, call: &Call) -> Result<usize, PeerError> {
     if body > MAX_FRAME {
         return Err(too_large("a call", body, MAX_FRAME));
     }
-    Ok(4 + body)
+    Ok(())
 }
 
 /// A connection's task: reads answers, writes what callers could not write at once, and
@@ -531,7 +530,6 @@ async fn pinger(wire: &Wire, interval: Duration, last_rx: &AtomicU64) -> Result<
     tick.reset();
     let quiet = u64::try_from((interval / 2).as_millis()).unwrap_or(u64::MAX);
     let mut pings = 0u64;
-    let mut ping = Vec::new();
     loop {
         tick.tick().await;
         let now = millis_since(wire.epoch);
@@ -539,9 +537,7 @@ async fn pinger(wire: &Wire, interval: Duration, last_rx: &AtomicU64) -> Result<
         let tx_quiet = now.saturating_sub(wire.last_tx.load(Ordering::Relaxed)) >= quiet;
         if rx_quiet || tx_quiet {
             pings += 1;
-            ping.clear();
-            Frame::Ping(pings).encode(&mut ping);
-            wire.send(&ping).map_err(|e| e.to_string())?;
+            wire.send(&Frame::Ping(pings)).map_err(|e| e.to_string())?;
         }
     }
 }
@@ -580,11 +576,11 @@ impl Wire {
         }
     }
 
-    /// Sends one whole frame: appended to the backlog, which the connection's task writes
+    /// Sends one frame: encoded straight onto the backlog, which the connection's task writes
     /// once the frames made in the same turn of the peer thread are all in (one write, one
     /// TCP segment for many frames under load). Fails only when the connection failed
     /// before.
-    fn send(&self, frame: &[u8]) -> Result<(), Arc<str>> {
+    fn send(&self, frame: &Frame) -> Result<(), Arc<str>> {
         let mut st = lock(&self.state);
         if let Some(reason) = &st.failed {
             return Err(reason.clone());
@@ -592,7 +588,7 @@ impl Wire {
         if st.written == st.backlog.len() {
             self.wake.notify_one();
         }
-        st.backlog.extend_from_slice(frame);
+        frame.encode(&mut st.backlog);
         self.last_tx
             .store(millis_since(self.epoch), Ordering::Relaxed);
         Ok(())
@@ -876,9 +872,7 @@ async fn server_reader(
                 )
             }
         };
-        let mut bytes = Vec::new();
-        reply.encode(&mut bytes);
-        if let Err(reason) = wire.send(&bytes) {
+        if let Err(reason) = wire.send(&reply) {
             return ReadEnd::Failed(reason.to_string());
         }
     }
@@ -918,11 +912,10 @@ async fn answer(
                 .into_bytes(),
         };
     }
-    let mut bytes = Vec::with_capacity(4 + answer.body_len());
-    Frame::Answer(stream, answer).encode(&mut bytes);
+    let frame = Frame::Answer(stream, answer);
     // The connection may be gone; then the answer has no one to go to.
     if let Some(wire) = wire.upgrade() {
-        let _ = wire.send(&bytes);
+        let _ = wire.send(&frame);
     }
 }
 
@@ -1008,6 +1001,26 @@ mod tests {
 
     async fn start(handler: Handler) -> Server {
         start_on("127.0.0.1:0".parse().unwrap(), secret(), handler).await
+    }
+
+    /// A server peer made by hand: takes one connection, authenticates it, then does `then`
+    /// with it.
+    async fn authenticated_server<F, Fut>(then: F) -> (SocketAddr, JoinHandle<Fut::Output>)
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let (mut s, peer) = listener.accept().await.unwrap();
+            auth::handshake(&mut s, &Secret::new(KEY), Role::Server, peer)
+                .await
+                .unwrap();
+            then(s).await
+        });
+        (addr, task)
     }
 
     /// Waits until `n` reaches `want`.
@@ -1312,16 +1325,11 @@ mod tests {
         assert_eq!(peers.stats().connections_opened, 1);
 
         // A peer that authenticates, then neither reads nor writes.
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let silent = tokio::spawn(async move {
-            let (mut s, peer) = listener.accept().await.unwrap();
-            auth::handshake(&mut s, &Secret::new(KEY), Role::Server, peer)
-                .await
-                .unwrap();
+        let (addr, silent) = authenticated_server(|s| async move {
             tokio::time::sleep(BOUND * 2).await;
             drop(s);
-        });
+        })
+        .await;
         let began = Instant::now();
         let e = peers.call(addr, call(3, "c"), BOUND).await.unwrap_err();
         assert!(
@@ -1335,16 +1343,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_server_that_sends_garbage_is_lost() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let liar = tokio::spawn(async move {
-            let (mut s, peer) = listener.accept().await.unwrap();
-            auth::handshake(&mut s, &Secret::new(KEY), Role::Server, peer)
-                .await
-                .unwrap();
+        let (addr, liar) = authenticated_server(|mut s| async move {
             s.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
             s
-        });
+        })
+        .await;
         let peers = Peers::new(secret());
         let e = peers.call(addr, call(1, "x"), BOUND).await.unwrap_err();
         assert!(
