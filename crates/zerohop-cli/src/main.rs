@@ -79,7 +79,7 @@ enum Command {
         /// 127.0.0.1:8080; port 0: any free port).
         #[arg(long)]
         listen: Option<SocketAddr>,
-        /// Transport between functions, overriding the spec: ring or socket.
+        /// Transport between functions, overriding the spec: ring, socket, poll or sockmap.
         #[arg(long)]
         transport: Option<Backend>,
         /// Ring transport: how long an idle receiver spins before it sleeps (microseconds).

@@ -76,6 +76,36 @@ fn hello_over_every_transport_with_keep_alive() {
     }
 }
 
+/// A route may visit a function twice in a row: with one instance, that instance sends the
+/// request to itself. Every transport answers both routes, every time.
+#[test]
+fn a_function_that_follows_itself_answers_on_every_transport() {
+    let spec = format!(
+        "name: twice\nfunctions:\n  upper: {{ command: [\"{}\"] }}\n  exclaim: {{ command: [\"{}\"] }}\nroutes:\n  - http: POST /twice\n    sequence: [upper, upper]\n  - http: POST /mixed\n    sequence: [upper, exclaim, upper, upper]\n",
+        target_bin("upper").display(),
+        target_bin("exclaim").display()
+    );
+    for transport in ["ring", "socket", "poll", "sockmap"] {
+        let chain = ChainProcess::start(&spec, &["--transport", transport]);
+        let agent = client();
+        for i in 0..50 {
+            let a = post(&agent, &format!("{}/twice", chain.url), &format!("self {i}"));
+            assert_eq!(
+                (a.status, a.body.as_str()),
+                (200, format!("SELF {i}").as_str()),
+                "{transport}: [upper, upper]"
+            );
+            let a = post(&agent, &format!("{}/mixed", chain.url), &format!("mix {i}"));
+            assert_eq!(
+                (a.status, a.body.as_str()),
+                (200, format!("MIX {i}!").as_str()),
+                "{transport}: [upper, exclaim, upper, upper]"
+            );
+        }
+        assert_eq!(chain.stop(), Some(0), "{transport}: clean exit");
+    }
+}
+
 #[test]
 fn routing_errors_are_404_and_405() {
     let chain = ChainProcess::start(&hello_spec(""), &[]);

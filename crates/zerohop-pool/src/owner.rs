@@ -13,7 +13,8 @@
 //! between (a free-list allocator could lose a slot popped but not yet recorded):
 //!
 //! * alloc:    `(g, FREE)  -> (g, me)`      the lowest free slot
-//! * take:     `(g, from)  -> (g, me)`      the receiver takes a slot it was sent
+//! * take:     `(g, from)  -> (g, me)`      the receiver takes a slot it was sent (from
+//!                                           may be the receiver itself: a route `[f, f]`)
 //! * free:     `(g, me)    -> (g+1, FREE)`  the generation moves on, stale descriptors die
 //! * reclaim:  `(g, dead)  -> (g+1, FREE)`  the agent, after a party died
 //!
@@ -153,7 +154,9 @@ impl<'a> OwnerTable<'a> {
     }
 
     /// Takes over `slot` for `me`, sent with generation `generation`, if its current owner
-    /// passes `allowed`. Returns the previous owner.
+    /// passes `allowed`. Returns the previous owner. The owner may be `me` itself when
+    /// `allowed` admits it: a party that sends to itself (a route `[f, f]`) takes back the
+    /// slot it sent, and the word does not change.
     pub fn take(
         &self,
         slot: u32,
@@ -176,7 +179,7 @@ impl<'a> OwnerTable<'a> {
                 actual: cur.generation,
             });
         }
-        if cur.owner == Owner::FREE || cur.owner == me || !allowed(cur.owner) {
+        if cur.owner == Owner::FREE || !allowed(cur.owner) {
             return Err(OwnershipError::WrongOwner {
                 slot,
                 actual: cur.owner,
@@ -297,6 +300,14 @@ mod tests {
         assert_eq!(t.get(s).unwrap().owner, f1);
         // The old owner can no longer free it.
         assert!(t.free(s, gw).is_err());
+        // A party that sent the slot to itself takes it back (the word stays), but only where
+        // its own queue is the one it came in on.
+        assert!(matches!(
+            t.take(s, g, f1, |o| o == gw),
+            Err(OwnershipError::WrongOwner { .. })
+        ));
+        assert_eq!(t.take(s, g, f1, |o| o == f1), Ok(f1));
+        assert_eq!(t.get(s).unwrap().owner, f1);
         assert!(matches!(
             t.take(9, 0, f1, |_| true),
             Err(OwnershipError::OutOfRange(9))

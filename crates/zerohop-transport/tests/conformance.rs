@@ -323,6 +323,55 @@ fn delivers_in_order_between_threads() {
     }
 }
 
+/// A function whose graph lets it send to itself (a route `[f, f]`): party 1 receives from
+/// the gateway, then sends each request to itself (in the same process and thread, as a
+/// runtime does), receives it again from itself, and the pool is empty afterwards.
+#[test]
+fn a_party_sends_to_itself() {
+    const N: u32 = 2_000;
+    for backend in Backend::ALL {
+        let pool = new_pool(64, 256);
+        let policy = Arc::new(
+            Policy::new(
+                vec![GATEWAY_FN, 0],
+                [(GATEWAY_FN, 0), (0, 0), (0, GATEWAY_FN)],
+            )
+            .expect("policy"),
+        );
+        let t = create(backend, &policy, Options::default());
+        let mut ep = endpoint(backend, &pool, &policy, &*t, RECEIVER);
+        let dog = Watchdog::new(ep.stopper(), PHASE);
+        let gw = t.sender(0).expect("gateway sender");
+        let me = t.sender(RECEIVER).expect("own sender");
+        let deadline = Instant::now() + PHASE;
+        for request in 0..N {
+            send_request(backend, &pool, &*gw, 0, request, deadline);
+            let d = ep
+                .recv()
+                .unwrap_or_else(|| panic!("[{backend}] request {request} from the gateway"));
+            assert_eq!((d.from, d.desc.request), (0, request), "[{backend}]");
+            let desc = d.slot.descriptor(request, d.desc.len, 0);
+            me.send(RECEIVER, desc)
+                .unwrap_or_else(|e| panic!("[{backend}] sending {request} to itself: {e}"));
+            d.slot.into_sent();
+            let again = ep
+                .recv()
+                .unwrap_or_else(|| panic!("[{backend}] request {request} from itself"));
+            assert_eq!(
+                (again.from, again.desc.request),
+                (RECEIVER, request),
+                "[{backend}] the second hop comes from the party itself"
+            );
+            if let Err(e) = check(&again.slot, &again.desc) {
+                panic!("[{backend}] {e}");
+            }
+        }
+        assert!(!dog.disarm(), "[{backend}] watchdog fired");
+        assert_eq!(ep.stats().dropped(), 0, "[{backend}] nothing dropped");
+        assert_eq!(pool.owners().in_use(), 0, "[{backend}] slots leaked");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // (b) fan-in: several parties, several threads each
 // ---------------------------------------------------------------------------------------
