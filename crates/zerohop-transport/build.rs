@@ -4,6 +4,10 @@
 //! Without clang the build goes on with an empty object, and the sockmap transport then
 //! refuses to start, naming the reason; `ZEROHOP_REQUIRE_BPF=1` (set in CI) makes a missing
 //! clang an error instead. A program that does not compile is always an error.
+//!
+//! A build without clang asks cargo to run this script again when `PATH` or any folder on
+//! it changes, so installing clang afterwards (`apt-get install clang`) is noticed by the
+//! next `cargo build`: no `cargo clean` needed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,18 +44,40 @@ fn main() {
             .arg(&obj);
         match cmd.status() {
             Ok(s) if s.success() => {}
-            Ok(s) => panic!("clang failed to compile {} ({s})", src.display()),
+            Ok(s) => {
+                let helpers = Path::new("/usr/include/bpf/bpf_helpers.h");
+                let hint = if helpers.exists() {
+                    ""
+                } else {
+                    " (libbpf's headers are missing: `apt-get install libbpf-dev`)"
+                };
+                panic!("clang failed to compile {} ({s}){hint}", src.display())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if std::env::var_os("ZEROHOP_REQUIRE_BPF").is_some_and(|v| v != "0") {
                     panic!("ZEROHOP_REQUIRE_BPF is set but `{clang}` was not found: install clang");
                 }
                 println!(
                     "cargo:warning=`{clang}` not found: built without the sockmap transport's \
-                     eBPF programs (install clang to have them)"
+                     eBPF programs (install clang to have them; the next build notices it)"
                 );
                 std::fs::write(&obj, []).expect("write an empty object");
+                rerun_when_path_changes();
             }
             Err(e) => panic!("running `{clang}`: {e}"),
+        }
+    }
+}
+
+/// Makes cargo run this script again when `PATH` or one of its folders changes (a program
+/// installed there, clang among them). Only after clang was not found: with clang, the
+/// objects depend on `bpf/` alone.
+fn rerun_when_path_changes() {
+    println!("cargo:rerun-if-env-changed=PATH");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        if dir.is_absolute() && dir.is_dir() {
+            println!("cargo:rerun-if-changed={}", dir.display());
         }
     }
 }
