@@ -7,16 +7,21 @@
 //! kill (the chain stopping, an instance killed), and only a power loss may lose the last
 //! commits. Writers wait up to 5 s for each other (`busy_timeout`).
 //!
-//! The folder holding the file must be writable by the chain's uid: SQLite creates the
-//! `-wal` and `-shm` files beside it (see the README for a pinned `--uid-range`).
+//! The file is `plates.db` in the chain's data folder (`$ZEROHOP_DATA`, which the agent
+//! creates and gives to the chain's uid: SQLite creates the `-wal` and `-shm` files beside
+//! it), or the file `PARKING_DB` names.
 
 use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-/// Environment variable naming the database file (an absolute path).
+/// Environment variable naming the database file (an absolute path), when it is not
+/// `plates.db` in the chain's data folder.
 pub const DB_ENV: &str = "PARKING_DB";
+
+/// The chain's data folder, as the agent names it to every function (`data:` in the spec).
+pub const DATA_ENV: &str = "ZEROHOP_DATA";
 
 /// How long a writer waits for another.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,8 +29,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// A failure of the store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// [`DB_ENV`] is not set.
-    #[error("{DB_ENV} is not set: give the database file's absolute path in the function's env")]
+    /// Neither [`DB_ENV`] nor [`DATA_ENV`] is set.
+    #[error(
+        "neither {DATA_ENV} nor {DB_ENV} is set: give the chain a data folder (`data: true` in \
+         its spec) or the database file's absolute path in the function's env"
+    )]
     NoPath,
     /// SQLite failed; `doing` says at what.
     #[error("plate store {path}: {doing}: {source}")]
@@ -59,10 +67,13 @@ pub struct PlateStore {
 }
 
 impl PlateStore {
-    /// Opens the store named by [`DB_ENV`].
+    /// Opens the store named by [`DB_ENV`], else `plates.db` in [`DATA_ENV`].
     pub fn open_from_env() -> Result<Self, StoreError> {
-        let path = std::env::var_os(DB_ENV).ok_or(StoreError::NoPath)?;
-        Self::open(Path::new(&path))
+        match (std::env::var_os(DB_ENV), std::env::var_os(DATA_ENV)) {
+            (Some(file), _) => Self::open(Path::new(&file)),
+            (None, Some(dir)) => Self::open(&Path::new(&dir).join("plates.db")),
+            (None, None) => Err(StoreError::NoPath),
+        }
     }
 
     /// Opens (creating when needed) the store in `path`.

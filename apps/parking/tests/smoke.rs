@@ -39,20 +39,24 @@ fn new_per_burst(cfg: &LotConfig, bursts: usize) -> Vec<u64> {
         .collect()
 }
 
-/// A uid of its own for this test run (the chain runs under it as root; the store's folder
-/// belongs to it), pinned with `--uid-range U-U` so both starts of the chain get it.
-fn pinned_uid() -> u32 {
-    171_000 + std::process::id() % 1_000
+/// Two uids of their own for this test run, one per start of the chain (`--uid-range U-U`):
+/// the second start runs under another uid than the first, as a restart may, and must still
+/// find its store.
+fn pinned_uids() -> (u32, u32) {
+    let u = 171_000 + 2 * (std::process::id() % 1_000);
+    (u, u + 1)
 }
 
-fn spec(db: &Path) -> String {
+/// The chain with its data folder at `data` (the plate store is `plates.db` in it).
+fn spec(data: &Path) -> String {
     let bin = |n: &str| target_bin(n).display().to_string();
-    let db = db.display();
+    let data = data.display();
     format!(
         r#"name: parking
 pool: {{ slots: 256, slot_size: 8KiB }}
 max_body: 6KiB
 timeout: 20s
+data: {data}
 functions:
   detection:
     command: ["{detection}"]
@@ -60,11 +64,9 @@ functions:
     env: {{ DETECT_WORK_MS: "3" }}
   search:
     command: ["{search}"]
-    env: {{ PARKING_DB: {db} }}
     next: [persist]
   persist:
     command: ["{persist}"]
-    env: {{ PARKING_DB: {db} }}
     next: [charge]
   charge:
     command: ["{charge}"]
@@ -110,27 +112,34 @@ fn n(report: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in {report}"))
 }
 
-/// A folder for the store that the chain's uid may write.
-fn store_dir(uid: u32) -> TempDir {
-    let dir = TempDir::new("parking-db");
-    let root = std::fs::metadata("/proc/self").map(|m| m.uid()).ok() == Some(0);
-    if root {
-        std::os::unix::fs::chown(dir.path(), Some(uid), Some(uid)).expect("chown the store dir");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
-    dir
+fn owner(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .uid()
 }
 
 #[test]
 fn new_plates_take_the_long_chain_known_ones_the_short_and_the_store_survives_a_restart() {
-    let uid = pinned_uid();
-    let dir = store_dir(uid);
-    let db = dir.path().join("plates.db");
-    let spec = spec(&db);
-    let uid_range = format!("{uid}-{uid}");
+    let root = nix_root();
+    let (first, second) = pinned_uids();
+    // Nobody makes the store's folder: the agent does (`data:`), and gives it to the uid.
+    let tmp = TempDir::new("parking-data");
+    // The chain's uid must be able to pass through the test's own folder to reach its own.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = tmp.path().join("store");
+    let db = data.join("plates.db");
+    let spec = spec(&data);
+    let uid_range = format!("{first}-{first}");
     let args = ["--uid-range", uid_range.as_str()];
 
     let chain = ChainProcess::start(&spec, &args);
+    if root {
+        assert_eq!(
+            owner(&data),
+            first,
+            "the data folder belongs to the chain's uid"
+        );
+    }
     let url = format!("{}/snapshot", chain.url);
 
     // HTTP, an empty store: a plate's first snapshot goes through persist, later ones not.
@@ -198,9 +207,27 @@ fn new_plates_take_the_long_chain_known_ones_the_short_and_the_store_survives_a_
     assert_eq!(n(&report, "errors") + n(&report, "wrong"), 0, "{report}");
     assert_eq!(n(&report, "long_path"), coap_distinct, "{report}");
     assert_eq!(chain.stop(), Some(0), "the chain stops cleanly");
+    if root {
+        assert_eq!(owner(&db), first, "the store was made by the chain's uid");
+    }
 
-    // Started again on the same store: the first burst's cars are all known.
+    // Started again on the same store, under another uid: the agent gives it the folder and
+    // the store, and the first burst's cars are all known.
+    let uid_range = format!("{second}-{second}");
+    let args = ["--uid-range", uid_range.as_str()];
     let chain = ChainProcess::start(&spec, &args);
+    if root {
+        assert_eq!(
+            owner(&data),
+            second,
+            "the folder follows the chain's new uid"
+        );
+        assert_eq!(
+            owner(&db),
+            second,
+            "and so does what the last run left in it"
+        );
+    }
     let report = cam(&[
         "--http",
         &format!("{}/snapshot", chain.url),
@@ -219,7 +246,12 @@ fn new_plates_take_the_long_chain_known_ones_the_short_and_the_store_survives_a_
     assert_eq!(n(&report, "new_but_known"), u64::from(SPOTS), "{report}");
     assert_eq!(chain.stop(), Some(0));
 
-    // The store holds every plate once.
+    // The store holds every plate once, in the folder the agent made.
     let store = PlateStore::open(&db).expect("open the store");
     assert_eq!(store.count().unwrap(), distinct + coap_distinct);
+}
+
+/// Whether this test runs as root (then the chain runs under the pinned uids).
+fn nix_root() -> bool {
+    std::fs::metadata("/proc/self").map(|m| m.uid()).ok() == Some(0)
 }

@@ -81,6 +81,9 @@ pub struct Inherit {
     pub coap: Option<std::net::UdpSocket>,
     /// The old chain's state store; it must have the geometry the new spec asks for.
     pub state: Option<Arc<zerohop_pool::State>>,
+    /// The old chain's data folder and the uid that owns it (kept if the new spec names the
+    /// same folder).
+    pub data: Option<crate::confine::KeptData>,
 }
 
 /// Why a chain could not come up.
@@ -643,8 +646,23 @@ pub async fn up_with(
     for f in &spec.functions {
         paths.push(check_program(&spec, f)?);
     }
-    let domain =
-        Domain::new(&spec.name, opts.uid_range, opts.cgroups).map_err(AgentError::Confine)?;
+    let data_path = spec.data.as_ref().map(|d| match d {
+        crate::spec::DataSpec::At(p) => p.clone(),
+        crate::spec::DataSpec::Default => crate::confine::data::default_dir(
+            &spec.name,
+            nix::unistd::geteuid().is_root(),
+            std::env::var_os("XDG_DATA_HOME").as_deref().map(Path::new),
+            std::env::var_os("HOME").as_deref().map(Path::new),
+        ),
+    });
+    let domain = Domain::new(
+        &spec.name,
+        opts.uid_range,
+        opts.cgroups,
+        data_path.as_deref(),
+        inherit.data,
+    )
+    .map_err(AgentError::Confine)?;
     let programs = spec
         .functions
         .iter()

@@ -268,6 +268,18 @@ pub struct ChainSpec {
     /// Where the HTTP gateway listens (`zerohop up --listen` and `zerohop apply --listen`
     /// override it; `None`: 127.0.0.1:8080 for `up`, a free port for `apply`).
     pub listen: Option<SocketAddr>,
+    /// The chain's data folder (`data:`), if it has one.
+    pub data: Option<DataSpec>,
+}
+
+/// Where a chain keeps the files its functions write (`data:` in the spec): a folder the
+/// agent creates and gives to the chain's uid, named to functions by `$ZEROHOP_DATA`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataSpec {
+    /// `data: true`: the default place (`/var/lib/zerohop/chains/NAME` as root).
+    Default,
+    /// `data: PATH`: this folder (a relative path is resolved against the spec's folder).
+    At(PathBuf),
 }
 
 /// Reads and validates the spec at `path`.
@@ -320,6 +332,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         "coap",
         "state",
         "listen",
+        "data",
     ];
     cx.only_known(&top, "", &known)?;
 
@@ -426,6 +439,27 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         Some(n) => Some(cx.address(n, "listen")?),
     };
     let dir = path.parent().unwrap_or(Path::new(""));
+    let data = match get(&top, "data") {
+        None => None,
+        Some(n) => match &n.data {
+            YamlData::Value(Scalar::Boolean(true)) => Some(DataSpec::Default),
+            YamlData::Value(Scalar::Boolean(false)) => None,
+            YamlData::Value(Scalar::String(p)) if !p.is_empty() => {
+                Some(DataSpec::At(PathBuf::from(absolute(&dir.join(&p[..])))))
+            }
+            _ => {
+                return Err(cx.err(
+                    line(n),
+                    "data",
+                    format!(
+                        "expected true (a folder of the chain's own in the default place) or \
+                         the folder's path, found {}",
+                        kind(n)
+                    ),
+                ))
+            }
+        },
+    };
     let mut functions = cx.functions(root, &top, dir)?;
     let routes = cx.routes(root, &top, &mut functions)?;
     cx.no_call_cycle(&functions)?;
@@ -488,6 +522,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         coap,
         state,
         listen,
+        data,
     })
 }
 
@@ -1901,6 +1936,27 @@ routes:
             let e = err(&HELLO.replace(py, with));
             assert!(e.starts_with(expect), "{with}: {e}");
         }
+    }
+
+    #[test]
+    fn a_data_folder_is_true_a_path_or_nothing() {
+        assert_eq!(parse(Path::new("c.yaml"), HELLO).unwrap().data, None);
+        let with = |v: &str| parse(Path::new("/srv/c.yaml"), &format!("{HELLO}data: {v}\n"));
+        assert_eq!(with("true").unwrap().data, Some(DataSpec::Default));
+        assert_eq!(with("false").unwrap().data, None);
+        assert_eq!(
+            with("/var/lib/x").unwrap().data,
+            Some(DataSpec::At(PathBuf::from("/var/lib/x")))
+        );
+        assert_eq!(
+            with("store").unwrap().data,
+            Some(DataSpec::At(PathBuf::from("/srv/store"))),
+            "relative to the spec's folder"
+        );
+        let e = with("3").unwrap_err().to_string();
+        assert!(e.contains(": data: expected true"), "{e}");
+        let e = with("\"\"").unwrap_err().to_string();
+        assert!(e.contains(": data: expected true"), "{e}");
     }
 
     #[test]

@@ -304,12 +304,15 @@ pub(crate) fn handover_fds(shared: &Shared, inst: &InstanceSpec) -> std::io::Res
 pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io::Result<Instance> {
     let run = shared.function(inst.index);
     let fds = handover_fds(shared, inst)?;
-    let handover_env = [
+    let mut handover_env = vec![
         (handover::PLAN, shared.plan_json.clone()),
         (handover::PARTY, inst.party.to_string()),
         (handover::FDS, fds.len().to_string()),
         (handover::AGENT_PID, std::process::id().to_string()),
     ];
+    if let Some(dir) = shared.domain.data_dir() {
+        handover_env.push((confine::data::ENV, dir.display().to_string()));
+    }
     let env = confine::environment(&run.env, &handover_env);
     let cgroup = shared
         .domain

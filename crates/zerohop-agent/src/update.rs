@@ -278,6 +278,7 @@ impl ChainView {
             } else {
                 None
             },
+            data: s.domain.keep_data(),
         })
     }
 

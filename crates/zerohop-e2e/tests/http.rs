@@ -89,7 +89,11 @@ fn a_function_that_follows_itself_answers_on_every_transport() {
         let chain = ChainProcess::start(&spec, &["--transport", transport]);
         let agent = client();
         for i in 0..50 {
-            let a = post(&agent, &format!("{}/twice", chain.url), &format!("self {i}"));
+            let a = post(
+                &agent,
+                &format!("{}/twice", chain.url),
+                &format!("self {i}"),
+            );
             assert_eq!(
                 (a.status, a.body.as_str()),
                 (200, format!("SELF {i}").as_str()),

@@ -13,10 +13,12 @@
 //! between (a free-list allocator could lose a slot popped but not yet recorded):
 //!
 //! * alloc:    `(g, FREE)  -> (g, me)`      the lowest free slot
-//! * take:     `(g, from)  -> (g, me)`      the receiver takes a slot it was sent (from
-//!                                           may be the receiver itself: a route `[f, f]`)
+//! * take:     `(g, from)  -> (g, me)`      the receiver takes a slot it was sent
 //! * free:     `(g, me)    -> (g+1, FREE)`  the generation moves on, stale descriptors die
 //! * reclaim:  `(g, dead)  -> (g+1, FREE)`  the agent, after a party died
+//!
+//! `from` may be the receiver itself (a route `[f, f]` with one instance): it takes back the
+//! slot it sent, through its own queue, and the word stays as it is.
 //!
 //! The receiver (not the sender) performs the hand-over, so a descriptor that never arrives
 //! leaves its slot with the sender, where reclaim finds it if the sender dies.

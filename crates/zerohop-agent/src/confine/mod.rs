@@ -17,6 +17,7 @@
 //! error are pipes whose read ends the agent keeps (`crate::logs`).
 
 pub(crate) mod cgroup;
+pub mod data;
 pub(crate) mod identity;
 pub(crate) mod limits;
 pub(crate) mod reaper;
@@ -68,7 +69,11 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// The chain's security domain; lives as long as the chain.
 #[derive(Debug)]
 pub(crate) struct Domain {
-    identity: Identity,
+    /// Shared with a chain replacing this one when the chain has a data folder (the folder
+    /// belongs to one uid).
+    identity: Arc<Identity>,
+    /// The chain's data folder, if its spec asks for one.
+    data: Option<Arc<data::DataDir>>,
     cgroup: Option<ChainCgroup>,
     /// Why `cgroup` is `None`.
     no_cgroup: String,
@@ -78,10 +83,45 @@ pub(crate) struct Domain {
 }
 
 impl Domain {
-    /// Sets up the domain of chain `name`.
-    pub fn new(name: &str, uids: UidRange, cgroups: CgroupMode) -> Result<Domain, String> {
-        let identity = identity::acquire(uids).map_err(|e| e.to_string())?;
-        if let Identity::UserNs { .. } = identity {
+    /// Sets up the domain of chain `name`, with its data folder at `data` if it has one.
+    /// `kept`: the data folder and identity of the chain this one replaces; kept when the
+    /// folder stays the same (the new version's instances run under the same uid, which
+    /// owns the folder).
+    pub fn new(
+        name: &str,
+        uids: UidRange,
+        cgroups: CgroupMode,
+        data: Option<&Path>,
+        kept: Option<KeptData>,
+    ) -> Result<Domain, String> {
+        let kept = kept.filter(|k| Some(k.dir.path()) == data);
+        let identity = match &kept {
+            Some(k) => k.identity.clone(),
+            None => Arc::new(identity::acquire(uids).map_err(|e| e.to_string())?),
+        };
+        let data = match (kept, data) {
+            (Some(k), _) => Some(k.dir),
+            (None, Some(path)) => {
+                let owner = match &*identity {
+                    Identity::Uid { uid, gid, .. } => Some((*uid, *gid)),
+                    Identity::UserNs { .. } => None,
+                };
+                let dir = data::DataDir::open(name, path, owner)?;
+                if let Some(blocked) = unreachable_by(dir.path(), &identity) {
+                    return Err(format!(
+                        "data folder {}: the chain's uid {} cannot reach it: {} is not \
+                         searchable by others (o+x); open that folder up (chmod o+x) or name \
+                         another place with `data: PATH`",
+                        dir.path().display(),
+                        identity.uid(),
+                        blocked.display()
+                    ));
+                }
+                Some(Arc::new(dir))
+            }
+            (None, None) => None,
+        };
+        if let Identity::UserNs { .. } = *identity {
             // The instances keep the agent's uid outside their namespace: while the agent is
             // dumpable, any of them could open /proc/<agent>/mem and write into the agent
             // (which holds every pool and the gateway). Not dumpable, only root can.
@@ -104,6 +144,7 @@ impl Domain {
             Spawner::start().map_err(|e| format!("cannot start the spawner process: {e}"))?;
         Ok(Domain {
             identity,
+            data,
             cgroup,
             no_cgroup,
             reaper,
@@ -117,9 +158,22 @@ impl Domain {
         self.identity.uid()
     }
 
+    /// The chain's data folder, if it has one.
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.data.as_deref().map(data::DataDir::path)
+    }
+
+    /// What a chain replacing this one keeps: the data folder and the uid that owns it.
+    pub fn keep_data(&self) -> Option<KeptData> {
+        self.data.as_ref().map(|dir| KeptData {
+            identity: self.identity.clone(),
+            dir: dir.clone(),
+        })
+    }
+
     /// One line for the log: who instances run as, and how they are grouped.
     pub fn describe(&self) -> String {
-        let who = match &self.identity {
+        let who = match &*self.identity {
             Identity::Uid { uid, gid, .. } => format!("uid {uid}, gid {gid}"),
             Identity::UserNs { .. } => format!("uid {} in a user namespace each", self.uid()),
         };
@@ -171,6 +225,14 @@ impl Domain {
     pub fn gone(&self, pgid: u32) {
         self.reaper.remove(pgid);
     }
+}
+
+/// A chain's data folder and the identity that owns it, handed to the chain that replaces it
+/// (see [`Domain::new`]).
+#[derive(Debug, Clone)]
+pub struct KeptData {
+    identity: Arc<Identity>,
+    dir: Arc<data::DataDir>,
 }
 
 /// A function's program, opened once, and its compiled filter.
@@ -250,7 +312,12 @@ impl Program {
 /// The first ancestor folder of `path` that the chain's uid cannot search (only checked as
 /// root: in a user namespace the instances keep the agent's uid).
 fn unreachable_dir(path: &Path, domain: &Domain) -> Option<PathBuf> {
-    let Identity::Uid { uid, gid, .. } = &domain.identity else {
+    unreachable_by(path, &domain.identity)
+}
+
+/// [`unreachable_dir`] for `identity`.
+fn unreachable_by(path: &Path, identity: &Identity) -> Option<PathBuf> {
+    let Identity::Uid { uid, gid, .. } = identity else {
         return None;
     };
     let abs = std::path::absolute(path).ok()?;
@@ -321,7 +388,7 @@ pub(crate) fn start(
         cgroup_procs.push(next);
         next += 1;
     }
-    let ids = match &domain.identity {
+    let ids = match &*domain.identity {
         Identity::Uid { uid, gid, .. } => ChildIds::Uid {
             uid: *uid,
             gid: *gid,
