@@ -112,6 +112,10 @@ enum Command {
         /// from).
         #[arg(long)]
         sdk: Option<PathBuf>,
+        /// Python and Node.js: the interpreter to run the function with (default: the first
+        /// of python3/node on PATH, /usr/bin's, /usr/local/bin's that the chain's uid can run).
+        #[arg(long, value_name = "PATH")]
+        interpreter: Option<PathBuf>,
         /// The folder to create; its name names the function, the chain and the route.
         name: PathBuf,
     },
@@ -282,7 +286,12 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
     match cli.command {
-        Command::New { lang, sdk, name } => match new::new(lang, &name, sdk) {
+        Command::New {
+            lang,
+            sdk,
+            interpreter,
+            name,
+        } => match new::new(lang, &name, sdk, interpreter) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("zerohop: {e:#}");
