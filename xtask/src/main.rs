@@ -9,12 +9,21 @@
 //! * `cargo xtask image`: builds the release binaries and the container image the Kubernetes
 //!   manifests run, `zerohop:VERSION`, as an OCI image layout: `target/image/oci/` and the
 //!   same as one archive, `target/image/zerohop-VERSION.oci.tar` (see `docs/kubernetes.md`).
-//! * `cargo xtask test`: builds the binaries the end-to-end tests start, kube-apiserver and
-//!   kubectl (`cargo xtask kube`), every SDK (the C SDK
-//!   in `target/c-sdk`, the Python SDK in `target/python-sdk`, the Node.js addon) and the
-//!   polyglot example's functions, runs every test of the workspace, the Go SDK's tests
-//!   (`go test` in `sdk/go`), the Node.js SDK's (`node --test`) and the Python SDK's
-//!   (pytest), then the loom model checks of the allocator and the ring.
+//! * `cargo xtask test`: installs the system packages the tests need (as root with apt;
+//!   otherwise it names each missing program with the command that installs it and stops
+//!   before building; see `prereqs`), builds the binaries the end-to-end tests start,
+//!   kube-apiserver and kubectl (`cargo xtask kube`, beside the Rust builds), the container
+//!   image, every SDK (the C SDK in `target/c-sdk`, the Python SDK in `target/python-sdk`,
+//!   the Node.js addon) and the polyglot example's functions, runs every test binary of the
+//!   workspace (side by side where they do not compete, see `testrun`), the doc tests, the Go
+//!   SDK's tests (`go test` in `sdk/go`), the Node.js SDK's (`node --test`) and the Python
+//!   SDK's (pytest), then the loom model checks of the allocator and the ring, and prints where
+//!   the time went (`phases`).
+//! * `cargo xtask lint`: installs what the build needs (clang and libbpf's headers for the
+//!   eBPF programs), then `cargo fmt --check` and `cargo clippy -D warnings` over the
+//!   workspace and the Python and Node.js SDK crates.
+//! * `cargo xtask phases`: prints the phases every task since `target/xtask/phases.tsv` was
+//!   last emptied spent (`.ci/run` prints it at its end).
 //! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [--no-activation] [--no-languages]
 //!   [ARGS]`: builds everything, runs `zerohop-bench` (every system side by side, see
 //!   `bench/README.md`) into `results/`, draws the plots, then runs the scale point
@@ -29,6 +38,10 @@
 //!   fails naming the saved input if any target crashes (see `fuzz/README.md`).
 
 #![forbid(unsafe_code)]
+
+mod phases;
+mod prereqs;
+mod testrun;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -45,6 +58,8 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("demo") => demo(&args[1..]),
         Some("test") => test(&args[1..]),
+        Some("lint") => lint(&args[1..]),
+        Some("phases") => phases::print_file(&root),
         Some("bench") => bench(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         Some("c-sdk") => c_sdk(&args[1..]),
@@ -61,7 +76,10 @@ fn main() -> Result<()> {
                  image         build the container image (an OCI layout) into target/image\n  \
                  kube          build kube-apiserver and kubectl (the Kubernetes tests' control\n                \
                  plane) from the Go module proxy into target/kube/bin\n  \
-                 test [ARGS]   build, run all tests (extra ARGS go to `cargo test`), then loom checks\n  \
+                 test [ARGS]   install what the tests need, build, run all tests (ARGS go to\n                \
+                 `cargo test`, ARGS after `--` to each test binary), then loom checks\n  \
+                 lint          install what the build needs, cargo fmt --check and clippy\n  \
+                 phases        print how long each phase of the last tasks took\n  \
                  bench [ARGS]  build, benchmark zerohop against the baselines (ARGS go to\n                \
                  zerohop-bench, e.g. --quick), write results/ and its plots, then the\n                \
                  scale point (--no-scale skips it), the applications (--no-apps),\n                \
@@ -454,6 +472,7 @@ fn build_bins() -> Result<()> {
 }
 
 fn demo(extra: &[String]) -> Result<()> {
+    prereqs::demo_note();
     build_bins()?;
     eprintln!("xtask: starting the hello chain; try it with:");
     eprintln!("  curl -s -X POST --data 'hello world' http://127.0.0.1:8080/hello");
@@ -467,11 +486,22 @@ fn demo(extra: &[String]) -> Result<()> {
     Err(err).context("starting target/release/zerohop")
 }
 
+/// The Python the SDK is built and tested with: Debian's, which the chains' uids can run and
+/// `zerohop new` picks for the Python starter (the same interpreter keeps pip's in-tree
+/// build of the SDK in `sdk/python/target` warm for both), else `python3` on PATH.
+fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").is_file() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
 /// Installs the Python SDK into `target/python-sdk` (pip builds it with maturin).
 fn python_sdk() -> Result<()> {
     run(
         "installing the Python SDK into target/python-sdk (pip builds it with maturin)",
-        Command::new("python3").args([
+        Command::new(python()).args([
             "-m",
             "pip",
             "install",
@@ -566,75 +596,194 @@ fn polyglot(extra: &[String]) -> Result<()> {
     Err(err).context("starting target/release/zerohop")
 }
 
+/// `cargo xtask test`: the README's test command. Installs what the tests need (or stops
+/// before building, saying what is missing), builds everything once (the control plane from
+/// Go beside the Rust builds), runs every test binary of the workspace (side by side where
+/// they do not compete, see [`testrun`]), the Go, Node.js and Python SDKs' tests and the
+/// loom model checks, and prints where the time went.
 fn test(extra: &[String]) -> Result<()> {
-    build_bins()?;
-    // The Kubernetes tests run against a real API server, built from source once, and the
-    // image test runs the container image.
-    kube(&[])?;
-    image(&[])?;
-    // The C functions of the tests are built against the C SDK, as a user builds them; the
-    // workspace's end-to-end tests (starters, the polyglot chain) use every SDK.
-    polyglot_build()?;
-    run(
-        "running the workspace tests",
-        cargo()
-            .args(["test", "--release", "--workspace"])
-            .args(extra),
-    )?;
+    let mut phases = phases::Phases::new(&workspace_root(), "test");
+    let result = test_phases(extra, &mut phases);
+    phases.print();
+    result
+}
+
+fn test_phases(extra: &[String], ph: &mut phases::Phases) -> Result<()> {
+    use prereqs::Need;
+    ph.time("system packages", || {
+        prereqs::ensure("cargo xtask test", &[Need::Build, Need::Tests])
+    })?;
+    if !prereqs::is_root() {
+        bail!(
+            "cargo xtask test runs as root: its tests run chains under uids of their own, load \
+             eBPF programs and make network namespaces (try `sudo -E cargo xtask test`)"
+        );
+    }
+    // ARGS go to cargo (which packages, features), ARGS after `--` to every test binary.
+    let (cargo_args, bin_args) = match extra.iter().position(|a| a == "--") {
+        Some(i) => (&extra[..i], &extra[i + 1..]),
+        None => (extra, &[][..]),
+    };
+    // The Kubernetes tests' control plane builds from Go beside the Rust builds: each leaves
+    // a core idle now and then (linking, the last crates of a build), the other fills it.
+    let kube_build = std::thread::spawn(|| {
+        let started = Instant::now();
+        let r = kube(&[]);
+        (started.elapsed(), r)
+    });
+    let built = (|| -> Result<Vec<testrun::TestBin>> {
+        ph.time("build: release binaries", build_bins)?;
+        // The image test runs the container image.
+        ph.time("build: container image", || image(&[]))?;
+        // The C functions of the tests are built against the C SDK, as a user builds them;
+        // the end-to-end tests (starters, the polyglot chain) use every SDK.
+        ph.time("build: SDKs, polyglot example", polyglot_build)?;
+        ph.time("build: test binaries", || testrun::build(cargo_args))
+    })();
+    let (took, kube_built) = kube_build
+        .join()
+        .map_err(|_| anyhow::anyhow!("the kube-apiserver build thread panicked"))?;
+    ph.record(
+        "build: kube-apiserver, kubectl (beside the above)",
+        took,
+        kube_built.is_ok(),
+    );
+    let bins = built?;
+    kube_built?;
+    // Every suite runs even when one fails; the run fails at the end naming each.
+    let mut failed: Vec<String> = Vec::new();
+    let mut suite = |name: &str, r: Result<()>| {
+        if let Err(e) = r {
+            eprintln!("xtask: {name} failed: {e:#}");
+            failed.push(name.to_owned());
+        }
+    };
+    let r = testrun::run(&bins, bin_args, ph);
+    suite("the workspace's test binaries", r);
+    let r = ph.time("tests: doc tests", || {
+        run(
+            "the workspace's doc tests",
+            cargo()
+                .args(["test", "--release", "--workspace", "--doc"])
+                .args(cargo_args),
+        )
+    });
+    suite("the doc tests", r);
     let pkgconfig = workspace_root().join("target/c-sdk/lib/pkgconfig");
-    run(
-        "the Go SDK's tests (go test in sdk/go, over the C SDK just installed)",
-        Command::new("go")
-            .args(["test", "-count=1", "./..."])
-            .current_dir("sdk/go")
-            .env("PKG_CONFIG_PATH", &pkgconfig),
-    )
-    .context("the Go SDK's tests need Go 1.22 or newer (`go` on PATH)")?;
-    run(
-        "the Node.js SDK's tests (npm test: node --test in sdk/node)",
-        Command::new("npm")
-            .args(["test", "--silent"])
-            .current_dir("sdk/node"),
-    )?;
-    run(
-        "pytest for the tests of the Python SDK (into target/python-test)",
-        // Into a folder of its own, as the SDK: a system Python (PEP 668) refuses installs
-        // into its own environment, not into a target folder.
-        Command::new("python3").args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--upgrade",
-            "--target",
-            "target/python-test",
-            "pytest>=7",
-        ]),
-    )?;
-    run(
-        "the Python SDK's tests (pytest in sdk/python/tests)",
-        Command::new("python3")
-            .args(["-m", "pytest", "-q", "sdk/python/tests"])
-            .env("PYTHONPATH", "target/python-sdk:target/python-test"),
-    )?;
-    run(
-        "loom model checks of the slot allocator and the ring",
-        cargo()
-            .args([
-                "test",
-                "--release",
-                "-p",
-                "zerohop-pool",
-                "-p",
-                "zerohop-transport",
-                "--lib",
-                "loom",
-            ])
-            .env("RUSTFLAGS", "--cfg loom")
-            .env("CARGO_TARGET_DIR", "target/loom"),
-    )?;
+    let r = ph.time("tests: Go SDK", || {
+        run(
+            "the Go SDK's tests (go test in sdk/go, over the C SDK just installed)",
+            Command::new("go")
+                .args(["test", "-count=1", "./..."])
+                .current_dir("sdk/go")
+                .env("PKG_CONFIG_PATH", &pkgconfig),
+        )
+        .context("the Go SDK's tests need Go 1.22 or newer (`go` on PATH)")
+    });
+    suite("the Go SDK's tests", r);
+    let r = ph.time("tests: Node.js SDK", || {
+        run(
+            "the Node.js SDK's tests (npm test: node --test in sdk/node)",
+            Command::new("npm")
+                .args(["test", "--silent"])
+                .current_dir("sdk/node"),
+        )
+    });
+    suite("the Node.js SDK's tests", r);
+    let r = ph.time("tests: Python SDK", || {
+        run(
+            "pytest for the tests of the Python SDK (into target/python-test)",
+            // Into a folder of its own, as the SDK: a system Python (PEP 668) refuses installs
+            // into its own environment, not into a target folder.
+            Command::new(python()).args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--upgrade",
+                "--target",
+                "target/python-test",
+                "pytest>=7",
+            ]),
+        )?;
+        run(
+            "the Python SDK's tests (pytest in sdk/python/tests)",
+            Command::new(python())
+                .args(["-m", "pytest", "-q", "sdk/python/tests"])
+                .env("PYTHONPATH", "target/python-sdk:target/python-test"),
+        )
+    });
+    suite("the Python SDK's tests", r);
+    let r = ph.time("tests: loom", || {
+        run(
+            "loom model checks of the slot allocator and the ring",
+            cargo()
+                .args([
+                    "test",
+                    "--release",
+                    "-p",
+                    "zerohop-pool",
+                    "-p",
+                    "zerohop-transport",
+                    "--lib",
+                    "loom",
+                ])
+                .env("RUSTFLAGS", "--cfg loom")
+                .env("CARGO_TARGET_DIR", "target/loom"),
+        )
+    });
+    suite("the loom checks", r);
+    if !failed.is_empty() {
+        bail!("failed: {}", failed.join("; "));
+    }
     eprintln!("xtask: all tests passed");
     Ok(())
+}
+
+/// `cargo xtask lint`: what the build needs (clang for the eBPF programs), then `cargo fmt
+/// --check` and `cargo clippy -D warnings` over the workspace and the two SDK crates that
+/// live outside it.
+fn lint(args: &[String]) -> Result<()> {
+    if let Some(a) = args.first() {
+        bail!("cargo xtask lint takes no arguments (got `{a}`)");
+    }
+    let mut ph = phases::Phases::new(&workspace_root(), "lint");
+    let result = (|| -> Result<()> {
+        ph.time("system packages", || {
+            prereqs::ensure("cargo xtask lint", &[prereqs::Need::Build])
+        })?;
+        let manifests = ["Cargo.toml", "sdk/python/Cargo.toml", "sdk/node/Cargo.toml"];
+        ph.time("cargo fmt --check", || {
+            for m in manifests {
+                let mut c = cargo();
+                c.args(["fmt", "--manifest-path", m]);
+                if m == "Cargo.toml" {
+                    c.arg("--all");
+                }
+                run(
+                    &format!("cargo fmt --check ({m})"),
+                    c.args(["--", "--check"]),
+                )?;
+            }
+            Ok(())
+        })?;
+        for m in manifests {
+            ph.time(&format!("cargo clippy ({m})"), || {
+                let mut c = cargo();
+                c.args(["clippy", "--manifest-path", m]);
+                if m == "Cargo.toml" {
+                    c.arg("--workspace");
+                }
+                run(
+                    &format!("cargo clippy ({m})"),
+                    c.args(["--all-targets", "--release", "--", "-D", "warnings"]),
+                )
+            })?;
+        }
+        Ok(())
+    })();
+    ph.print();
+    result
 }
 
 fn bench(extra: &[String]) -> Result<()> {
@@ -857,10 +1006,13 @@ fn fuzz(args: &[String]) -> Result<()> {
     }
 
     let started = Instant::now();
-    run(
-        "building the fuzz targets (AddressSanitizer + libFuzzer; the first build takes minutes)",
-        cargo_fuzz().arg("build"),
-    )?;
+    let mut ph = phases::Phases::new(&workspace_root(), "fuzz");
+    ph.time("build (AddressSanitizer + libFuzzer)", || {
+        run(
+            "building the fuzz targets (AddressSanitizer + libFuzzer; the first build takes minutes)",
+            cargo_fuzz().arg("build"),
+        )
+    })?;
     let mut failed = Vec::new();
     for (i, t) in targets.iter().enumerate() {
         eprintln!(
@@ -901,6 +1053,7 @@ fn fuzz(args: &[String]) -> Result<()> {
             }
         }
         let status = child.wait().context("waiting for cargo fuzz")?;
+        ph.record(t, since.elapsed().unwrap_or_default(), status.success());
         if status.success() {
             eprintln!("xtask: {t}: no crash in {seconds} s");
         } else {
@@ -908,6 +1061,7 @@ fn fuzz(args: &[String]) -> Result<()> {
         }
     }
     let took = started.elapsed().as_secs();
+    ph.print();
     if failed.is_empty() {
         eprintln!(
             "xtask: {} fuzz target(s) ran {seconds} s each without a crash ({took} s in all)",
