@@ -497,10 +497,11 @@ fn python() -> &'static str {
     }
 }
 
-/// Installs the Python SDK into `target/python-sdk` (pip builds it with maturin).
-fn python_sdk() -> Result<()> {
+/// `pip install --upgrade --target FOLDER WHAT` with [`python`]: into a folder of its own (a
+/// system Python, PEP 668, refuses installs into its own environment, not into a folder).
+fn pip_install(step: &str, folder: &str, what: &str) -> Result<()> {
     run(
-        "installing the Python SDK into target/python-sdk (pip builds it with maturin)",
+        step,
         Command::new(python()).args([
             "-m",
             "pip",
@@ -508,9 +509,18 @@ fn python_sdk() -> Result<()> {
             "-q",
             "--upgrade",
             "--target",
-            "target/python-sdk",
-            "sdk/python",
+            folder,
+            what,
         ]),
+    )
+}
+
+/// Installs the Python SDK into `target/python-sdk` (pip builds it with maturin).
+fn python_sdk() -> Result<()> {
+    pip_install(
+        "installing the Python SDK into target/python-sdk (pip builds it with maturin)",
+        "target/python-sdk",
+        "sdk/python",
     )
     .context("the Python SDK needs Python 3.11 or newer with pip (`python3` on PATH)")
 }
@@ -691,20 +701,10 @@ fn test_phases(extra: &[String], ph: &mut phases::Phases) -> Result<()> {
     });
     suite("the Node.js SDK's tests", r);
     let r = ph.time("tests: Python SDK", || {
-        run(
+        pip_install(
             "pytest for the tests of the Python SDK (into target/python-test)",
-            // Into a folder of its own, as the SDK: a system Python (PEP 668) refuses installs
-            // into its own environment, not into a target folder.
-            Command::new(python()).args([
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--upgrade",
-                "--target",
-                "target/python-test",
-                "pytest>=7",
-            ]),
+            "target/python-test",
+            "pytest>=7",
         )?;
         run(
             "the Python SDK's tests (pytest in sdk/python/tests)",
