@@ -109,10 +109,12 @@ fn c_sdk(args: &[String]) -> Result<()> {
         }
         _ => bail!("usage: cargo xtask c-sdk [--prefix DIR]"),
     };
-    run(
-        "building the C SDK (libzerohop.so, libzerohop.a)",
-        cargo().args(["build", "--release", "-p", "zerohop-c"]),
-    )?;
+    if !WORKSPACE_BUILT.load(std::sync::atomic::Ordering::Relaxed) {
+        run(
+            "building the C SDK (libzerohop.so, libzerohop.a)",
+            cargo().args(["build", "--release", "-p", "zerohop-c"]),
+        )?;
+    }
     let (include, lib) = (prefix.join("include"), prefix.join("lib"));
     let pkgconfig = lib.join("pkgconfig");
     for d in [&include, &pkgconfig] {
@@ -464,11 +466,39 @@ fn image(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Set once `cargo xtask test` has built every library, binary and test of the workspace in
+/// one build ([`build_workspace`]): the steps after it (the image, the C SDK) use what it
+/// built. A build of the binaries alone, or of one package, resolves the dependencies'
+/// features otherwise (without the dev-dependencies, or without the other packages), and
+/// cargo would compile much of the workspace a second time.
+static WORKSPACE_BUILT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn build_bins() -> Result<()> {
+    if WORKSPACE_BUILT.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
     run(
         "building release binaries (zerohop, example functions)",
         cargo().args(["build", "--release", "--workspace", "--bins"]),
     )
+}
+
+/// Builds the libraries (the C SDK's among them), binaries and test binaries of the
+/// workspace in one build, with one feature resolution; see [`WORKSPACE_BUILT`].
+fn build_workspace() -> Result<()> {
+    run(
+        "building the workspace: libraries, binaries and tests in one build",
+        cargo().args([
+            "build",
+            "--release",
+            "--workspace",
+            "--lib",
+            "--bins",
+            "--tests",
+        ]),
+    )?;
+    WORKSPACE_BUILT.store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
 }
 
 fn demo(extra: &[String]) -> Result<()> {
@@ -642,12 +672,16 @@ fn test_phases(extra: &[String], ph: &mut phases::Phases) -> Result<()> {
         (started.elapsed(), r)
     });
     let built = (|| -> Result<Vec<testrun::TestBin>> {
-        ph.time("build: release binaries", build_bins)?;
+        ph.time(
+            "build: the workspace (libraries, binaries, tests)",
+            build_workspace,
+        )?;
         // The image test runs the container image.
         ph.time("build: container image", || image(&[]))?;
         // The C functions of the tests are built against the C SDK, as a user builds them;
         // the end-to-end tests (starters, the polyglot chain) use every SDK.
         ph.time("build: SDKs, polyglot example", polyglot_build)?;
+        // Names the test binaries (the build above made them: nothing is compiled again).
         ph.time("build: test binaries", || testrun::build(cargo_args))
     })();
     let (took, kube_built) = kube_build

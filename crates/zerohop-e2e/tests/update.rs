@@ -1027,6 +1027,52 @@ fn a_replaced_chain_keeps_its_state_and_coap_socket_and_mqtt_chains_are_refused(
     d.stop_cleanly();
 }
 
+/// A chain with a data folder that is replaced keeps the folder and the uid that owns it, so
+/// the new version's instances can use what the old one wrote (both run while it drains).
+#[test]
+fn a_replaced_chain_keeps_its_data_folder_and_the_uid_that_owns_it() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let _serial = serial();
+    let d = Daemon::start();
+    let tmp = TempDir::new("data");
+    // The chain's uid passes through the test's own folder to its own.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = tmp.path().join("store");
+    let v1 = format!(
+        "name: keeper\ndata: {}\nfunctions:\n{}routes:\n  - http: POST /up\n    sequence: [a]\n",
+        data.display(),
+        function("a", &testfn(), "upper", "")
+    );
+    let url = create(&d, "keeper", &v1);
+    // "instances run as uid N, gid N; ..."
+    let uid = |d: &Daemon| -> u32 {
+        let c = d.status("keeper")["confinement"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        c.split("uid ")
+            .nth(1)
+            .and_then(|r| r.split([',', ' ']).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no uid in {c:?}"))
+    };
+    let before = uid(&d);
+    let owner = || std::fs::metadata(&data).expect("the data folder").uid();
+    assert_eq!(owner(), before, "the agent made the folder the chain's");
+    let v2 = format!("{v1}  - http: POST /again\n    sequence: [a]\n");
+    let u = apply(&d, "keeper", &v2);
+    assert_replaced(&u, "keeper", &url, "its routes change");
+    assert_eq!(
+        uid(&d),
+        before,
+        "the replacement runs under the folder's uid"
+    );
+    assert_eq!(owner(), before);
+    let r = post(&client(), &format!("{url}/again"), "kept");
+    assert_eq!((r.status, r.body.as_str()), (200, "KEPT"));
+    assert_only_listed(&d, "keeper");
+}
+
 #[test]
 fn scaling_bounds_change_without_a_restart() {
     let _serial = serial();
