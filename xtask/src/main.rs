@@ -990,12 +990,9 @@ fn plot(out: &Path) -> Result<()> {
     )
 }
 
+/// `program` on PATH (the prerequisites' own lookup).
 fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(program))
-            .find(|p| p.is_file())
-    })
+    prereqs::find_program(program, &std::env::var_os("PATH").unwrap_or_default())
 }
 
 const FUZZ_USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [TARGET...]";

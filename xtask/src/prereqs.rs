@@ -371,12 +371,9 @@ fn install(packages: &[&str], missing: &[&Requirement]) -> Result<()> {
             quiet(Command::new("service").args([svc, "stop"]));
         }
     }
-    let still = self::missing(&[Need::Build, Need::Tests]);
-    let still: Vec<_> = still
-        .iter()
-        .filter(|r| missing.iter().any(|m| m.probe == r.probe))
-        .collect();
-    if let Some(r) = still.first() {
+    // Only what was missing is looked at again.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if let Some(r) = missing.iter().find(|r| !met(r.probe, &path)) {
         bail!(
             "apt-get installed {} but {} is still missing",
             r.package.unwrap_or("its package"),
