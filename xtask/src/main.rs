@@ -34,20 +34,20 @@
 //! * `cargo xtask c-sdk [--prefix DIR]`: builds the C SDK's library and installs it with its
 //!   header and a pkg-config file under DIR (default `target/c-sdk`; see `docs/sdk-c.md`).
 //! * `cargo xtask fuzz [--seconds N] [TARGET...]`: installs cargo-fuzz if it is missing, builds
-//!   the fuzz targets of `fuzz/` and runs each (or the named ones) for N seconds (default 30);
-//!   fails naming the saved input if any target crashes (see `fuzz/README.md`).
+//!   the fuzz targets of `fuzz/` and runs each (or the named ones) for N seconds (default 30),
+//!   two at a time; fails naming the saved input if any target crashes (see `fuzz/README.md`).
 
 #![forbid(unsafe_code)]
 
+mod fuzz;
 mod phases;
 mod prereqs;
 mod testrun;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Instant, SystemTime};
+use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
@@ -61,7 +61,7 @@ fn main() -> Result<()> {
         Some("lint") => lint(&args[1..]),
         Some("phases") => phases::print_file(&root),
         Some("bench") => bench(&args[1..]),
-        Some("fuzz") => fuzz(&args[1..]),
+        Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("c-sdk") => c_sdk(&args[1..]),
         Some("polyglot") => polyglot(&args[1..]),
         Some("kube") => kube(&args[1..]),
@@ -993,201 +993,4 @@ fn plot(out: &Path) -> Result<()> {
 /// `program` on PATH (the prerequisites' own lookup).
 fn which(program: &str) -> Option<PathBuf> {
     prereqs::find_program(program, &std::env::var_os("PATH").unwrap_or_default())
-}
-
-const FUZZ_USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [TARGET...]";
-
-/// Runs the cargo-fuzz targets of `fuzz/` one after another, each for `--seconds` (default
-/// 30), starting from the committed seeds in `fuzz/corpus/TARGET` (read only; what a run
-/// finds goes to `fuzz/target/corpus/TARGET`). Fails if any target crashed, naming the input
-/// libFuzzer saved.
-fn fuzz(args: &[String]) -> Result<()> {
-    let mut seconds: u64 = 30;
-    let mut targets: Vec<String> = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let value = match a.as_str() {
-            "--seconds" => Some(
-                it.next()
-                    .with_context(|| format!("--seconds needs a value; {FUZZ_USAGE}"))?
-                    .as_str(),
-            ),
-            s => s.strip_prefix("--seconds="),
-        };
-        if let Some(v) = value {
-            seconds = v.parse().ok().filter(|&n| n > 0).with_context(|| {
-                format!("--seconds takes a whole number of seconds above 0, not {v:?}")
-            })?;
-        } else if a.starts_with('-') {
-            bail!("unknown option {a}; {FUZZ_USAGE}");
-        } else {
-            targets.push(a.clone());
-        }
-    }
-
-    ensure_cargo_fuzz()?;
-    let known = fuzz_targets()?;
-    if targets.is_empty() {
-        targets = known;
-    } else if let Some(t) = targets.iter().find(|t| !known.contains(t)) {
-        bail!(
-            "no fuzz target {t:?}; the targets are: {}",
-            known.join(", ")
-        );
-    }
-
-    let started = Instant::now();
-    let mut ph = phases::Phases::new(&workspace_root(), "fuzz");
-    ph.time("build (AddressSanitizer + libFuzzer)", || {
-        run(
-            "building the fuzz targets (AddressSanitizer + libFuzzer; the first build takes minutes)",
-            cargo_fuzz().arg("build"),
-        )
-    })?;
-    let mut failed = Vec::new();
-    for (i, t) in targets.iter().enumerate() {
-        eprintln!(
-            "xtask: fuzzing {t} for {seconds} s ({}/{})",
-            i + 1,
-            targets.len()
-        );
-        let scratch = Path::new("fuzz/target/corpus").join(t);
-        std::fs::create_dir_all(&scratch)
-            .with_context(|| format!("creating {}", scratch.display()))?;
-        let since = SystemTime::now();
-        let mut child = cargo_fuzz()
-            .args(["run", t])
-            .arg(&scratch)
-            .arg(Path::new("fuzz/corpus").join(t))
-            .arg("--")
-            .arg(format!("-max_total_time={seconds}"))
-            .arg("-print_final_stats=1")
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("running cargo fuzz")?;
-        // libFuzzer reports every new input and ends with a dictionary of what it learned:
-        // pass on its progress (INITED, pulse, DONE), its final stats and anything else.
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let mut in_dictionary = false;
-        for line in BufReader::new(stderr).lines() {
-            let line = line.context("reading cargo fuzz's output")?;
-            if line.starts_with("###### Recommended dictionary") {
-                in_dictionary = true;
-            }
-            let new_input = line.starts_with('#')
-                && matches!(line.split_whitespace().nth(1), Some("NEW" | "REDUCE"));
-            if !new_input && !in_dictionary {
-                eprintln!("{line}");
-            }
-            if line.starts_with("###### End of recommended dictionary") {
-                in_dictionary = false;
-            }
-        }
-        let status = child.wait().context("waiting for cargo fuzz")?;
-        ph.record(t, since.elapsed().unwrap_or_default(), status.success());
-        if status.success() {
-            eprintln!("xtask: {t}: no crash in {seconds} s");
-        } else {
-            failed.push((t.clone(), status, crash_inputs(t, since)));
-        }
-    }
-    let took = started.elapsed().as_secs();
-    ph.print();
-    if failed.is_empty() {
-        eprintln!(
-            "xtask: {} fuzz target(s) ran {seconds} s each without a crash ({took} s in all)",
-            targets.len()
-        );
-        return Ok(());
-    }
-    for (t, status, inputs) in &failed {
-        if inputs.is_empty() {
-            eprintln!("xtask: {t} failed ({status}) without saving an input; see its output above");
-        }
-        for input in inputs {
-            eprintln!(
-                "xtask: {t} crashed on {}; reproduce with \
-                 `RUSTC_BOOTSTRAP=1 cargo fuzz run {t} {}`, minimize with `cargo fuzz tmin`",
-                input.display(),
-                input.display()
-            );
-        }
-    }
-    let names: Vec<&str> = failed.iter().map(|(t, ..)| t.as_str()).collect();
-    bail!("fuzz target(s) failed: {}", names.join(", "))
-}
-
-/// `cargo fuzz` with what makes the stable toolchain accept its flags: the sanitizer runtimes
-/// ship with stable rustc, only `-Zsanitizer` needs the bootstrap switch.
-fn cargo_fuzz() -> Command {
-    let mut c = cargo();
-    c.arg("fuzz").env("RUSTC_BOOTSTRAP", "1");
-    c
-}
-
-fn ensure_cargo_fuzz() -> Result<()> {
-    let present = || {
-        cargo()
-            .args(["fuzz", "--version"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if present() {
-        return Ok(());
-    }
-    run(
-        "installing cargo-fuzz (cargo install cargo-fuzz --locked)",
-        cargo().args(["install", "cargo-fuzz", "--locked"]),
-    )?;
-    if !present() {
-        bail!("cargo-fuzz was installed but `cargo fuzz` does not run; is ~/.cargo/bin on PATH?");
-    }
-    Ok(())
-}
-
-/// The targets `fuzz/Cargo.toml` declares.
-fn fuzz_targets() -> Result<Vec<String>> {
-    let out = cargo_fuzz()
-        .arg("list")
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo fuzz list")?;
-    if !out.status.success() {
-        bail!("cargo fuzz list failed ({})", out.status);
-    }
-    let targets: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if targets.is_empty() {
-        bail!("fuzz/Cargo.toml declares no fuzz target");
-    }
-    Ok(targets)
-}
-
-/// Inputs libFuzzer saved for `target` since `since` (crash-, leak-, timeout-, oom-).
-fn crash_inputs(target: &str, since: SystemTime) -> Vec<PathBuf> {
-    let dir = Path::new("fuzz/artifacts").join(target);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut found: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            ["crash-", "leak-", "timeout-", "oom-"]
-                .iter()
-                .any(|p| name.starts_with(p))
-                && e.metadata()
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| t >= since)
-        })
-        .map(|e| e.path())
-        .collect();
-    found.sort();
-    found
 }

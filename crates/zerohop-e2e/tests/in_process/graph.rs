@@ -2,18 +2,12 @@
 //! `calls`. The agent runs in this process (so the test reads the pools' owner tables), the
 //! functions are real processes (`zerohop-graphfn`).
 
-mod common;
-
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{client, post, runtime};
+use crate::common::{client, post, runtime};
 use zerohop_agent::{spec, up, Running, UpOptions};
 use zerohop_test_support::{target_bin, wait_until, Signal};
-
-/// The tests here start chains with children of this process: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn start(rt: &tokio::runtime::Runtime, yaml: &str, transport: &str) -> Running {
     let spec = spec::parse(Path::new("graph.yaml"), yaml)
@@ -59,7 +53,7 @@ fn no_slot_held(chain: &Running) -> bool {
 
 #[test]
 fn calls_fan_out_and_join_with_a_failing_branch() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     for transport in ["ring", "socket", "sockmap"] {
         let rt = runtime();
         let chain = start(&rt, &spec(""), transport);
@@ -144,7 +138,7 @@ fn calls_fan_out_and_join_with_a_failing_branch() {
 
 #[test]
 fn a_failing_branch_can_fail_the_request() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let chain = start(&rt, &spec(", GRAPH_POLICY: fail"), "ring");
     let url = format!("{}/join", chain.url());
@@ -196,7 +190,7 @@ fn fan_spec() -> String {
 
 #[test]
 fn static_fan_out_joins_every_branch_under_either_policy() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let chain = start(&rt, &fan_spec(), "ring");
     let agent = client();
@@ -260,7 +254,7 @@ fn static_fan_out_joins_every_branch_under_either_policy() {
 
 #[test]
 fn chain_state_is_shared_atomic_and_survives_crashes() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let yaml = format!(
         "name: state\ntimeout: 5s\nstate: {{ entries: 4, value_size: 64 }}\nfunctions:\n\
          {} }}, instances: 3, concurrency: 2, state: true }}\n\

@@ -4,8 +4,6 @@
 //! children (same uid, whole environment, inherited descriptors, no seccomp, no process
 //! group or reaper, no watchdog).
 
-mod common;
-
 use std::collections::{BTreeSet, HashMap};
 use std::io::BufRead;
 use std::os::fd::OwnedFd;
@@ -14,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, post, runtime};
+use crate::common::{client, post, runtime};
 use zerohop_agent::{spec, up, CgroupMode, UpOptions};
 use zerohop_test_support::{
     alive, instances, signal_pid, spawn_with_fds, target_bin, wait_until, ChildGuard, Signal,
@@ -130,7 +128,7 @@ impl Agent {
         instances(self.pid())
     }
 
-    fn call(&self, function: &str, body: &str) -> common::Answer {
+    fn call(&self, function: &str, body: &str) -> crate::common::Answer {
         post(&client(), &format!("{}/{function}", self.url), body)
     }
 
@@ -213,6 +211,7 @@ fn user_ns(pid: u32) -> String {
 
 #[test]
 fn each_chain_runs_under_a_uid_of_its_own_without_groups() {
+    let _serial = crate::serial();
     let me = nix_uid();
     let a = Agent::start(&chain("ids-a", "", &[("h", hostile("h", "env", ""))]));
     let b = Agent::start(&chain("ids-b", "", &[("h", hostile("h", "env", ""))]));
@@ -250,10 +249,11 @@ fn nix_uid() -> u32 {
 
 #[test]
 fn another_chains_instances_are_out_of_reach() {
+    let _serial = crate::serial();
     let victim = Agent::start(&chain(
         "victim",
         "",
-        &[("upper", common::func("upper", "upper", "", ""))],
+        &[("upper", crate::common::func("upper", "upper", "", ""))],
     ));
     let attacker = Agent::start(&chain("attacker", "", &[("p", hostile("p", "procfd", ""))]));
     let target = victim.instances()[0];
@@ -282,6 +282,7 @@ fn another_chains_instances_are_out_of_reach() {
 
 #[test]
 fn environment_and_descriptors_are_only_what_the_agent_hands_over() {
+    let _serial = crate::serial();
     // The agent's parent leaves 12 descriptors open (not close-on-exec) and a secret in the
     // environment: neither may reach a function.
     let leaked: Vec<OwnedFd> = (0..12)
@@ -335,6 +336,7 @@ fn environment_and_descriptors_are_only_what_the_agent_hands_over() {
 
 #[test]
 fn seccomp_refuses_what_is_not_listed_and_allows_what_the_spec_adds() {
+    let _serial = crate::serial();
     let agent = Agent::start(&chain(
         "seccomp",
         "",
@@ -395,6 +397,7 @@ fn fork_grandchild(agent: &Agent, function: &str) -> u32 {
 
 #[test]
 fn no_grandchild_survives_a_stopped_agent() {
+    let _serial = crate::serial();
     let agent = Agent::start(&chain("stop", "", &[("g", hostile("g", "grandchild", ""))]));
     let gc = fork_grandchild(&agent, "g");
     let instances = agent.instances();
@@ -410,6 +413,7 @@ fn no_grandchild_survives_a_stopped_agent() {
 
 #[test]
 fn a_crashed_instance_takes_what_it_forked_along() {
+    let _serial = crate::serial();
     let agent = Agent::start(&chain(
         "crash",
         "",
@@ -434,6 +438,7 @@ fn a_crashed_instance_takes_what_it_forked_along() {
 
 #[test]
 fn no_grandchild_survives_a_killed_agent() {
+    let _serial = crate::serial();
     let agent = Agent::start(&chain(
         "killed",
         "",
@@ -459,6 +464,7 @@ fn no_grandchild_survives_a_killed_agent() {
 
 #[test]
 fn hung_instance_is_killed_answered_and_restarted() {
+    let _serial = crate::serial();
     let agent = Agent::start(&chain(
         "hangs",
         "timeout: 1s\n",
@@ -518,6 +524,7 @@ fn cgroups_of(pid: u32) -> HashMap<String, String> {
 /// in the instance's group, and nothing of it (processes, folders) stays after shutdown.
 #[test]
 fn shutdown_kills_the_whole_instance_with_each_cgroup_version() {
+    let _serial = crate::serial();
     for mode in [CgroupMode::V2, CgroupMode::V1, CgroupMode::Off] {
         let rt = runtime();
         let yaml = chain("cg", "", &[("g", hostile("g", "grandchild", ""))]);
@@ -575,6 +582,7 @@ fn shutdown_kills_the_whole_instance_with_each_cgroup_version() {
 /// them).
 #[test]
 fn unprivileged_agent_confines_with_user_namespaces() {
+    let _serial = crate::serial();
     if !is_root() {
         // The other tests already run the unprivileged path.
         eprintln!("not root: the user-namespace path is what every other test ran");
@@ -648,6 +656,7 @@ fn unprivileged_agent_confines_with_user_namespaces() {
 /// refuses a `#!` script, whose interpreter would reopen it by name, naming the folder.
 #[test]
 fn program_in_a_folder_the_chains_uid_cannot_enter() {
+    let _serial = crate::serial();
     if !is_root() {
         eprintln!("not root: instances keep the agent's uid, every folder it reaches works");
         return;

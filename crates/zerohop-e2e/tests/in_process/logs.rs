@@ -4,19 +4,13 @@
 //! chain. The agent runs in this process (the tests read its log book, descriptors and
 //! tasks), the functions are `zerohop-chatty`.
 
-mod common;
-
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{client, post, runtime};
+use crate::common::{client, post, runtime};
 use zerohop_agent::logs::{LogLine, Stream, DEFAULT_CAPACITY};
 use zerohop_agent::{spec, up, Running, UpOptions};
 use zerohop_test_support::{children, open_fds, target_bin, wait_until};
-
-/// The tests here count this process's descriptors and children: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// A spec entry running `zerohop-chatty` as `name` with extra fields. `RUST_LOG=off`: the
 /// SDK's own log lines would upset the exact line counts here.
@@ -58,7 +52,7 @@ fn texts(chain: &Running, function: &str, stream: Stream) -> Vec<String> {
 
 #[test]
 fn printed_lines_land_in_the_book_by_function_instance_and_stream_in_order() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let chain = start(&rt, "", "");
     let (quiet, loud) = (chain.parties_of("quiet")[0], chain.parties_of("loud")[0]);
@@ -128,7 +122,7 @@ fn printed_lines_land_in_the_book_by_function_instance_and_stream_in_order() {
 
 #[test]
 fn a_follower_receives_lines_as_they_are_printed() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let chain = start(&rt, "", "");
     let mut follower = chain.logs().follow();
@@ -164,7 +158,7 @@ fn a_follower_receives_lines_as_they_are_printed() {
 
 #[test]
 fn a_flooding_function_neither_stalls_the_chain_nor_outgrows_its_bounds() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let chain = start(&rt, "", "");
     let agent = client();
@@ -266,7 +260,7 @@ fn a_flooding_function_neither_stalls_the_chain_nor_outgrows_its_bounds() {
 
 #[test]
 fn no_reader_or_descriptor_outlives_the_chain() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let me = std::process::id();
     // Baselines once the runtime exists (its epoll and eventfd stay).

@@ -4,22 +4,17 @@
 //! chain's gateway must answer every request with an HTTP status within its timeout; no
 //! agent dies; after shutdown nothing of either chain is left.
 
-mod common;
-
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{client, func, post, runtime, Answer};
+use crate::common::{client, func, post, runtime, Answer};
 use zerohop_agent::{spec, up, UpOptions};
 use zerohop_test_support::{
     alive, children, instances, memfds, target_bin, wait_until, ChainProcess,
 };
-
-/// The tests here count this process's children and memfds: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn uid_of(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -105,7 +100,7 @@ fn hostile_load(
 
 #[test]
 fn a_hostile_chain_beside_the_hello_chain_under_load() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let me = std::process::id();
     let rt = runtime();
     // The hello chain, in this process, so its pool can be inspected.
@@ -218,7 +213,7 @@ fn a_hostile_chain_beside_the_hello_chain_under_load() {
 /// in time, and `/hello`'s pool ends with no slot in use.
 #[test]
 fn a_hostile_function_cannot_touch_another_route_of_its_chain() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let yaml = format!(
         "name: mixed\ntimeout: 2s\nfunctions:\n{}{}  chaos: {{ command: [\"{}\"], env: {{ HOSTILE_MODE: chaos }}, concurrency: 4 }}\nroutes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n  - http: POST /x\n    sequence: [chaos]\n",

@@ -1,22 +1,17 @@
 //! Crash safety and leaks, with the agent in this process (so the test can read the pool's
 //! owner table and its own descriptors) and the functions as real processes.
 
-mod common;
-
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, func, post, runtime};
+use crate::common::{client, func, post, runtime};
 use zerohop_agent::{spec, up, Running, UpOptions};
 use zerohop_pool::Owner;
 use zerohop_test_support::{
     alive, children, instances, memfd_mappings, memfds, open_fds, signal_pid, spawner, wait_until,
     Signal,
 };
-
-/// The tests here count this process's children and descriptors: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn start(rt: &tokio::runtime::Runtime, yaml: &str, transport: &str) -> Running {
     let spec = spec::parse(Path::new("test.yaml"), yaml).expect("valid spec");
@@ -30,7 +25,7 @@ fn start(rt: &tokio::runtime::Runtime, yaml: &str, transport: &str) -> Running {
 
 #[test]
 fn kill_9_with_32_in_flight_answers_all_and_recovers() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     for transport in ["ring", "socket", "sockmap"] {
         let rt = runtime();
         let yaml = format!(
@@ -93,7 +88,7 @@ fn kill_9_with_32_in_flight_answers_all_and_recovers() {
 
 #[test]
 fn ten_thousand_requests_leave_no_leak() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     // Baseline after the runtime exists (its epoll and eventfd stay).
     let me = std::process::id();
@@ -155,7 +150,7 @@ fn ten_thousand_requests_leave_no_leak() {
 
 #[test]
 fn failed_start_stops_and_reaps_the_instances_already_started() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let me = std::process::id();
     let yaml = format!(
@@ -205,7 +200,7 @@ fn thread_names(pid: u32) -> Vec<String> {
 
 #[test]
 fn every_gateway_thread_serves_and_gets_its_own_answers() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     for transport in ["ring", "socket", "sockmap"] {
         let rt = runtime();
         let yaml = format!(

@@ -3,21 +3,15 @@
 //! raw datagrams from the test (malformed ones, a retransmitted request) against a chain run
 //! in this process, whose stats show that a duplicate never runs the chain twice.
 
-mod common;
-
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::common::{func, runtime};
 use coap_lite::{CoapOption, MessageClass, MessageType, Packet};
-use common::{func, runtime};
 use zerohop_agent::{spec, up, Running, UpOptions};
 use zerohop_test_support::{ChainProcess, TempDir};
-
-/// The tests that run a chain in this process: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 const CLIENT: &str = "coap-client-notls";
 
@@ -71,6 +65,7 @@ fn spec_of(name: &str, top: &str, functions: &[String], routes: &[(&str, &str)])
 
 #[test]
 fn con_non_put_and_a_slow_chain_get_the_output_errors_get_their_codes() {
+    let _serial = crate::serial();
     let spec = spec_of(
         "co",
         "",
@@ -125,6 +120,7 @@ fn con_non_put_and_a_slow_chain_get_the_output_errors_get_their_codes() {
 
 #[test]
 fn a_function_reads_the_path_it_was_posted_to() {
+    let _serial = crate::serial();
     let spec = spec_of(
         "copath",
         "",
@@ -147,6 +143,7 @@ fn a_function_reads_the_path_it_was_posted_to() {
 
 #[test]
 fn a_10_kib_body_goes_block_wise_both_ways() {
+    let _serial = crate::serial();
     let spec = spec_of(
         "coblock",
         "",
@@ -299,7 +296,7 @@ fn is_empty_of(p: &Packet, kind: MessageType, mid: u16) -> bool {
 
 #[test]
 fn a_retransmitted_request_runs_the_chain_once() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let (chain, addr) = start_here(&rt);
     let raw = Raw::new(addr);
@@ -395,7 +392,7 @@ fn a_retransmitted_request_runs_the_chain_once() {
 
 #[test]
 fn malformed_datagrams_are_answered_or_dropped_and_the_gateway_keeps_serving() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let (chain, addr) = start_here(&rt);
     let raw = Raw::new(addr);

@@ -7,20 +7,13 @@
 //! Which cgroup version holds which controller is the host's business: the expectations
 //! below are written for both, and the test reads where the instance really is.
 
-mod common;
-
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{client, post, runtime};
+use crate::common::{client, post, runtime};
 use procfs::process::{MountInfo, Process};
 use zerohop_agent::{spec, up, AgentError, CgroupMode, Running, UpOptions};
 use zerohop_test_support::{signal_pid, target_bin, wait_until, ChainProcess, Signal};
-
-/// The CPU test measures CPU time against wall time: one test at a time, so the others do
-/// not crowd the two cores.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn is_root() -> bool {
     Process::myself().unwrap().status().unwrap().euid == 0
@@ -170,7 +163,7 @@ fn chain_groups_of(agent: u32, chain: &str) -> Vec<PathBuf> {
 /// after shutdown every group of the chain is gone.
 #[test]
 fn limits_land_in_the_instances_groups_and_go_with_the_chain() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let name = "lim-files";
     assert!(chain_groups(name).is_empty(), "no group before the chain");
@@ -264,7 +257,7 @@ fn limits_land_in_the_instances_groups_and_go_with_the_chain() {
 /// same time gets more.
 #[test]
 fn a_cpu_limit_holds_under_load() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let yaml = chain_yaml(
         "lim-cpu",
@@ -321,7 +314,7 @@ fn a_cpu_limit_holds_under_load() {
 /// function without the limit forks all it asks for.
 #[test]
 fn a_pids_limit_stops_a_fork_bomb_inside_the_function() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let yaml = chain_yaml(
         "lim-pids",
@@ -349,7 +342,7 @@ fn a_pids_limit_stops_a_fork_bomb_inside_the_function() {
 /// this one), and otherwise the limit is in `cpu.max`.
 #[test]
 fn limits_that_cannot_be_applied_stop_the_chain() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let yaml = chain_yaml("lim-off", &[("capped", ", resources: { memory: 64MiB }")]);
     let e = match try_up(&rt, &yaml, CgroupMode::Off) {
@@ -402,7 +395,7 @@ fn limits_that_cannot_be_applied_stop_the_chain() {
 /// hierarchy (the one instances are killed through and those of their limits).
 #[test]
 fn a_killed_agents_groups_go_too() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     if !is_root() {
         // `zerohop up` refuses limits it cannot apply (the test above checks the message).
         eprintln!("not root: no chain with limits to kill here");
@@ -438,7 +431,7 @@ fn a_killed_agents_groups_go_too() {
 /// checked.
 #[test]
 fn a_memory_limit_kills_the_instance_not_the_host() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::serial();
     let rt = runtime();
     let yaml = chain_yaml("lim-mem", &[("hog", ", resources: { memory: 32MiB }")]);
     let Some(running) = up_unless_unprivileged(&rt, &yaml) else {
