@@ -66,6 +66,11 @@ fn plan() -> Plan {
         party_function: vec![GATEWAY_FN, 0],
         timeout_ms: 30_000,
         state: None,
+        pool: zerohop_transport::PoolPlan {
+            slots: 64,
+            slot_size: 4096,
+            hugepages: false,
+        },
     }
 }
 

@@ -721,18 +721,18 @@ pub async fn up_with(
     }
     let mut list = Vec::new();
     for i in 0..domains {
-        list.push(Arc::new(Pool::create(&PoolConfig {
-            name: if domains == 1 {
-                spec.name.clone()
-            } else {
-                format!("{}:{i}", spec.name)
-            },
-            slots: spec.pool.slots,
-            first_slot: i as u32 * spec.pool.slots,
-            slot_size: spec.pool.slot_size,
-            max_parties: parties,
-            hugepages: spec.pool.hugepages,
-        })?));
+        // The shape every party is told through the plan (checked above: it fits).
+        let geometry = plan.pool_geometry(i).ok_or_else(|| {
+            AgentError::Pool(zerohop_pool::PoolError::Geometry(format!(
+                "security domain {i}'s slots do not fit a descriptor"
+            )))
+        })?;
+        let name = if domains == 1 {
+            spec.name.clone()
+        } else {
+            format!("{}:{i}", spec.name)
+        };
+        list.push(Arc::new(Pool::create(&PoolConfig::of(name, geometry))?));
     }
     let pools = Pools::new(list.clone())?;
     // Per function the pools of its domains, once; every instance of it shares that set.

@@ -1,6 +1,6 @@
 //! From a validated spec to the routing plan every party receives.
 
-use zerohop_transport::{FunctionPlan, Plan, RoutePlan, GATEWAY_FN};
+use zerohop_transport::{FunctionPlan, Plan, PoolPlan, RoutePlan, GATEWAY_FN};
 
 use crate::spec::ChainSpec;
 
@@ -69,5 +69,10 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
         party_function,
         timeout_ms: spec.timeout.as_millis() as u64,
         state: spec.state,
+        pool: PoolPlan {
+            slots: spec.pool.slots,
+            slot_size: spec.pool.slot_size,
+            hugepages: spec.pool.hugepages,
+        },
     }
 }

@@ -282,10 +282,15 @@ const TERM_GRACE: Duration = Duration::from_secs(2);
 /// What an instance of `inst`'s party is handed (in this order): the pools of its domains
 /// (in domain order), the state store for a function with `state`, its transport ends.
 pub(crate) fn handover_fds(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Vec<OwnedFd>> {
+    // A pool's header is what the plan says again before the instance compares the two:
+    // a party of the domain may have rewritten it.
     let mut fds: Vec<OwnedFd> = shared
         .pools_of(inst.party)
         .iter()
-        .map(|p| p.fd().try_clone_to_owned())
+        .map(|p| {
+            p.restore_header();
+            p.fd().try_clone_to_owned()
+        })
         .collect::<Result<_, _>>()?;
     if let (Some(state), true) = (&shared.state, shared.stateful[inst.index]) {
         fds.push(state.fd().try_clone_to_owned()?);

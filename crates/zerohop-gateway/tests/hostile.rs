@@ -71,6 +71,11 @@ fn plan(queue_capacity: u32) -> Plan {
         party_function: vec![GATEWAY_FN, 0, 1],
         timeout_ms: 30_000,
         state: None,
+        pool: zerohop_transport::PoolPlan {
+            slots: 64,
+            slot_size: 4096,
+            hugepages: false,
+        },
     }
 }
 
@@ -305,7 +310,13 @@ fn meta_len_rewritten_after_sending_cannot_hurt_the_gateway() {
         fa.answer(d, header, len);
         // Keep scribbling a huge meta_len over the slot's header after sending it (a second
         // mapping of the pool, as a hostile process would have).
-        let pool = Arc::new(Pool::attach(c.pool.fd().try_clone_to_owned().unwrap()).unwrap());
+        let pool = Arc::new(
+            Pool::attach(
+                c.pool.fd().try_clone_to_owned().unwrap(),
+                &c.pool.geometry(),
+            )
+            .unwrap(),
+        );
         let scribbler = thread::spawn(move || {
             for _ in 0..20_000 {
                 pool.scribble_header(slot_index, |h| h.meta_len = u16::MAX);

@@ -354,10 +354,152 @@ pub struct PoolConfig {
     pub hugepages: bool,
 }
 
+impl PoolConfig {
+    /// A pool named `name` (shown in /proc/PID/fd) of the shape `geometry`.
+    pub fn of(name: impl Into<String>, geometry: PoolGeometry) -> Self {
+        Self {
+            name: name.into(),
+            slots: geometry.slots,
+            first_slot: geometry.first_slot,
+            slot_size: geometry.slot_size,
+            max_parties: geometry.max_parties,
+            hugepages: geometry.hugepages,
+        }
+    }
+
+    /// The shape every party that maps this pool is told (through the plan).
+    pub fn geometry(&self) -> PoolGeometry {
+        PoolGeometry {
+            slots: self.slots,
+            first_slot: self.first_slot,
+            slot_size: self.slot_size,
+            max_parties: self.max_parties,
+            hugepages: self.hugepages,
+        }
+    }
+}
+
+/// The shape of a pool, which fixes where everything in it lies: what its creator chose, and
+/// what a party that maps it is told by the agent (the plan), never what the pool's own
+/// header says. Every party of the domain can write that header; [`Pool::attach`] only
+/// compares it with this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolGeometry {
+    /// Number of slots.
+    pub slots: u32,
+    /// Chain-wide number of slot 0 (see [`PoolConfig::first_slot`]).
+    pub first_slot: u32,
+    /// Bytes per slot, including the slot header.
+    pub slot_size: u32,
+    /// Entries in the party table.
+    pub max_parties: u16,
+    /// Backed by 2 MiB huge pages.
+    pub hugepages: bool,
+}
+
+impl PoolGeometry {
+    /// The header a pool of this shape has: every offset computed here, with checked
+    /// arithmetic, from nothing but the geometry; or why the geometry is out of range.
+    fn header(&self) -> Result<PoolHeader, PoolError> {
+        if self.slots == 0
+            || self.slots > Descriptor::MAX_SLOT + 1 - self.first_slot.min(Descriptor::MAX_SLOT + 1)
+        {
+            return Err(PoolError::Geometry(format!(
+                "slots {}..{} do not fit the descriptor's 24-bit slot numbers (at most 16777216 \
+                 slots per chain, all pools together)",
+                self.first_slot,
+                u64::from(self.first_slot) + u64::from(self.slots)
+            )));
+        }
+        if (self.slot_size as usize) < SLOT_HEADER_LEN + 64 || !self.slot_size.is_multiple_of(64) {
+            return Err(PoolError::Geometry(format!(
+                "slot_size must be a multiple of 64 and at least {}, got {}",
+                SLOT_HEADER_LEN + 64,
+                self.slot_size
+            )));
+        }
+        if self.max_parties == 0 || self.max_parties == u16::MAX {
+            return Err(PoolError::Geometry("max_parties must be 1..65535".into()));
+        }
+        // With slots < 2^24, slot_size < 2^32 and max_parties < 2^16 nothing below overflows
+        // 64 bits but the slot area; it is checked all the same.
+        let overflow = || PoolError::Geometry("pool size overflows".into());
+        let parties_offset = PARTIES_OFFSET;
+        let owners_offset = (self.max_parties as usize)
+            .checked_mul(core::mem::size_of::<PartyRecord>())
+            .and_then(|n| n.checked_add(parties_offset))
+            .map(|n| round_up(n, 64))
+            .ok_or_else(overflow)?;
+        let align = if self.hugepages { HUGE_PAGE } else { PAGE };
+        let slots_offset = (self.slots as usize)
+            .checked_mul(8)
+            .and_then(|n| n.checked_add(owners_offset))
+            .map(|n| round_up(n, align))
+            .ok_or_else(overflow)?;
+        let total = (self.slots as usize)
+            .checked_mul(self.slot_size as usize)
+            .and_then(|s| s.checked_add(slots_offset))
+            .and_then(|t| t.checked_next_multiple_of(align))
+            .ok_or_else(overflow)?;
+        Ok(PoolHeader {
+            magic: HEADER_MAGIC,
+            version: PROTOCOL_VERSION,
+            slot_count: self.slots,
+            slot_size: self.slot_size,
+            max_parties: self.max_parties as u32,
+            flags: if self.hugepages { FLAG_HUGETLB } else { 0 },
+            first_slot: self.first_slot,
+            parties_offset: parties_offset as u64,
+            owners_offset: owners_offset as u64,
+            slots_offset: slots_offset as u64,
+            total_len: total as u64,
+        })
+    }
+}
+
+/// The first field where the header found in a pool differs from the one expected: its
+/// name, the value found and the value expected.
+fn header_mismatch(found: &PoolHeader, expected: &PoolHeader) -> Option<(&'static str, u64, u64)> {
+    [
+        (
+            "slot_count",
+            u64::from(found.slot_count),
+            u64::from(expected.slot_count),
+        ),
+        (
+            "slot_size",
+            u64::from(found.slot_size),
+            u64::from(expected.slot_size),
+        ),
+        (
+            "max_parties",
+            u64::from(found.max_parties),
+            u64::from(expected.max_parties),
+        ),
+        ("flags", u64::from(found.flags), u64::from(expected.flags)),
+        (
+            "first_slot",
+            u64::from(found.first_slot),
+            u64::from(expected.first_slot),
+        ),
+        (
+            "parties_offset",
+            found.parties_offset,
+            expected.parties_offset,
+        ),
+        ("owners_offset", found.owners_offset, expected.owners_offset),
+        ("slots_offset", found.slots_offset, expected.slots_offset),
+        ("total_len", found.total_len, expected.total_len),
+    ]
+    .into_iter()
+    .find(|(_, has, wants)| has != wants)
+}
+
 /// A mapped pool. Cheap to share behind an `Arc`; unmapped on drop.
 pub struct Pool {
     region: Region,
     base: *mut u8,
+    /// What the geometry says the header is (computed, never read back from the pool).
     header: PoolHeader,
 }
 
@@ -374,38 +516,8 @@ fn round_up(x: usize, to: usize) -> usize {
 impl Pool {
     /// Creates, sizes, seals and maps a new pool.
     pub fn create(cfg: &PoolConfig) -> Result<Self, PoolError> {
-        if cfg.slots == 0
-            || cfg.slots > Descriptor::MAX_SLOT + 1 - cfg.first_slot.min(Descriptor::MAX_SLOT + 1)
-        {
-            return Err(PoolError::Geometry(format!(
-                "slots {}..{} do not fit the descriptor's 24-bit slot numbers (at most 16777216 \
-                 slots per chain, all pools together)",
-                cfg.first_slot,
-                u64::from(cfg.first_slot) + u64::from(cfg.slots)
-            )));
-        }
-        if (cfg.slot_size as usize) < SLOT_HEADER_LEN + 64 || !cfg.slot_size.is_multiple_of(64) {
-            return Err(PoolError::Geometry(format!(
-                "slot_size must be a multiple of 64 and at least {}, got {}",
-                SLOT_HEADER_LEN + 64,
-                cfg.slot_size
-            )));
-        }
-        if cfg.max_parties == 0 || cfg.max_parties == u16::MAX {
-            return Err(PoolError::Geometry("max_parties must be 1..65535".into()));
-        }
-        let parties_offset = PARTIES_OFFSET;
-        let owners_offset = round_up(
-            parties_offset + cfg.max_parties as usize * core::mem::size_of::<PartyRecord>(),
-            64,
-        );
-        let align = if cfg.hugepages { HUGE_PAGE } else { PAGE };
-        let slots_offset = round_up(owners_offset + cfg.slots as usize * 8, align);
-        let total = (cfg.slots as usize)
-            .checked_mul(cfg.slot_size as usize)
-            .and_then(|s| s.checked_add(slots_offset))
-            .map(|t| round_up(t, align))
-            .ok_or_else(|| PoolError::Geometry("pool size overflows".into()))?;
+        let header = cfg.geometry().header()?;
+        let total = header.total_len as usize;
         if cfg.hugepages {
             let needed = (total / HUGE_PAGE) as u64;
             let free = sys::free_hugepages().unwrap_or(0);
@@ -415,19 +527,6 @@ impl Pool {
         }
         let region = Region::create(&format!("zerohop-pool:{}", cfg.name), total, cfg.hugepages)?;
         let base = region.base();
-        let header = PoolHeader {
-            magic: HEADER_MAGIC,
-            version: PROTOCOL_VERSION,
-            slot_count: cfg.slots,
-            slot_size: cfg.slot_size,
-            max_parties: cfg.max_parties as u32,
-            flags: if cfg.hugepages { FLAG_HUGETLB } else { 0 },
-            first_slot: cfg.first_slot,
-            parties_offset: parties_offset as u64,
-            owners_offset: owners_offset as u64,
-            slots_offset: slots_offset as u64,
-            total_len: total as u64,
-        };
         // SAFETY: base is a fresh, writable, page-aligned mapping of `total` >= 64 bytes that
         // no other process has seen yet (the fd has not been shared). A fresh memfd is zeroed,
         // which is the initial state of every atomic (free slots, empty parties).
@@ -439,8 +538,12 @@ impl Pool {
         })
     }
 
-    /// Maps a pool received as a file descriptor, checking magic, version and size.
-    pub fn attach(fd: OwnedFd) -> Result<Self, PoolError> {
+    /// Maps a pool received as a file descriptor, whose shape the agent told this party
+    /// (`geometry`, from the plan). The pool's own header is only compared with it: any
+    /// party of the domain can rewrite that header, so a mismatch is a refusal that names
+    /// the field, and everything this party computes uses `geometry` alone.
+    pub fn attach(fd: OwnedFd, geometry: &PoolGeometry) -> Result<Self, PoolError> {
+        let expected = geometry.header()?;
         let region = Region::attach(fd)?;
         if !region.writable() {
             return Err(PoolError::Geometry(
@@ -451,40 +554,57 @@ impl Pool {
         if len < PAGE {
             return Err(PoolError::BadMagic);
         }
-        // SAFETY: the mapping is at least one page, so the 64-byte header is in bounds; it is
-        // plain data written once before the fd was shared.
-        let header = unsafe { base.cast::<PoolHeader>().read() };
-        let unmap = Err;
-        if header.magic != HEADER_MAGIC {
-            return unmap(PoolError::BadMagic);
+        // SAFETY: the mapping is at least one page, so the 64-byte header is in bounds. Other
+        // parties may write it at any time: this is one copy, used only for the comparison
+        // below (its fields are plain integers, any bit pattern is a value).
+        let found = unsafe { base.cast::<PoolHeader>().read_volatile() };
+        if found.magic != HEADER_MAGIC {
+            return Err(PoolError::BadMagic);
         }
-        if header.version != PROTOCOL_VERSION {
-            return unmap(PoolError::Version {
-                found: header.version,
+        if found.version != PROTOCOL_VERSION {
+            return Err(PoolError::Version {
+                found: found.version,
                 supported: PROTOCOL_VERSION,
             });
         }
-        let slots_end =
-            header.slots_offset as usize + header.slot_count as usize * header.slot_size as usize;
-        if header.total_len as usize != len
-            || slots_end > len
-            || (header.owners_offset as usize) + header.slot_count as usize * 8
-                > header.slots_offset as usize
-            || header.parties_offset as usize + header.max_parties as usize * PARTY_RECORD_LEN
-                > header.owners_offset as usize
-            || header.parties_offset as usize != PARTIES_OFFSET
-            || u64::from(header.first_slot) + u64::from(header.slot_count)
-                > u64::from(Descriptor::MAX_SLOT) + 1
-        {
-            return unmap(PoolError::Geometry(
-                "pool header does not match its size".into(),
-            ));
+        if let Some((field, has, wants)) = header_mismatch(&found, &expected) {
+            return Err(PoolError::Geometry(format!(
+                "the pool's header says {field} {has}, the plan says {wants}: refusing a pool \
+                 that is not the one the agent made (or whose header another party rewrote)"
+            )));
+        }
+        if len as u64 != expected.total_len {
+            return Err(PoolError::Geometry(format!(
+                "the pool is {len} bytes, the plan's geometry needs {}",
+                expected.total_len
+            )));
         }
         Ok(Self {
             region,
             base,
-            header,
+            header: expected,
         })
+    }
+
+    /// This pool's shape: what a party that maps it must be told.
+    pub fn geometry(&self) -> PoolGeometry {
+        PoolGeometry {
+            slots: self.header.slot_count,
+            first_slot: self.header.first_slot,
+            slot_size: self.header.slot_size,
+            max_parties: self.header.max_parties as u16,
+            hugepages: self.header.flags & FLAG_HUGETLB != 0,
+        }
+    }
+
+    /// Writes the header this pool's geometry says over whatever is there: the agent does it
+    /// before it hands the pool to an instance it starts, so a header another party of the
+    /// domain rewrote costs that instance nothing. Parties read the header only at attach.
+    pub fn restore_header(&self) {
+        // SAFETY: the header's 64 bytes are at the start of the mapping. Other processes may
+        // read or write them at any time; they are plain integers, and a party reads them
+        // once at attach and only compares them with its plan.
+        unsafe { self.base.cast::<PoolHeader>().write_volatile(self.header) };
     }
 
     /// The memfd, to hand to a new party.
@@ -895,7 +1015,7 @@ mod tests {
     fn attach_sees_the_same_memory() {
         let a = small();
         let fd = a.fd().try_clone_to_owned().unwrap();
-        let b = Arc::new(Pool::attach(fd).unwrap());
+        let b = Arc::new(Pool::attach(fd, &a.geometry()).unwrap());
         assert_eq!(b.slot_count(), 16);
         let mut s = a.alloc(Owner::party(0)).unwrap();
         s.data_mut()[..5].copy_from_slice(b"hello");
@@ -950,7 +1070,115 @@ mod tests {
         let fd = sys::memfd_create("not-a-pool", false).unwrap();
         sys::ftruncate(fd.as_fd(), 8192).unwrap();
         sys::seal(fd.as_fd()).unwrap();
-        assert!(matches!(Pool::attach(fd), Err(PoolError::BadMagic)));
+        let geometry = small().geometry();
+        assert!(matches!(
+            Pool::attach(fd, &geometry),
+            Err(PoolError::BadMagic)
+        ));
+    }
+
+    /// Writes `value` over the header word at `offset` of `pool`, as a hostile party of its
+    /// domain can.
+    fn scribble(pool: &Pool, offset: usize, value: &[u8]) {
+        assert!(offset + value.len() <= 64);
+        // SAFETY: the header's 64 bytes are inside the mapping; no one reads them
+        // concurrently in this test.
+        unsafe {
+            std::ptr::copy_nonoverlapping(value.as_ptr(), pool.base.add(offset), value.len())
+        };
+    }
+
+    #[test]
+    fn attach_takes_the_geometry_from_the_plan_and_refuses_a_rewritten_header() {
+        let a = small();
+        let geometry = a.geometry();
+        // Each field a hostile party could rewrite (offsets as in docs/protocol.md), with a
+        // value that would put a later party's slots outside its mapping.
+        let cases: [(&str, usize, Vec<u8>); 9] = [
+            ("slot_count", 12, 1_000_000u32.to_ne_bytes().to_vec()),
+            ("slot_size", 16, (1u32 << 31).to_ne_bytes().to_vec()),
+            ("max_parties", 20, 60_000u32.to_ne_bytes().to_vec()),
+            ("flags", 24, FLAG_HUGETLB.to_ne_bytes().to_vec()),
+            ("first_slot", 28, 7u32.to_ne_bytes().to_vec()),
+            ("parties_offset", 32, 0u64.to_ne_bytes().to_vec()),
+            ("owners_offset", 40, (u64::MAX - 63).to_ne_bytes().to_vec()),
+            ("slots_offset", 48, (u64::MAX - 4095).to_ne_bytes().to_vec()),
+            ("total_len", 56, (1u64 << 40).to_ne_bytes().to_vec()),
+        ];
+        for (field, offset, value) in cases {
+            let saved: Vec<u8> =
+                // SAFETY: as in `scribble`: inside the header, no concurrent access.
+                unsafe { std::slice::from_raw_parts(a.base.add(offset), value.len()) }.to_vec();
+            scribble(&a, offset, &value);
+            let fd = a.fd().try_clone_to_owned().unwrap();
+            match Pool::attach(fd, &geometry) {
+                Err(PoolError::Geometry(m)) => {
+                    assert!(m.contains(field), "{field}: {m}")
+                }
+                Err(e) => panic!("{field}: refused for another reason: {e}"),
+                Ok(_) => panic!("{field}: a rewritten header was accepted"),
+            }
+            scribble(&a, offset, &saved);
+        }
+        // Restored, it attaches again; what the party uses is the plan's geometry.
+        let b = Pool::attach(a.fd().try_clone_to_owned().unwrap(), &geometry).unwrap();
+        assert_eq!(b.geometry(), geometry);
+        // A plan that disagrees with the pool is refused the same way.
+        let wrong = PoolGeometry {
+            slots: 32,
+            ..geometry
+        };
+        let err = Pool::attach(a.fd().try_clone_to_owned().unwrap(), &wrong)
+            .err()
+            .expect("a pool of another shape is refused");
+        assert!(err.to_string().contains("slot_count"), "{err}");
+        // A version or magic another party rewrote: the same refusals as for a stranger.
+        scribble(&a, 8, &99u32.to_ne_bytes());
+        let fd = a.fd().try_clone_to_owned().unwrap();
+        assert!(matches!(
+            Pool::attach(fd, &geometry),
+            Err(PoolError::Version { found: 99, .. })
+        ));
+        scribble(&a, 0, b"garbage!");
+        let fd = a.fd().try_clone_to_owned().unwrap();
+        assert!(matches!(
+            Pool::attach(fd, &geometry),
+            Err(PoolError::BadMagic)
+        ));
+    }
+
+    #[test]
+    fn geometry_out_of_range_is_refused_before_mapping() {
+        let fd = small().fd().try_clone_to_owned().unwrap();
+        for g in [
+            PoolGeometry {
+                slots: 0,
+                first_slot: 0,
+                slot_size: 4096,
+                max_parties: 4,
+                hugepages: false,
+            },
+            PoolGeometry {
+                slots: 16,
+                first_slot: Descriptor::MAX_SLOT,
+                slot_size: 4096,
+                max_parties: 4,
+                hugepages: false,
+            },
+            PoolGeometry {
+                slots: 16,
+                first_slot: 0,
+                slot_size: 100,
+                max_parties: 4,
+                hugepages: false,
+            },
+        ] {
+            let fd = fd.try_clone().unwrap();
+            assert!(
+                matches!(Pool::attach(fd, &g), Err(PoolError::Geometry(_))),
+                "{g:?}"
+            );
+        }
     }
 
     #[test]
@@ -1020,7 +1248,8 @@ mod party_record_tests {
         })
         .unwrap();
         // Another process would attach the same memfd: a second mapping of it stands in.
-        let other = Pool::attach(pool.fd().try_clone_to_owned().unwrap()).unwrap();
+        let other =
+            Pool::attach(pool.fd().try_clone_to_owned().unwrap(), &pool.geometry()).unwrap();
         let r = other.party(2).unwrap();
         r.handler_started();
         r.handler_started();

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig, SlotHeader};
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig, PoolGeometry, SlotHeader};
 use zerohop_test_support::{inherited_fds, role, spawn_self, ChildGuard, ChildLines, Signal};
 
 /// Longest any phase may take before the test calls it hung.
@@ -24,18 +24,23 @@ const PHASE: Duration = Duration::from_secs(60);
 
 const CHILD_ENV: &str = "ZH_STRESS_CHILD";
 
-fn new_pool(slots: u32, slot_size: u32) -> Arc<Pool> {
-    Arc::new(
-        Pool::create(&PoolConfig {
-            name: "stress".into(),
-            slots,
-            first_slot: 0,
-            slot_size,
-            max_parties: 8,
-            hugepages: false,
-        })
-        .expect("create pool"),
-    )
+/// Slots of the kill test's pool.
+const KILL_SLOTS: u32 = 128;
+
+/// The shape of a test pool of `slots` slots: what the parent creates and tells its children
+/// (as the agent tells instances through the plan).
+fn geometry(slots: u32) -> PoolGeometry {
+    PoolGeometry {
+        slots,
+        first_slot: 0,
+        slot_size: 512,
+        max_parties: 8,
+        hugepages: false,
+    }
+}
+
+fn new_pool(slots: u32) -> Arc<Pool> {
+    Arc::new(Pool::create(&PoolConfig::of("stress", geometry(slots))).expect("create pool"))
 }
 
 fn dup(fd: std::os::fd::BorrowedFd<'_>) -> OwnedFd {
@@ -153,7 +158,7 @@ fn ring_of_processes_passes_slots() {
         return ring_child();
     }
     let started = Instant::now();
-    let pool = new_pool(SLOTS, 512);
+    let pool = new_pool(SLOTS);
     // links[k]: child k sends on .0, child k+1 receives on .1.
     let links: Vec<(UnixDatagram, UnixDatagram)> = (0..CHILDREN)
         .map(|_| UnixDatagram::pair().expect("socketpair"))
@@ -450,7 +455,9 @@ fn ring_child() {
         .and_then(|v| v.parse().ok())
         .expect("child index");
     let mut fds = inherited_fds(3).into_iter();
-    let pool = Arc::new(Pool::attach(fds.next().expect("pool fd")).expect("attach pool"));
+    let pool = Arc::new(
+        Pool::attach(fds.next().expect("pool fd"), &geometry(SLOTS)).expect("attach pool"),
+    );
     let rx = UnixDatagram::from(fds.next().expect("upstream fd"));
     let tx = UnixDatagram::from(fds.next().expect("downstream fd"));
     rx.set_read_timeout(Some(PHASE)).expect("read timeout");
@@ -519,7 +526,7 @@ fn reclaim_after_sigkill_frees_exactly_the_dead_partys_slots() {
         Some("survivor") => return survivor_child(),
         _ => {}
     }
-    let pool = new_pool(128, 512);
+    let pool = new_pool(KILL_SLOTS);
     let me = Owner::party(0);
     let (victim_ctl, victim_end) = UnixDatagram::pair().expect("socketpair");
     let (survivor_ctl, survivor_end) = UnixDatagram::pair().expect("socketpair");
@@ -606,7 +613,9 @@ fn reclaim_after_sigkill_frees_exactly_the_dead_partys_slots() {
 
 fn victim_child() {
     let mut fds = inherited_fds(2).into_iter();
-    let pool = Arc::new(Pool::attach(fds.next().expect("pool fd")).expect("attach pool"));
+    let pool = Arc::new(
+        Pool::attach(fds.next().expect("pool fd"), &geometry(KILL_SLOTS)).expect("attach pool"),
+    );
     let ctl = UnixDatagram::from(fds.next().expect("control fd"));
     ctl.set_read_timeout(Some(PHASE)).expect("read timeout");
     let me = Owner::party(VICTIM);
@@ -641,7 +650,9 @@ fn victim_child() {
 
 fn survivor_child() {
     let mut fds = inherited_fds(2).into_iter();
-    let pool = Arc::new(Pool::attach(fds.next().expect("pool fd")).expect("attach pool"));
+    let pool = Arc::new(
+        Pool::attach(fds.next().expect("pool fd"), &geometry(KILL_SLOTS)).expect("attach pool"),
+    );
     let ctl = UnixDatagram::from(fds.next().expect("control fd"));
     ctl.set_read_timeout(Some(PHASE)).expect("read timeout");
     let me = Owner::party(SURVIVOR);

@@ -692,10 +692,13 @@ fn pool_header_vectors() {
             hex(&mask(&bytes)),
         );
         r.eq(n, "memfd size", shm.len(), f.total_len);
-        // Decode: the file's bytes in a pool's memfd are accepted by attach and read as the
-        // file's fields.
+        // Decode: the file's bytes in a pool's memfd are accepted by attach (told the geometry of
+        // the configuration, as the plan tells a party) and read as the file's fields.
         shm.write(0, &bytes);
-        match Pool::attach(created.fd().try_clone_to_owned().expect("dup")) {
+        match Pool::attach(
+            created.fd().try_clone_to_owned().expect("dup"),
+            &created.geometry(),
+        ) {
             Ok(p) => {
                 // What attach reads, and what the configuration asked for, is the file's.
                 let geometry = "(slot_count, first_slot, slot_size, max_parties, hugepages)";

@@ -116,17 +116,25 @@ pub fn attach(
         .filter(|&f| f != GATEWAY_FN)
         .ok_or_else(|| StartError::HandOver(format!("party {me} runs no function")))?;
     // First the pools of this function's domains, in domain order, then the transport's.
-    let domains = plan.domains_of(function).len();
-    if domains == 0 || fds.len() < domains {
+    let domains = plan.domains_of(function);
+    if domains.is_empty() || fds.len() < domains.len() {
         return Err(StartError::HandOver(format!(
-            "{} inherited descriptors, but the function is in {domains} security domains",
-            fds.len()
+            "{} inherited descriptors, but the function is in {} security domains",
+            fds.len(),
+            domains.len()
         )));
     }
+    // Each pool's shape comes from the plan; its header is only compared with it.
     let pools = fds
-        .drain(..domains)
-        .map(|fd| Pool::attach(fd).map(Arc::new))
-        .collect::<Result<Vec<_>, _>>()?;
+        .drain(..domains.len())
+        .zip(&domains)
+        .map(|(fd, &d)| {
+            let geometry = plan.pool_geometry(d).ok_or_else(|| {
+                StartError::HandOver(format!("security domain {d}'s pool is out of range"))
+            })?;
+            Ok(Arc::new(Pool::attach(fd, &geometry)?))
+        })
+        .collect::<Result<Vec<_>, StartError>>()?;
     let pools = Pools::new(pools)?;
     // Then the state store, for a function with `state`.
     let state = match plan.state {
@@ -734,6 +742,11 @@ mod tests {
             party_function: vec![GATEWAY_FN, 0, 1],
             timeout_ms: 1000,
             state: None,
+            pool: zerohop_transport::PoolPlan {
+                slots: 64,
+                slot_size: 4096,
+                hugepages: false,
+            },
         }
     }
 

@@ -57,7 +57,8 @@ pub use endpoint::{Delivery, Endpoint, EndpointStats};
 #[cfg(not(loom))]
 pub use pick::Picker;
 pub use plan::{
-    handover, Domain, FunctionPlan, Hop, JoinPolicy, Plan, RequestIds, RoutePlan, StatePlan,
+    handover, Domain, FunctionPlan, Hop, JoinPolicy, Plan, PoolPlan, RequestIds, RoutePlan,
+    StatePlan,
 };
 pub use policy::{Policy, PolicyError, GATEWAY_FN};
 #[cfg(not(loom))]

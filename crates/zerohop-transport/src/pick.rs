@@ -103,6 +103,11 @@ mod tests {
             party_function: vec![GATEWAY_FN, 0, 0, 0],
             timeout_ms: 30_000,
             state: None,
+            pool: crate::PoolPlan {
+                slots: 64,
+                slot_size: 4096,
+                hugepages: false,
+            },
         };
         let pool = Pool::create(&PoolConfig {
             name: "pick".into(),

@@ -35,6 +35,21 @@ pub enum JoinPolicy {
     Join,
 }
 
+/// The shape of the chain's pools: one per security domain, all alike but for their first
+/// slot (domain `d`'s is `d * slots`), with a party-table entry for every party of the plan.
+/// A party maps a pool only if the pool's header says the same ([`Plan::pool_geometry`];
+/// `zerohop_pool::Pool::attach`): the header is shared memory every party of the domain can
+/// write, the plan is not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolPlan {
+    /// Slots per pool.
+    pub slots: u32,
+    /// Bytes per slot, slot header included.
+    pub slot_size: u32,
+    /// Backed by huge pages.
+    pub hugepages: bool,
+}
+
 /// The chain's state store geometry (see `zerohop_pool::State`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatePlan {
@@ -121,6 +136,8 @@ pub struct Plan {
     /// The chain's state store, if it has one.
     #[serde(default)]
     pub state: Option<StatePlan>,
+    /// The shape of the chain's pools.
+    pub pool: PoolPlan,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -371,6 +388,22 @@ impl Plan {
             .collect()
     }
 
+    /// The shape of security domain `domain`'s pool (see [`PoolPlan`]); `None` when its
+    /// first slot would not fit a descriptor's slot number.
+    pub fn pool_geometry(&self, domain: usize) -> Option<zerohop_pool::PoolGeometry> {
+        let first_slot = u32::try_from(domain)
+            .ok()?
+            .checked_mul(self.pool.slots)
+            .filter(|&f| f <= zerohop_pool::Descriptor::MAX_SLOT)?;
+        Some(zerohop_pool::PoolGeometry {
+            slots: self.pool.slots,
+            first_slot,
+            slot_size: self.pool.slot_size,
+            max_parties: self.parties(),
+            hugepages: self.pool.hugepages,
+        })
+    }
+
     /// Serialises for `ZEROHOP_PLAN`.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a plan always serialises")
@@ -400,6 +433,11 @@ mod tests {
                 party_function: [vec![GATEWAY_FN; n as usize], vec![0, 0]].concat(),
                 timeout_ms: 30_000,
                 state: None,
+                pool: PoolPlan {
+                    slots: 64,
+                    slot_size: 4096,
+                    hugepages: false,
+                },
             };
             assert_eq!(plan.gateways(), n);
             assert_eq!(plan.parties_of(GATEWAY_FN).len(), n as usize);
@@ -449,6 +487,11 @@ mod tests {
             party_function: vec![GATEWAY_FN, 0, 1],
             timeout_ms: 30_000,
             state: None,
+            pool: PoolPlan {
+                slots: 64,
+                slot_size: 4096,
+                hugepages: false,
+            },
         }
     }
 

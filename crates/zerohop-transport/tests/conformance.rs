@@ -19,7 +19,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig};
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig, PoolGeometry};
 use zerohop_test_support::{
     cpu_ticks, inherited_fds, role, spawn_self, wait_until, ChildLines, Signal,
 };
@@ -39,19 +39,23 @@ const PHASE: Duration = Duration::from_secs(20);
 const BACKEND_ENV: &str = "ZH_CONF_BACKEND";
 const COUNT_ENV: &str = "ZH_CONF_COUNT";
 const TRANSPORT_FDS_ENV: &str = "ZH_CONF_TRANSPORT_FDS";
+/// Slots of the pool a child attaches (the rest of its shape is [`geometry`]'s).
+const POOL_SLOTS_ENV: &str = "ZH_CONF_POOL_SLOTS";
 
-fn new_pool(slots: u32, slot_size: u32) -> Arc<Pool> {
-    Arc::new(
-        Pool::create(&PoolConfig {
-            name: "conformance".into(),
-            slots,
-            first_slot: 0,
-            slot_size,
-            max_parties: 8,
-            hugepages: false,
-        })
-        .expect("create pool"),
-    )
+/// The shape of a test pool of `slots` slots: what the parent creates and tells a child (as
+/// the agent tells instances through the plan).
+fn geometry(slots: u32) -> PoolGeometry {
+    PoolGeometry {
+        slots,
+        first_slot: 0,
+        slot_size: 256,
+        max_parties: 8,
+        hugepages: false,
+    }
+}
+
+fn new_pool(slots: u32) -> Arc<Pool> {
+    Arc::new(Pool::create(&PoolConfig::of("conformance", geometry(slots))).expect("create pool"))
 }
 
 /// Gateway (party 0) -> function 0 (party 1): the smallest chain.
@@ -247,6 +251,7 @@ fn child_fds(backend: Backend, pool: &Pool, t: &dyn Transport, party: PartyId) -
 
 fn child_env(
     backend: Backend,
+    pool: &Pool,
     t: &dyn Transport,
     party: PartyId,
     count: u64,
@@ -254,6 +259,7 @@ fn child_env(
     let n = t.fds_for(party).expect("fds_for").len();
     vec![
         (BACKEND_ENV, backend.name().to_owned()),
+        (POOL_SLOTS_ENV, pool.slot_count().to_string()),
         (COUNT_ENV, count.to_string()),
         (TRANSPORT_FDS_ENV, n.to_string()),
     ]
@@ -271,7 +277,8 @@ fn attach_in_child(policy: &Policy, me: PartyId) -> (Backend, Arc<Pool>, Box<dyn
     let backend: Backend = env_parse(BACKEND_ENV);
     let n: usize = env_parse(TRANSPORT_FDS_ENV);
     let mut fds = inherited_fds(1 + n);
-    let pool = Arc::new(Pool::attach(fds.remove(0)).expect("attach pool in child"));
+    let geometry = geometry(env_parse(POOL_SLOTS_ENV));
+    let pool = Arc::new(Pool::attach(fds.remove(0), &geometry).expect("attach pool in child"));
     let t = zerohop_transport::attach(backend, policy, me, fds, Options::default())
         .unwrap_or_else(|e| panic!("[{backend}] attach transport in child: {e}"));
     (backend, pool, t)
@@ -287,7 +294,7 @@ fn attach_in_child(policy: &Policy, me: PartyId) -> (Backend, Arc<Pool>, Box<dyn
 fn delivers_in_order_between_threads() {
     const N: u32 = 50_000;
     for backend in Backend::ALL {
-        let pool = new_pool(256, 256);
+        let pool = new_pool(256);
         let policy = two_party_policy();
         let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
@@ -330,7 +337,7 @@ fn delivers_in_order_between_threads() {
 fn a_party_sends_to_itself() {
     const N: u32 = 2_000;
     for backend in Backend::ALL {
-        let pool = new_pool(64, 256);
+        let pool = new_pool(64);
         let policy = Arc::new(
             Policy::new(
                 vec![GATEWAY_FN, 0],
@@ -386,7 +393,7 @@ fn fan_in_delivers_each_descriptor_exactly_once() {
     let senders: [PartyId; 3] = [0, 2, 3];
     let total = PER_THREAD * THREADS * senders.len() as u32;
     for backend in Backend::ALL {
-        let pool = new_pool(512, 256);
+        let pool = new_pool(512);
         let policy = fan_in_policy();
         let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
@@ -451,7 +458,7 @@ fn fan_in_delivers_each_descriptor_exactly_once() {
 #[test]
 fn invalid_descriptors_are_dropped_and_counted() {
     for backend in Backend::ALL {
-        let pool = new_pool(64, 256);
+        let pool = new_pool(64);
         let policy = policy_with_a_disallowed_party();
         let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
@@ -618,7 +625,7 @@ fn invalid_descriptors_are_dropped_and_counted() {
 #[test]
 fn stop_unblocks_a_waiting_receiver() {
     for backend in Backend::ALL {
-        let pool = new_pool(16, 256);
+        let pool = new_pool(16);
         let policy = two_party_policy();
         let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
@@ -662,7 +669,7 @@ fn stop_unblocks_a_waiting_receiver() {
 #[test]
 fn receiver_without_senders_yields_nothing() {
     for backend in Backend::ALL {
-        let pool = new_pool(16, 256);
+        let pool = new_pool(16);
         let policy = two_party_policy();
         let t = create(backend, &policy, Options::default());
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
@@ -870,7 +877,7 @@ fn sleeping_receivers_never_miss_a_wakeup() {
             spin_us: 0,
             ..Options::default()
         };
-        let pool = new_pool(16, 256);
+        let pool = new_pool(16);
         let policy = two_party_policy();
         let t = create(backend, &policy, opts);
         let mut gw = endpoint(backend, &pool, &policy, &*t, 0);
@@ -927,12 +934,12 @@ fn delivers_across_processes() {
         return receiver_child();
     }
     for backend in Backend::ALL {
-        let pool = new_pool(256, 256);
+        let pool = new_pool(256);
         let t = create(backend, &two_party_policy(), Options::default());
         let mut child = spawn_self(
             "delivers_across_processes",
             "receiver",
-            &child_env(backend, &*t, 1, N),
+            &child_env(backend, &pool, &*t, 1, N),
             child_fds(backend, &pool, &*t, 1),
         );
         let lines = ChildLines::new(&mut child);
@@ -1000,13 +1007,13 @@ fn killed_sender_does_not_disturb_others() {
         return victim_child();
     }
     for backend in Backend::ALL {
-        let pool = new_pool(2048, 256);
+        let pool = new_pool(2048);
         let policy = fan_in_policy();
         let t = create(backend, &policy, Options::default());
         let mut victim = spawn_self(
             "killed_sender_does_not_disturb_others",
             "victim",
-            &child_env(backend, &*t, 2, 0),
+            &child_env(backend, &pool, &*t, 2, 0),
             child_fds(backend, &pool, &*t, 2),
         );
         let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
@@ -1127,12 +1134,12 @@ fn idle_receiver_process_sleeps_but_a_polling_one_spins() {
         return idle_child();
     }
     for backend in Backend::ALL {
-        let pool = new_pool(16, 256);
+        let pool = new_pool(16);
         let t = create(backend, &two_party_policy(), Options::default());
         let mut child = spawn_self(
             "idle_receiver_process_sleeps_but_a_polling_one_spins",
             "idle",
-            &child_env(backend, &*t, 1, 1),
+            &child_env(backend, &pool, &*t, 1, 1),
             child_fds(backend, &pool, &*t, 1),
         );
         let lines = ChildLines::new(&mut child);
@@ -1195,7 +1202,7 @@ fn idle_child() {
 #[test]
 fn receiver_death_between_peek_and_consume_loses_nothing() {
     for backend in Backend::ALL {
-        let pool = new_pool(8, 256);
+        let pool = new_pool(8);
         let policy = two_party_policy();
         let t = create(backend, &policy, Options::default());
         let tx = t.sender(0).unwrap();
@@ -1262,7 +1269,7 @@ fn receiver_death_between_peek_and_consume_loses_nothing() {
 #[test]
 fn a_sender_shutting_its_socket_down_closes_only_its_edge() {
     let backend = Backend::Socket;
-    let pool = new_pool(16, 256);
+    let pool = new_pool(16);
     let policy = fan_in_policy();
     let t = create(backend, &policy, Options::default());
     let mut ep = endpoint(backend, &pool, &policy, &*t, 1);
@@ -1311,7 +1318,7 @@ fn event_loop_receivers_never_miss_a_wakeup() {
                 spin_us: 0,
                 ..Options::default()
             };
-            let pool = new_pool(512, 256);
+            let pool = new_pool(512);
             let t = create(backend, &policy, opts);
             let mut ep = endpoint(backend, &pool, &policy, &*t, RECEIVER);
             let txs: Vec<Box<dyn Sender>> = (0..senders)

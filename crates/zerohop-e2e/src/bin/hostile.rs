@@ -25,6 +25,10 @@
 //!   to reopen it read-write through `/proc/self/fd`. Answers `pool NAME` per pool it was
 //!   handed, and `rw_map FD ERRNO|ok` and `reopen FD ERRNO|ok` per read-only descriptor.
 //!
+//! * `header`: given the body `scribble`, rewrites its first pool's `slots_offset` (as a
+//!   later party reading it would put its slots outside the mapping) and aborts, so the agent
+//!   starts it again; given anything else, passes the request on unchanged.
+//!
 //! * `forge` (sockmap transport): writes a message of its own to its socket, sending this
 //!   request's descriptor to function index `HOSTILE_TARGET_FN`, instance `HOSTILE_TARGET_PARTY`
 //!   (an edge the chain should not declare), past the SDK's own check; answers `forged ok`
@@ -471,6 +475,11 @@ fn main() {
         (String::new(), None)
     };
     let chaos_start = std::sync::Mutex::new(chaos_start);
+    // Its first pool (the first handed-over descriptor), mapped before `run` takes it over.
+    let header_pool = (mode == "header")
+        .then(|| map_rw(handover::FIRST_FD))
+        .flatten()
+        .map(|(base, _)| base as usize);
     run(move |req: &mut Request<'_>| {
         let out = match mode.as_str() {
             "grandchild" if req.body() == b"crash" => std::process::abort(),
@@ -489,6 +498,13 @@ fn main() {
             "hang" => "alive\n".to_owned(),
             "env" => env_report(),
             "forge" => forge(req),
+            "header" if req.body() == b"scribble" => {
+                let base = header_pool.expect("the pool is mapped") as *mut u8;
+                // `slots_offset`, at 48 in the pool header (docs/protocol.md).
+                write_u64(base, 48, u64::MAX - 4095);
+                std::process::abort()
+            }
+            "header" => return Ok(Next::Continue),
             "chaos" => {
                 let start = chaos_start.lock().unwrap_or_else(|p| p.into_inner()).take();
                 if let Some(start) = start {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::common::{client, func, post, runtime, Answer};
 use zerohop_agent::{spec, up, UpOptions};
 use zerohop_test_support::{
-    alive, children, instances, memfds, target_bin, wait_until, ChainProcess,
+    alive, children, instances, memfds, signal_pid, target_bin, wait_until, ChainProcess, Signal,
 };
 
 fn uid_of(pid: u32) -> Option<u32> {
@@ -270,4 +270,70 @@ fn a_hostile_function_cannot_touch_another_route_of_its_chain() {
     drop(hello_pool);
     let me = std::process::id();
     assert!(memfds(me).is_empty(), "memfds left: {:?}", memfds(me));
+}
+
+/// A function rewrites its pool's header (`slots_offset` near 2^64, which would put a later
+/// party's slots outside its mapping) and aborts; the agent starts it again, and the other
+/// function of its domain is killed and started again too. Each attaches with the geometry
+/// of the plan, from a header the agent wrote anew before handing the pool over: the route
+/// answers again, each instance restarted once (no crash loop of SIGSEGV or SIGBUS), and the
+/// pool's header is the plan's.
+#[test]
+fn a_rewritten_pool_header_moves_no_party_that_attaches_later() {
+    let _serial = crate::serial();
+    let rt = runtime();
+    let yaml = format!(
+        "name: scribble\ntimeout: 2s\nfunctions:\n  h: {{ command: [\"{}\"], env: {{ HOSTILE_MODE: header }} }}\n{}routes:\n  - http: POST /h\n    sequence: [h, upper]\n",
+        target_bin("zerohop-hostile").display(),
+        func("upper", "upper", "", ""),
+    );
+    let opts = UpOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..UpOptions::default()
+    };
+    let chain = rt
+        .block_on(up(
+            spec::parse(Path::new("scribble.yaml"), &yaml).unwrap(),
+            opts,
+        ))
+        .expect("chain up");
+    let url = format!("{}/h", chain.url());
+    let c = client();
+    let hello = |c: &ureq::Agent| {
+        let a = post(c, &url, "hello");
+        (a.status, a.body)
+    };
+    assert_eq!(hello(&c), (200, "HELLO".to_owned()));
+    let (h, u) = (chain.parties_of("h")[0], chain.parties_of("upper")[0]);
+    let (h0, u0) = (chain.restarts(h), chain.restarts(u));
+
+    let scribbled = post(&c, &url, "scribble");
+    assert!(scribbled.status >= 500, "{scribbled:?}");
+    assert!(
+        wait_until(Duration::from_secs(10), || chain.restarts(h) > h0
+            && chain.instance_pid(h).is_some()),
+        "the scribbling instance was started again"
+    );
+    let victim = chain.instance_pid(u).expect("upper runs");
+    signal_pid(victim, Signal::SIGKILL);
+    assert!(
+        wait_until(Duration::from_secs(10), || chain.restarts(u) > u0),
+        "upper was started again"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || hello(&c)
+            == (200, "HELLO".to_owned())),
+        "the route answers again"
+    );
+    // Settled: each started again exactly once (an instance that attached a poisoned header
+    // would die of SIGSEGV or SIGBUS, and again, and again).
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(hello(&c), (200, "HELLO".to_owned()));
+    assert_eq!((chain.restarts(h), chain.restarts(u)), (h0 + 1, u0 + 1));
+    // The header is the plan's again: a party attaching now with the plan's geometry agrees.
+    let pool = chain.pools().iter().next().expect("one pool").clone();
+    let fd = pool.fd().try_clone_to_owned().unwrap();
+    zerohop_pool::Pool::attach(fd, &pool.geometry()).expect("the header is the plan's");
+    drop(pool);
+    rt.block_on(chain.shutdown());
 }
