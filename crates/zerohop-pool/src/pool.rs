@@ -428,13 +428,13 @@ impl PoolGeometry {
         let owners_offset = (self.max_parties as usize)
             .checked_mul(core::mem::size_of::<PartyRecord>())
             .and_then(|n| n.checked_add(parties_offset))
-            .map(|n| round_up(n, 64))
+            .and_then(|n| n.checked_next_multiple_of(64))
             .ok_or_else(overflow)?;
         let align = if self.hugepages { HUGE_PAGE } else { PAGE };
         let slots_offset = (self.slots as usize)
             .checked_mul(8)
             .and_then(|n| n.checked_add(owners_offset))
-            .map(|n| round_up(n, align))
+            .and_then(|n| n.checked_next_multiple_of(align))
             .ok_or_else(overflow)?;
         let total = (self.slots as usize)
             .checked_mul(self.slot_size as usize)
@@ -508,10 +508,6 @@ pub struct Pool {
 unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}
-
-fn round_up(x: usize, to: usize) -> usize {
-    x.div_ceil(to) * to
-}
 
 impl Pool {
     /// Creates, sizes, seals and maps a new pool.
