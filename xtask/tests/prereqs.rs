@@ -46,6 +46,8 @@ fn a_missing_program_stops_the_test_command_before_it_builds_anything() {
     let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .arg("test")
         .env("PATH", fake.path())
+        // Its failed phase belongs to this test, not to the record of the run around it.
+        .env("XTASK_PHASES_FILE", fake.path().join("phases.tsv"))
         .output()
         .expect("run xtask");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -61,4 +63,6 @@ fn a_missing_program_stops_the_test_command_before_it_builds_anything() {
         "the last line says so: {stderr}"
     );
     assert!(!stderr.contains("building"), "it built something: {stderr}");
+    let phases = std::fs::read_to_string(fake.path().join("phases.tsv")).expect("its phases");
+    assert!(phases.contains("system packages"), "{phases}");
 }

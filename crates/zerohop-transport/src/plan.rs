@@ -390,6 +390,7 @@ impl Plan {
 
     /// The shape of security domain `domain`'s pool (see [`PoolPlan`]); `None` when its
     /// first slot would not fit a descriptor's slot number.
+    #[cfg(not(loom))]
     pub fn pool_geometry(&self, domain: usize) -> Option<zerohop_pool::PoolGeometry> {
         let first_slot = u32::try_from(domain)
             .ok()?
