@@ -26,6 +26,7 @@
 mod broker;
 mod client;
 mod codec;
+mod subscriptions;
 
 use std::sync::Arc;
 
@@ -40,6 +41,13 @@ use crate::{Gateway, GatewayError};
 /// Bytes a packet may carry beyond the chain's `max_body`: fixed header, topic, packet id
 /// and properties.
 pub(crate) const PACKET_HEADROOM: usize = 16 * 1024;
+
+/// Most levels a topic name or filter may have (`a/b/c` has three). Common brokers bound
+/// this too (EMQX `max_topic_levels`, 128 by default; AWS IoT allows 8); 32 is more than
+/// real topic trees use, and it bounds what matching one topic against a filter costs.
+/// A PUBLISH whose topic or response topic has more is refused (MQTT 5: DISCONNECT 0x90
+/// "topic name invalid"), a SUBSCRIBE filter with more gets a SUBACK failure (0x8F / 0x80).
+pub(crate) const MAX_TOPIC_LEVELS: usize = 32;
 
 /// The metadata name under which a request carries its topic (for functions that list it
 /// in their `headers`).
@@ -163,19 +171,30 @@ pub(crate) fn topic_matches(filter: &str, topic: &str) -> bool {
     }
 }
 
-/// Whether `topic` is a valid topic name to publish to: not empty, no wildcards, no NUL, at
-/// most 65535 bytes.
-pub(crate) fn valid_topic(topic: &str) -> bool {
-    !topic.is_empty() && topic.len() <= usize::from(u16::MAX) && !topic.contains(['+', '#', '\0'])
+/// How many levels `topic` (a name or a filter) has: one more than its `/`s.
+pub(crate) fn levels(topic: &str) -> usize {
+    topic.bytes().filter(|&b| b == b'/').count() + 1
 }
 
-/// Whether `filter` is a valid topic filter: not empty, no NUL, at most 65535 bytes, `+`
-/// only as a whole level, `#` only as the whole last level.
+/// Whether `topic` is a valid topic name to publish to: not empty, no wildcards, no NUL, at
+/// most 65535 bytes and [`MAX_TOPIC_LEVELS`] levels.
+pub(crate) fn valid_topic(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= usize::from(u16::MAX)
+        && !topic.contains(['+', '#', '\0'])
+        && levels(topic) <= MAX_TOPIC_LEVELS
+}
+
+/// Whether `filter` is a valid topic filter: not empty, no NUL, at most 65535 bytes and
+/// [`MAX_TOPIC_LEVELS`] levels, `+` only as a whole level, `#` only as the whole last level.
 pub(crate) fn valid_filter(filter: &str) -> bool {
     if filter.is_empty() || filter.len() > usize::from(u16::MAX) || filter.contains('\0') {
         return false;
     }
-    let levels = filter.split('/').count();
+    let levels = levels(filter);
+    if levels > MAX_TOPIC_LEVELS {
+        return false;
+    }
     filter.split('/').enumerate().all(|(i, l)| {
         (!l.contains('+') || l == "+") && (!l.contains('#') || (l == "#" && i + 1 == levels))
     })
@@ -245,6 +264,20 @@ mod tests {
         assert!(!valid_topic("a/#"));
         assert!(!valid_topic("a\0b"));
         assert!(!valid_topic(&"x".repeat(65536)));
+        // At most MAX_TOPIC_LEVELS levels, for names and filters alike.
+        let deepest = vec!["l"; MAX_TOPIC_LEVELS].join("/");
+        let deeper = format!("{deepest}/l");
+        assert!(valid_topic(&deepest) && valid_filter(&deepest));
+        assert!(!valid_topic(&deeper) && !valid_filter(&deeper));
+        assert!(valid_filter(&format!(
+            "{}/#",
+            vec!["+"; MAX_TOPIC_LEVELS - 1].join("/")
+        )));
+        assert!(!valid_filter(&format!(
+            "{}/#",
+            vec!["+"; MAX_TOPIC_LEVELS].join("/")
+        )));
+        assert!(!valid_topic(&"/".repeat(MAX_TOPIC_LEVELS)));
 
         for ok in ["#", "+", "a/+/b", "a/#", "+/+", "/", "$SYS/#", "$share/g/a"] {
             assert!(valid_filter(ok), "{ok}");

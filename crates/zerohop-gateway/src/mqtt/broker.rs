@@ -17,6 +17,9 @@
 //! | read buffer | one packet plus [`READ_CHUNK`] |
 //! | requests in flight per connection | [`MAX_INFLIGHT`] (MQTT 5 Receive Maximum); at the bound the socket is not read |
 //! | subscriptions per client | [`MAX_SUBSCRIPTIONS`] |
+//! | subscriptions of all clients, bytes of their filters | [`MAX_HUB_SUBSCRIPTIONS`], [`MAX_HUB_FILTER_BYTES`] |
+//! | levels of a topic name, response topic or filter | [`MAX_TOPIC_LEVELS`] |
+//! | cost of delivering one answer | its topic's bytes, the index paths that match it and the matching subscriptions ([`Index`]) |
 //! | queued packets to a client | [`OUT_QUEUE`]; answers to a subscriber that is that far behind are dropped for it |
 //! | QoS 1 answers not yet acknowledged by a subscriber | [`MAX_UNACKED`] (or its Receive Maximum); more are dropped for it |
 //! | a write to a client | [`WRITE_TIMEOUT`], then the connection is closed |
@@ -40,7 +43,8 @@ use super::codec::{
     self, AckReason, Close, ConnCode, Connect, DecodeError, Delivery, Hello, Inbound, Message,
     Outbound, Peer, SubRefusal, Version,
 };
-use super::{valid_filter, Answer, PACKET_HEADROOM};
+use super::subscriptions::Index;
+use super::{valid_filter, Answer, MAX_TOPIC_LEVELS, PACKET_HEADROOM};
 use crate::Gateway;
 
 /// How long a new connection may take to send its CONNECT.
@@ -49,6 +53,12 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) const MAX_INFLIGHT: usize = 16;
 /// Subscriptions one client may hold.
 pub(super) const MAX_SUBSCRIPTIONS: usize = 64;
+/// Subscriptions all clients of the gateway thread hold together (64 each for 1,024
+/// clients), and the bytes of their filters: past either, a SUBSCRIBE gets "quota exceeded"
+/// until some go. Together with [`MAX_TOPIC_LEVELS`] they bound the hub's memory and the
+/// trie an answer is matched in.
+pub(super) const MAX_HUB_SUBSCRIPTIONS: usize = 65_536;
+pub(super) const MAX_HUB_FILTER_BYTES: usize = 16 << 20;
 /// Packets queued for one client's writer.
 pub(super) const OUT_QUEUE: usize = 256;
 /// QoS 1 answers sent to one subscriber and not yet acknowledged.
@@ -128,87 +138,134 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
-/// The connected clients' subscriptions: where answers go.
+/// The connected clients' subscriptions: where answers go. One lock, held for the work of
+/// one packet or one answer, which the limits bound: a CONNECT, SUBSCRIBE or UNSUBSCRIBE
+/// costs its own bytes (client ids and filters are looked up by hash), an answer costs its
+/// topic's bytes and the paths of the index that match it ([`Index`]), never a scan of
+/// every connection or subscription.
 #[derive(Default)]
 struct Hub {
-    sessions: Mutex<HashMap<u64, Session>>,
+    state: Mutex<HubState>,
+}
+
+#[derive(Default)]
+struct HubState {
+    sessions: HashMap<u64, Session>,
+    /// Connection of each connected client id.
+    by_client: HashMap<String, u64>,
+    /// Every session's filters.
+    index: Index,
+    /// Subscriptions of all sessions, and the bytes of their filters.
+    subscriptions: usize,
+    filter_bytes: usize,
 }
 
 /// One connected client, as the hub knows it.
 struct Session {
     client_id: String,
     /// Filters and the QoS granted for each.
-    filters: Vec<(String, u8)>,
+    filters: HashMap<String, u8>,
     out: mpsc::Sender<Outbound>,
     /// Notified when another connection takes this client id over.
     kick: Arc<Notify>,
 }
 
+impl HubState {
+    /// Drops connection `id` and its subscriptions.
+    fn drop_session(&mut self, id: u64) -> Option<Session> {
+        let s = self.sessions.remove(&id)?;
+        if self.by_client.get(&s.client_id) == Some(&id) {
+            self.by_client.remove(&s.client_id);
+        }
+        for f in s.filters.keys() {
+            self.index.remove(id, f);
+            self.subscriptions -= 1;
+            self.filter_bytes -= f.len();
+        }
+        Some(s)
+    }
+}
+
 impl Hub {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Session>> {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Adds connection `id`; a connection with the same client id is told to go.
     fn register(&self, id: u64, session: Session) {
-        let mut sessions = self.lock();
-        let old: Vec<u64> = sessions
-            .iter()
-            .filter(|(_, s)| s.client_id == session.client_id)
-            .map(|(&k, _)| k)
-            .collect();
-        for k in old {
-            if let Some(s) = sessions.remove(&k) {
+        let mut st = self.lock();
+        if let Some(old) = st.by_client.get(&session.client_id).copied() {
+            if let Some(s) = st.drop_session(old) {
                 s.kick.notify_one();
             }
         }
-        sessions.insert(id, session);
+        st.by_client.insert(session.client_id.clone(), id);
+        st.sessions.insert(id, session);
     }
 
     fn remove(&self, id: u64) {
-        self.lock().remove(&id);
+        self.lock().drop_session(id);
     }
 
-    /// Adds or replaces a subscription of `id`.
+    /// Adds or replaces a subscription of `id` to the valid filter `filter`, within the
+    /// per-client and hub-wide bounds.
     fn subscribe(&self, id: u64, filter: &str, qos: u8) -> Result<u8, SubRefusal> {
-        let mut sessions = self.lock();
-        let Some(s) = sessions.get_mut(&id) else {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let Some(s) = st.sessions.get_mut(&id) else {
             return Err(SubRefusal::QuotaExceeded);
         };
-        if let Some(f) = s.filters.iter_mut().find(|(f, _)| f == filter) {
-            f.1 = qos;
+        if let Some(q) = s.filters.get_mut(filter) {
+            *q = qos;
         } else if s.filters.len() >= MAX_SUBSCRIPTIONS {
             return Err(SubRefusal::QuotaExceeded);
+        } else if st.subscriptions >= MAX_HUB_SUBSCRIPTIONS
+            || st.filter_bytes + filter.len() > MAX_HUB_FILTER_BYTES
+        {
+            tracing::warn!(
+                "mqtt: the gateway holds {} subscriptions ({} bytes of filters), its limit; client {:?} is refused one",
+                st.subscriptions,
+                st.filter_bytes,
+                s.client_id
+            );
+            return Err(SubRefusal::QuotaExceeded);
         } else {
-            s.filters.push((filter.to_owned(), qos));
+            s.filters.insert(filter.to_owned(), qos);
+            st.subscriptions += 1;
+            st.filter_bytes += filter.len();
         }
+        st.index.insert(id, filter, qos);
         Ok(qos)
     }
 
     /// Removes a subscription of `id`; whether it had it.
     fn unsubscribe(&self, id: u64, filter: &str) -> bool {
-        let mut sessions = self.lock();
-        let Some(s) = sessions.get_mut(&id) else {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let Some(s) = st.sessions.get_mut(&id) else {
             return false;
         };
-        let before = s.filters.len();
-        s.filters.retain(|(f, _)| f != filter);
-        s.filters.len() != before
+        if s.filters.remove(filter).is_none() {
+            return false;
+        }
+        st.subscriptions -= 1;
+        st.filter_bytes -= filter.len();
+        st.index.remove(id, filter)
     }
 
     /// Queues `delivery` for every client with a matching subscription, once per client at
     /// the highest QoS among its matching filters. A client whose queue is full misses it.
-    fn publish(&self, delivery: Delivery) -> usize {
+    /// Returns how many clients it was queued for and the steps the match took.
+    fn publish(&self, delivery: Delivery) -> (usize, usize) {
         let delivery = Arc::new(delivery);
         let mut sent = 0;
-        for (id, s) in self.lock().iter() {
-            let qos = s
-                .filters
-                .iter()
-                .filter(|(f, _)| super::topic_matches(f, &delivery.topic))
-                .map(|&(_, q)| q)
-                .max();
-            let Some(qos) = qos else { continue };
+        let st = self.lock();
+        let mut matched = HashMap::new();
+        let steps = st.index.matches(&delivery.topic, &mut matched);
+        for (id, qos) in matched {
+            let Some(s) = st.sessions.get(&id) else {
+                continue;
+            };
             let out = Outbound::Publish {
                 delivery: delivery.clone(),
                 qos,
@@ -222,7 +279,7 @@ impl Hub {
                 ),
             }
         }
-        sent
+        (sent, steps)
     }
 }
 
@@ -318,7 +375,7 @@ impl Connection {
             self.id,
             Session {
                 client_id: connect.client_id.clone(),
-                filters: Vec::new(),
+                filters: HashMap::new(),
                 out: out.clone(),
                 kick: kick.clone(),
             },
@@ -466,6 +523,12 @@ impl Connection {
                         if f.starts_with("$share/") {
                             Err(SubRefusal::SharedNotSupported)
                         } else if !valid_filter(f) {
+                            tracing::debug!(
+                                "mqtt: client {:?} is refused a filter of {} bytes and {} levels: not a valid filter of at most {MAX_TOPIC_LEVELS} levels",
+                                client.connect.client_id,
+                                f.len(),
+                                super::levels(f)
+                            );
                             Err(SubRefusal::FilterInvalid)
                         } else {
                             // QoS 2 is granted as 1, the most the gateway delivers at.
@@ -710,4 +773,163 @@ async fn write_loop(
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn session(client_id: &str) -> (Session, mpsc::Receiver<Outbound>) {
+        let (out, rx) = mpsc::channel(OUT_QUEUE);
+        let s = Session {
+            client_id: client_id.into(),
+            filters: HashMap::new(),
+            out,
+            kick: Arc::new(Notify::new()),
+        };
+        (s, rx)
+    }
+
+    fn answer(topic: &str) -> Delivery {
+        Delivery {
+            topic: topic.into(),
+            payload: Bytes::from_static(b"x"),
+            status: 200,
+            correlation: None,
+        }
+    }
+
+    #[test]
+    fn subscriptions_are_bounded_per_client_and_for_the_whole_hub() {
+        let hub = Hub::default();
+        let (s, _rx) = session("one");
+        hub.register(1, s);
+        for i in 0..MAX_SUBSCRIPTIONS {
+            assert_eq!(hub.subscribe(1, &format!("f/{i}"), 1), Ok(1));
+        }
+        // The same filter again only changes its QoS; a new one is one too many.
+        assert_eq!(hub.subscribe(1, "f/0", 0), Ok(0));
+        assert_eq!(hub.subscribe(1, "f/x", 0), Err(SubRefusal::QuotaExceeded));
+        assert!(hub.unsubscribe(1, "f/1"));
+        assert!(!hub.unsubscribe(1, "f/1"));
+        assert_eq!(hub.subscribe(1, "f/x", 0), Ok(0));
+        // The hub as a whole: past MAX_HUB_SUBSCRIPTIONS, every client is refused.
+        let mut rxs = Vec::new();
+        let clients = MAX_HUB_SUBSCRIPTIONS / MAX_SUBSCRIPTIONS;
+        for c in 2..=clients as u64 {
+            let (s, rx) = session(&format!("c{c}"));
+            rxs.push(rx);
+            hub.register(c, s);
+            for i in 0..MAX_SUBSCRIPTIONS {
+                assert_eq!(hub.subscribe(c, &format!("f/{i}"), 0), Ok(0));
+            }
+        }
+        assert_eq!(hub.lock().subscriptions, MAX_HUB_SUBSCRIPTIONS);
+        let (s, _rx2) = session("late");
+        hub.register(u64::MAX, s);
+        assert_eq!(
+            hub.subscribe(u64::MAX, "late", 0),
+            Err(SubRefusal::QuotaExceeded)
+        );
+        // A client that goes takes its subscriptions with it.
+        hub.remove(2);
+        assert_eq!(hub.subscribe(u64::MAX, "late", 0), Ok(0));
+        // And the bytes of the filters: a few maximal filters fill them.
+        let hub = Hub::default();
+        let long = "x".repeat(usize::from(u16::MAX));
+        let fits = MAX_HUB_FILTER_BYTES / long.len();
+        let mut refused = 0;
+        for c in 0..=(fits / MAX_SUBSCRIPTIONS + 1) as u64 {
+            let (s, rx) = session(&format!("long{c}"));
+            rxs.push(rx);
+            hub.register(c, s);
+            for i in 0..MAX_SUBSCRIPTIONS {
+                let f = format!("{i:02}{}", &long[2..]);
+                if hub.subscribe(c, &f, 0).is_err() {
+                    refused += 1;
+                }
+            }
+        }
+        let st = hub.lock();
+        assert_eq!(st.subscriptions, fits);
+        assert!(st.filter_bytes <= MAX_HUB_FILTER_BYTES);
+        assert!(refused > 0);
+    }
+
+    #[test]
+    fn a_client_id_taken_over_leaves_no_subscriptions_behind() {
+        let hub = Hub::default();
+        let (a, mut rx_a) = session("same");
+        let kick = a.kick.clone();
+        hub.register(1, a);
+        hub.subscribe(1, "t/#", 1).unwrap();
+        let (b, mut rx_b) = session("same");
+        hub.register(2, b);
+        // The old connection is told to go (a permit is stored for it) and hears nothing.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), kick.notified())
+                .await
+                .expect("the old connection was kicked");
+        });
+        assert_eq!(hub.publish(answer("t/1")).0, 0);
+        hub.subscribe(2, "t/+", 0).unwrap();
+        assert_eq!(hub.publish(answer("t/1")).0, 1);
+        assert!(rx_a.try_recv().is_err());
+        assert!(matches!(
+            rx_b.try_recv(),
+            Ok(Outbound::Publish { qos: 0, .. })
+        ));
+        // The old connection's own end removes nothing of the new one's.
+        hub.remove(1);
+        assert_eq!(hub.publish(answer("t/2")).0, 1);
+        hub.remove(2);
+        let st = hub.lock();
+        assert_eq!((st.subscriptions, st.filter_bytes), (0, 0));
+        assert!(st.by_client.is_empty() && st.sessions.is_empty());
+    }
+
+    /// Finding 8 of the security review: with 1,000 clients holding 64 filters of thousands
+    /// of levels each, one answer on a response topic of thousands of levels compared every
+    /// level of every filter, under the hub's lock (about a second of CPU). Such filters and
+    /// topics are refused now (at most MAX_TOPIC_LEVELS levels), and what is accepted is
+    /// matched through the index: the work of one answer is counted here, not timed.
+    #[test]
+    fn one_answer_costs_its_matching_paths_whatever_the_clients_hold() {
+        let hub = Hub::default();
+        let thousands = vec!["+"; 3000].join("/");
+        let deepest =
+            |tail: usize| format!("{}/f{tail}", vec!["+"; MAX_TOPIC_LEVELS - 1].join("/"));
+        let mut rxs = Vec::new();
+        for c in 0..1000u64 {
+            let (s, rx) = session(&format!("c{c}"));
+            rxs.push(rx);
+            hub.register(c, s);
+            // The filters of the report are no filters here (the SUBSCRIBE path checks
+            // `valid_filter` first, and the SUBACK says 0x8F / 0x80).
+            assert!(!valid_filter(&thousands));
+            for i in 0..MAX_SUBSCRIPTIONS {
+                hub.subscribe(c, &deepest(i), 1).unwrap();
+            }
+        }
+        // The deepest topic the codec lets through, matching none of the 64,000 filters.
+        let topic = vec!["t"; MAX_TOPIC_LEVELS].join("/");
+        let (sent, steps) = hub.publish(answer(&topic));
+        assert_eq!(sent, 0);
+        assert_eq!(
+            steps, MAX_TOPIC_LEVELS,
+            "one step per level of the shared path"
+        );
+        // A topic they all match: one delivery per client, steps grow with the deliveries
+        // (64 filters each of 1,000 clients match), not with anything else.
+        let topic = format!("{}/f7", vec!["t"; MAX_TOPIC_LEVELS - 1].join("/"));
+        let (sent, steps) = hub.publish(answer(&topic));
+        assert_eq!(sent, 1000);
+        assert_eq!(steps, MAX_TOPIC_LEVELS + 1 + 1000);
+    }
 }

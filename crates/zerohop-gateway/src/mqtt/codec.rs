@@ -13,7 +13,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use rumqttc::mqttbytes::{self as m4, v4};
 use rumqttc::v5::mqttbytes::{self as m5, v5};
 
-use super::valid_topic;
+use super::{levels, valid_topic, MAX_TOPIC_LEVELS};
 
 /// The protocol level of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,6 +327,22 @@ pub(super) fn read(
     }
 }
 
+/// Why the topic name of a PUBLISH is refused: too many levels, or not a topic name.
+fn topic_refused(topic: &str) -> DecodeError {
+    let what = if levels(topic) > MAX_TOPIC_LEVELS {
+        format!(
+            "a topic name of {} levels (at most {MAX_TOPIC_LEVELS})",
+            levels(topic)
+        )
+    } else {
+        format!(
+            "{:?} is no topic name to publish to",
+            topic.get(..256).unwrap_or(topic)
+        )
+    };
+    DecodeError::new(Close::TopicNameInvalid, what)
+}
+
 fn unexpected(what: &str) -> DecodeError {
     DecodeError::new(
         Close::Protocol,
@@ -339,10 +355,7 @@ fn read_v4(buf: &mut BytesMut, max: usize) -> Result<Inbound, DecodeError> {
     Ok(match packet {
         v4::Packet::Publish(p) => {
             if !valid_topic(&p.topic) {
-                return Err(DecodeError::new(
-                    Close::TopicNameInvalid,
-                    format!("{:?} is no topic name to publish to", p.topic),
-                ));
+                return Err(topic_refused(&p.topic));
             }
             Inbound::Publish(Message {
                 topic: p.topic,
@@ -398,14 +411,26 @@ fn read_v5(buf: &mut BytesMut, max: usize) -> Result<Inbound, DecodeError> {
             }
             let topic = match String::from_utf8(p.topic.to_vec()) {
                 Ok(t) if valid_topic(&t) => t,
-                _ => {
+                Ok(t) => return Err(topic_refused(&t)),
+                Err(_) => {
                     return Err(DecodeError::new(
                         Close::TopicNameInvalid,
-                        format!("{:?} is no topic name to publish to", p.topic),
+                        "a topic name that is not UTF-8",
                     ))
                 }
             };
             if let Some(r) = &props.response_topic {
+                if levels(r) > MAX_TOPIC_LEVELS {
+                    // A well-formed name the gateway does not take: answers are matched
+                    // against subscriptions by level, and levels are bounded.
+                    return Err(DecodeError::new(
+                        Close::TopicNameInvalid,
+                        format!(
+                            "a response topic of {} levels (at most {MAX_TOPIC_LEVELS})",
+                            levels(r)
+                        ),
+                    ));
+                }
                 if !valid_topic(r) {
                     return Err(DecodeError::new(
                         Close::Protocol,
@@ -802,6 +827,31 @@ mod tests {
             .unwrap();
         assert_eq!(
             read(Version::V311, &mut b, 100).unwrap_err().close,
+            Close::TopicNameInvalid
+        );
+        // A topic name or response topic deeper than MAX_TOPIC_LEVELS: "topic name invalid".
+        let deep = vec!["l"; MAX_TOPIC_LEVELS + 1].join("/");
+        let mut b = BytesMut::new();
+        v4::Packet::Publish(v4::Publish::new(deep.clone(), m4::QoS::AtMostOnce, "x"))
+            .write(&mut b, usize::MAX)
+            .unwrap();
+        let e = read(Version::V311, &mut b, 1000).unwrap_err();
+        assert_eq!(e.close, Close::TopicNameInvalid);
+        assert!(e.what.contains("33 levels"), "{}", e.what);
+        let mut b = BytesMut::new();
+        v5::Packet::Publish(v5::Publish {
+            topic: Bytes::from_static(b"a"),
+            payload: Bytes::from_static(b"x"),
+            properties: Some(v5::PublishProperties {
+                response_topic: Some(deep),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .write(&mut b, None)
+        .unwrap();
+        assert_eq!(
+            read(Version::V5, &mut b, 1000).unwrap_err().close,
             Close::TopicNameInvalid
         );
         // SUBSCRIBE with wrong reserved flags.
