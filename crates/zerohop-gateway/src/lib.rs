@@ -51,6 +51,13 @@ pub use group::Gateways;
 pub use ingress::Reply;
 pub use mqtt::MqttIngress;
 
+/// What the fuzz targets (`fuzz/`) drive: the MQTT and CoAP parsers on bytes, without a
+/// socket. Not an API: it changes with the targets.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::mqtt::fuzz_connection as mqtt;
+}
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -28,6 +28,9 @@ mod client;
 mod codec;
 mod subscriptions;
 
+#[doc(hidden)]
+pub use codec::fuzz_connection;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
