@@ -1,21 +1,40 @@
-//! Mutual authentication of a peer connection with a secret both nodes hold.
+//! Mutual authentication of a peer connection with a secret both nodes hold (protocol 2).
 //!
 //! ```text
-//! each side, at once:  MAGIC (15 B) nonce (32 B, fresh from the system RNG)
-//! then, at once:       tag = HMAC-SHA256(secret, CONTEXT | role | own nonce | other's nonce)
-//! role = b'c' (the side that connected) or b's' (the side that accepted)
+//! each side, at once:  MAGIC (15 B) node id (16 B) nonce (32 B, fresh from the system RNG)
+//! then, at once:       tag = HMAC-SHA256(secret, CONTEXT | signer
+//!                                        | dialer's id | acceptor's id
+//!                                        | dialer's nonce | acceptor's nonce)
+//! signer = b'c' (the side that dialed) or b's' (the side that accepted)
 //! ```
 //!
-//! Each side checks the other's tag in constant time (`ring::hmac::verify`) against the
-//! message the *other* role would have signed. Both nonces make a tag good for one
-//! connection only (no replay); the role byte makes a side's own tag useless as the other's
-//! (no reflection: a peer echoing our bytes back fails). A wrong secret fails on both ends,
-//! as each verifies a tag made with the other key. The whole exchange is bounded by
-//! [`HANDSHAKE_TIMEOUT`].
+//! A tag signs the whole session: both nodes' identities and both nonces, in the order of
+//! the direction (who dialed whom), and which end signs. Each side checks the other's tag in
+//! constant time (`ring::hmac::verify`) against the message the *other* end of this very
+//! session signs. So a proof is good for one session, one direction and one signer only:
+//!
+//! * replay: the nonces are fresh on both ends, a recorded tag covers other nonces;
+//! * reflection within a session (a peer echoing our bytes): the peer would present our own
+//!   node id or nonce, which is refused ([`AuthFailure::Reflected`]); the signer byte makes
+//!   our own tag useless as the other end's anyway;
+//! * reflection across sessions (an attacker gets node A to dial it and dials A at the same
+//!   time, then feeds each session A's nonce and proof of the other): every tag A makes has
+//!   A's node id in A's own place, so A would accept it only from a peer that presented A's
+//!   id, which A refuses. Version 1 signed `signer | own nonce | other's nonce` and fell to
+//!   this (the test `a_proof_reflected_between_two_sessions_of_one_node_does_not_pass`).
+//!
+//! A node id is random, made with the [`Secret`] (a daemon's dialer and acceptor share one
+//! `Secret`, hence one id; another daemon, even with the same key, has another). A wrong
+//! secret fails on both ends, as each verifies a tag made with the other key. The whole
+//! exchange is bounded by [`HANDSHAKE_TIMEOUT`] and reads exactly [`HELLO_LEN`] +
+//! [`TAG_LEN`] bytes.
 //!
 //! Limits: this authenticates the two ends when the connection opens; it neither encrypts
 //! nor protects the frames that follow, so an attacker on the path between the nodes can
-//! read and alter them. The connection is meant for the cluster's own network.
+//! read and alter them. Node ids are not tied to an address the dialer expected, so an
+//! attacker that gets node A to dial it and can reach node B may relay the handshake
+//! between A and B unchanged (a man in the middle, which the unencrypted connection admits
+//! anyway). The connection is meant for the cluster's own network.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -27,17 +46,23 @@ use ring::rand::{SecureRandom, SystemRandom};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// What each side sends first: says what speaks and which version of the protocol.
-pub const MAGIC: &[u8; 15] = b"zerohop-peer/1\n";
+pub const MAGIC: &[u8; 15] = b"zerohop-peer/2\n";
 
-/// What the tags are about, so a tag made with the same secret for another purpose never
-/// passes here.
-const CONTEXT: &[u8] = b"zerohop peer connection authentication v1";
+/// What the tags are about, so a tag made with the same secret for another purpose (or by
+/// version 1 of this handshake) never passes here.
+const CONTEXT: &[u8] = b"zerohop peer connection authentication v2";
+
+/// Length of a node's id.
+pub const NODE_ID_LEN: usize = 16;
 
 /// Length of each side's nonce.
 pub const NONCE_LEN: usize = 32;
 
+/// Length of a hello: [`MAGIC`], node id, nonce.
+pub const HELLO_LEN: usize = MAGIC.len() + NODE_ID_LEN + NONCE_LEN;
+
 /// Length of a tag (HMAC-SHA256).
-const TAG_LEN: usize = 32;
+pub const TAG_LEN: usize = 32;
 
 /// The bound on the whole handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -46,19 +71,24 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MIN_SECRET_LEN: usize = 16;
 
 /// The secret the nodes of a cluster share (typically a Kubernetes Secret mounted into the
-/// agent's pod). Its `Debug` shows only its length.
+/// agent's pod), and the random id of the node that holds it. Its `Debug` shows only the
+/// key's length.
 pub struct Secret {
     key: hmac::Key,
     len: usize,
+    node: [u8; NODE_ID_LEN],
 }
 
 impl Secret {
     /// A secret from its bytes, as they are (no length check: [`Secret::from_file`] makes
-    /// that one).
+    /// that one), with a fresh node id.
     pub fn new(bytes: &[u8]) -> Secret {
+        let key = hmac::Key::new(hmac::HMAC_SHA256, bytes);
+        let node = node_id(&key);
         Secret {
-            key: hmac::Key::new(hmac::HMAC_SHA256, bytes),
+            key,
             len: bytes.len(),
+            node,
         }
     }
 
@@ -80,6 +110,35 @@ impl Secret {
         }
         Ok(Secret::new(key))
     }
+
+    /// The id this node presents in its handshakes (random, one per `Secret`).
+    pub fn node_id(&self) -> [u8; NODE_ID_LEN] {
+        self.node
+    }
+}
+
+/// A fresh node id: from the system's RNG, or, should it fail, from the key, the process
+/// and the time (unique within the process, which is what the reflection check needs).
+fn node_id(key: &hmac::Key) -> [u8; NODE_ID_LEN] {
+    let mut id = [0u8; NODE_ID_LEN];
+    if SystemRandom::new().fill(&mut id).is_ok() {
+        return id;
+    }
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut seed = Vec::with_capacity(40);
+    seed.extend_from_slice(b"node id");
+    seed.extend_from_slice(&std::process::id().to_le_bytes());
+    seed.extend_from_slice(&nanos.to_le_bytes());
+    seed.extend_from_slice(
+        &MADE
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_le_bytes(),
+    );
+    id.copy_from_slice(&hmac::sign(key, &seed).as_ref()[..NODE_ID_LEN]);
+    id
 }
 
 impl fmt::Debug for Secret {
@@ -91,7 +150,7 @@ impl fmt::Debug for Secret {
 /// Which end of the connection a side is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// The side that connected.
+    /// The side that connected (dialed).
     Client,
     /// The side that accepted.
     Server,
@@ -132,8 +191,9 @@ pub enum AuthFailure {
     /// The peer's first bytes are not [`MAGIC`].
     #[error("not a zerohop peer, or another protocol version (wrong preamble)")]
     WrongMagic,
-    /// The peer sent our own nonce back.
-    #[error("the peer echoed our nonce")]
+    /// The peer presented this node's own id or nonce: our own bytes sent back, or those of
+    /// another session of ours.
+    #[error("the peer presented this node's own identity or nonce (a reflection)")]
     Reflected,
     /// The handshake did not finish in time.
     #[error("no complete handshake within {0:?}")]
@@ -171,7 +231,7 @@ async fn handshake_within<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let reason = match tokio::time::timeout(limit, exchange(io, secret, role)).await {
+    let reason = match tokio::time::timeout(limit, authenticate(io, secret, role)).await {
         Ok(Ok(())) => return Ok(()),
         Ok(Err(reason)) => reason,
         Err(_) => AuthFailure::Timeout(limit),
@@ -179,7 +239,9 @@ where
     Err(AuthError { peer, reason })
 }
 
-async fn exchange<S>(io: &mut S, secret: &Secret, role: Role) -> Result<(), AuthFailure>
+/// The handshake itself, without a bound in time: [`handshake`] bounds it (the fuzz target
+/// drives it directly). Writes [`HELLO_LEN`] + [`TAG_LEN`] bytes and reads as many, no more.
+pub async fn authenticate<S>(io: &mut S, secret: &Secret, role: Role) -> Result<(), AuthFailure>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -187,45 +249,80 @@ where
     SystemRandom::new()
         .fill(&mut ours)
         .map_err(|_| AuthFailure::Random)?;
-    let mut hello = [0u8; MAGIC.len() + NONCE_LEN];
+    let mut hello = [0u8; HELLO_LEN];
     hello[..MAGIC.len()].copy_from_slice(MAGIC);
-    hello[MAGIC.len()..].copy_from_slice(&ours);
+    hello[MAGIC.len()..MAGIC.len() + NODE_ID_LEN].copy_from_slice(&secret.node);
+    hello[MAGIC.len() + NODE_ID_LEN..].copy_from_slice(&ours);
     // Both sides write before they read: the few bytes fit any socket buffer, so neither
     // waits for the other.
     io.write_all(&hello).await?;
     io.flush().await?;
-    let mut theirs_hello = [0u8; MAGIC.len() + NONCE_LEN];
-    io.read_exact(&mut theirs_hello).await?;
-    if &theirs_hello[..MAGIC.len()] != MAGIC {
+    let mut theirs = [0u8; HELLO_LEN];
+    io.read_exact(&mut theirs).await?;
+    if &theirs[..MAGIC.len()] != MAGIC {
         return Err(AuthFailure::WrongMagic);
     }
-    let mut theirs = [0u8; NONCE_LEN];
-    theirs.copy_from_slice(&theirs_hello[MAGIC.len()..]);
-    if theirs == ours {
+    let mut their_node = [0u8; NODE_ID_LEN];
+    their_node.copy_from_slice(&theirs[MAGIC.len()..MAGIC.len() + NODE_ID_LEN]);
+    let mut their_nonce = [0u8; NONCE_LEN];
+    their_nonce.copy_from_slice(&theirs[MAGIC.len() + NODE_ID_LEN..]);
+    if their_node == secret.node || their_nonce == ours {
         return Err(AuthFailure::Reflected);
     }
+    let ours = Side {
+        node: secret.node,
+        nonce: ours,
+    };
+    let theirs = Side {
+        node: their_node,
+        nonce: their_nonce,
+    };
+    let session = match role {
+        Role::Client => Session {
+            dialer: ours,
+            acceptor: theirs,
+        },
+        Role::Server => Session {
+            dialer: theirs,
+            acceptor: ours,
+        },
+    };
 
-    let tag = hmac::sign(&secret.key, &message(role, &ours, &theirs));
+    let tag = hmac::sign(&secret.key, &session.message(role));
     io.write_all(tag.as_ref()).await?;
     io.flush().await?;
     let mut their_tag = [0u8; TAG_LEN];
     io.read_exact(&mut their_tag).await?;
-    hmac::verify(
-        &secret.key,
-        &message(role.other(), &theirs, &ours),
-        &their_tag,
-    )
-    .map_err(|_| AuthFailure::WrongSecret)
+    hmac::verify(&secret.key, &session.message(role.other()), &their_tag)
+        .map_err(|_| AuthFailure::WrongSecret)
 }
 
-/// What `role` signs: its own nonce first.
-fn message(role: Role, own: &[u8; NONCE_LEN], other: &[u8; NONCE_LEN]) -> Vec<u8> {
-    let mut m = Vec::with_capacity(CONTEXT.len() + 1 + 2 * NONCE_LEN);
-    m.extend_from_slice(CONTEXT);
-    m.push(role.byte());
-    m.extend_from_slice(own);
-    m.extend_from_slice(other);
-    m
+/// One end of a session: what its hello said.
+#[derive(Clone, Copy)]
+struct Side {
+    node: [u8; NODE_ID_LEN],
+    nonce: [u8; NONCE_LEN],
+}
+
+/// A session as both ends see it, in the order of its direction.
+struct Session {
+    dialer: Side,
+    acceptor: Side,
+}
+
+impl Session {
+    /// What `signer` signs: the context, the signer, both ids and both nonces, the dialer's
+    /// first (fixed lengths, so the concatenation is unambiguous).
+    fn message(&self, signer: Role) -> Vec<u8> {
+        let mut m = Vec::with_capacity(CONTEXT.len() + 1 + 2 * (NODE_ID_LEN + NONCE_LEN));
+        m.extend_from_slice(CONTEXT);
+        m.push(signer.byte());
+        m.extend_from_slice(&self.dialer.node);
+        m.extend_from_slice(&self.acceptor.node);
+        m.extend_from_slice(&self.dialer.nonce);
+        m.extend_from_slice(&self.acceptor.nonce);
+        m
+    }
 }
 
 #[cfg(test)]
@@ -282,9 +379,10 @@ mod tests {
     async fn wrong_magic_fails() {
         let (mut c, mut s) = duplex(1024);
         let peer = tokio::spawn(async move {
-            s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789abcdefghij")
-                .await
-                .unwrap();
+            // As long as a hello: the preamble is what is wrong.
+            let mut http = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+            http.resize(HELLO_LEN, b'.');
+            s.write_all(&http).await.unwrap();
             s
         });
         let e = handshake(&mut c, &Secret::new(KEY), Role::Client, addr())
@@ -318,14 +416,17 @@ mod tests {
         assert!(matches!(e.reason, AuthFailure::Io(_)), "{e}");
     }
 
-    /// A peer without the secret that sends back whatever it receives: our hello, then our
-    /// own tag. Neither may pass.
-    async fn mirror(mut s: DuplexStream, same_nonce: bool) {
-        let mut hello = [0u8; MAGIC.len() + NONCE_LEN];
+    /// A peer without the secret that sends back whatever it receives: our hello (as it
+    /// came, or with another nonce, or with another node id too), then our own tag.
+    async fn mirror(mut s: DuplexStream, change: usize) {
+        let mut hello = [0u8; HELLO_LEN];
         if s.read_exact(&mut hello).await.is_err() {
             return;
         }
-        if !same_nonce {
+        if change >= 1 {
+            hello[HELLO_LEN - 1] ^= 1;
+        }
+        if change >= 2 {
             hello[MAGIC.len()] ^= 1;
         }
         let _ = s.write_all(&hello).await;
@@ -338,54 +439,149 @@ mod tests {
 
     #[tokio::test]
     async fn a_reflected_hello_or_tag_does_not_pass() {
-        for (same_nonce, role) in [
-            (true, Role::Client),
-            (false, Role::Client),
-            (false, Role::Server),
-        ] {
-            let (mut c, s) = duplex(1024);
-            let m = tokio::spawn(mirror(s, same_nonce));
-            let e = handshake(&mut c, &Secret::new(KEY), role, addr())
-                .await
-                .unwrap_err();
-            if same_nonce {
-                assert!(matches!(e.reason, AuthFailure::Reflected), "{e}");
-            } else {
-                assert!(matches!(e.reason, AuthFailure::WrongSecret), "{e}");
+        for change in 0..3 {
+            for role in [Role::Client, Role::Server] {
+                let (mut c, s) = duplex(1024);
+                let m = tokio::spawn(mirror(s, change));
+                let e = handshake(&mut c, &Secret::new(KEY), role, addr())
+                    .await
+                    .unwrap_err();
+                if change < 2 {
+                    // Our own id (and nonce) coming back is refused before any tag.
+                    assert!(matches!(e.reason, AuthFailure::Reflected), "{e}");
+                } else {
+                    // Under another id, our own tag is not the other end's.
+                    assert!(matches!(e.reason, AuthFailure::WrongSecret), "{e}");
+                }
+                drop(c);
+                m.await.unwrap();
             }
-            drop(c);
-            m.await.unwrap();
         }
     }
 
     /// A tag recorded from one connection does not open another: the nonces differ.
     #[tokio::test]
     async fn a_replayed_tag_does_not_pass() {
-        let secret = Secret::new(KEY);
-        // What a genuine client sent on an earlier connection, nonces and tag.
+        let server_secret = Secret::new(KEY);
+        // What a genuine client (another node with the key) sent on an earlier connection
+        // to this server: its hello and its tag.
+        let client = Secret::new(KEY);
         let client_nonce = [7u8; NONCE_LEN];
-        let server_nonce_then = [9u8; NONCE_LEN];
-        let recorded = hmac::sign(
-            &secret.key,
-            &message(Role::Client, &client_nonce, &server_nonce_then),
-        );
-        // Replay it to a server, which picks a fresh nonce.
+        let then = Session {
+            dialer: Side {
+                node: client.node_id(),
+                nonce: client_nonce,
+            },
+            acceptor: Side {
+                node: server_secret.node_id(),
+                nonce: [9u8; NONCE_LEN],
+            },
+        };
+        let recorded = hmac::sign(&client.key, &then.message(Role::Client));
+        // Replay it to the server, which picks a fresh nonce.
         let (mut attacker, mut server) = duplex(1024);
         let replay = async {
             let mut hello = MAGIC.to_vec();
+            hello.extend_from_slice(&client.node_id());
             hello.extend_from_slice(&client_nonce);
             attacker.write_all(&hello).await.unwrap();
-            let mut theirs = [0u8; MAGIC.len() + NONCE_LEN];
+            let mut theirs = [0u8; HELLO_LEN];
             attacker.read_exact(&mut theirs).await.unwrap();
             attacker.write_all(recorded.as_ref()).await.unwrap();
             attacker
         };
         let (r, _attacker) = tokio::join!(
-            handshake(&mut server, &secret, Role::Server, addr()),
+            handshake(&mut server, &server_secret, Role::Server, addr()),
             replay
         );
         let e = r.unwrap_err();
         assert!(matches!(e.reason, AuthFailure::WrongSecret), "{e}");
+    }
+
+    /// What the two ends sign differs by signer, by direction, by either id and by either
+    /// nonce: a proof stands for exactly one session and one end of it.
+    #[test]
+    fn every_part_of_the_session_changes_what_is_signed() {
+        let side = |n: u8| Side {
+            node: [n; NODE_ID_LEN],
+            nonce: [n + 100; NONCE_LEN],
+        };
+        let base = Session {
+            dialer: side(1),
+            acceptor: side(2),
+        };
+        let m = base.message(Role::Client);
+        assert_ne!(m, base.message(Role::Server));
+        let reversed = Session {
+            dialer: side(2),
+            acceptor: side(1),
+        };
+        assert_ne!(m, reversed.message(Role::Client));
+        assert_ne!(m, reversed.message(Role::Server));
+        for change in 0..4 {
+            let mut s = Session {
+                dialer: side(1),
+                acceptor: side(2),
+            };
+            match change {
+                0 => s.dialer.node[0] ^= 1,
+                1 => s.acceptor.node[NODE_ID_LEN - 1] ^= 1,
+                2 => s.dialer.nonce[0] ^= 1,
+                _ => s.acceptor.nonce[NONCE_LEN - 1] ^= 1,
+            }
+            assert_ne!(m, s.message(Role::Client), "change {change}");
+        }
+        assert!(m.starts_with(CONTEXT));
+        assert_eq!(m.len(), CONTEXT.len() + 1 + 2 * (NODE_ID_LEN + NONCE_LEN));
+    }
+
+    #[test]
+    fn each_secret_is_a_node_of_its_own() {
+        let (a, b) = (Secret::new(KEY), Secret::new(KEY));
+        assert_ne!(a.node_id(), b.node_id());
+        assert_ne!(node_id(&a.key), node_id(&a.key));
+    }
+
+    /// Node A dials the attacker (session 1) while the attacker dials A (session 2); the
+    /// attacker, without the key, hands each session A's own nonce of the other and
+    /// forwards A's proofs between them. Neither session may pass.
+    #[tokio::test]
+    async fn a_proof_reflected_between_two_sessions_of_one_node_does_not_pass() {
+        let a = Secret::new(KEY);
+        let (a_dials, mut m1) = duplex(1024);
+        let (a_accepts, mut m2) = duplex(1024);
+        let attacker = async {
+            let mut h1 = [0u8; HELLO_LEN];
+            let mut h2 = [0u8; HELLO_LEN];
+            m1.read_exact(&mut h1).await.unwrap();
+            m2.read_exact(&mut h2).await.unwrap();
+            // Each session gets the other's hello, nonce and all: the attacker claims to be
+            // whoever A is in the other session.
+            let _ = m1.write_all(&h2).await;
+            let _ = m2.write_all(&h1).await;
+            let mut t1 = [0u8; TAG_LEN];
+            let mut t2 = [0u8; TAG_LEN];
+            let (r1, r2) = tokio::join!(m1.read_exact(&mut t1), m2.read_exact(&mut t2));
+            if r1.is_ok() && r2.is_ok() {
+                let _ = m2.write_all(&t1).await;
+                let _ = m1.write_all(&t2).await;
+            }
+            (m1, m2)
+        };
+        // Each session closes its connection when it ends, as a real one does.
+        let dialer = async {
+            let mut io = a_dials;
+            handshake(&mut io, &a, Role::Client, addr()).await
+        };
+        let acceptor = async {
+            let mut io = a_accepts;
+            handshake(&mut io, &a, Role::Server, addr()).await
+        };
+        let (dialer, acceptor, _m) = tokio::join!(dialer, acceptor, attacker);
+        for r in [dialer, acceptor] {
+            let e = r.expect_err("a session passed without the key");
+            assert!(matches!(e.reason, AuthFailure::Reflected), "{e}");
+        }
     }
 
     #[test]
