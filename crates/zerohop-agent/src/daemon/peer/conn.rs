@@ -29,6 +29,12 @@
 //! [`SERVER_IDLE`], closes the connection. On shutdown it stops accepting and reading,
 //! answers the calls it runs (for at most [`DRAIN`]) and closes.
 //!
+//! Both ends bound what waits to be written per connection ([`Wire`]): while more than
+//! [`BACKLOG_ROOM`] bytes wait, a server reads no further frame (so a PING or a CALL beyond
+//! the limit costs at most one small frame more) and answers and calls wait their turn. A
+//! peer that reads nothing while bytes wait for it ([`WRITE_STALL`] for a server, the lost
+//! interval for a client) loses the connection, and the log names it.
+//!
 //! Reading a frame never allocates more than it has received (growing to at most
 //! [`MAX_FRAME`]) and refuses a bad announced length before reading the body.
 
@@ -78,6 +84,14 @@ const READ_BUF: usize = 64 << 10;
 
 /// A read buffer (or a write backlog) larger than this is not kept for the next frame.
 const KEEP_BUF: usize = 1 << 20;
+
+/// While more than this many bytes wait to be written on a connection, nothing more joins
+/// them: a server reads no further frame, CALLs and ANSWERs wait (see [`Wire`]).
+pub const BACKLOG_ROOM: usize = 1 << 20;
+
+/// A server closes a connection whose peer reads none of the bytes waiting for it for this
+/// long ([`serve`]; a client gives up after [`LOST_AFTER_PINGS`] ping intervals).
+pub const WRITE_STALL: Duration = Duration::from_secs(15);
 
 /// The first allocation for a frame's body; it then doubles as bytes arrive.
 const FIRST_CHUNK: usize = 64 << 10;
@@ -332,10 +346,8 @@ impl Peers {
             stream,
         };
         let frame = Frame::Call(stream, call);
-        conn.wire
-            .upgrade()
-            .ok_or_else(|| Arc::<str>::from("the connection's task ended"))
-            .and_then(|wire| wire.send(&frame))
+        send_when_room(&conn.wire, &frame)
+            .await
             .map_err(|reason| PeerError::Lost { peer, reason })?;
         match outcome.await {
             Ok(Ok(answer)) => Ok(answer),
@@ -384,7 +396,8 @@ impl Peers {
         stream.set_nodelay(true).map_err(connect_error)?;
         auth::handshake(&mut stream, &self.secret, Role::Client, peer).await?;
         let (rd, wr) = stream.into_split();
-        let wire = Arc::new(Wire::new(wr));
+        let stall = self.ping_interval.saturating_mul(LOST_AFTER_PINGS);
+        let wire = Arc::new(Wire::new(wr, stall));
         let (users, rx) = mpsc::channel(1);
         let shared = Arc::new(Shared {
             peer,
@@ -544,16 +557,28 @@ async fn pinger(wire: &Wire, interval: Duration, last_rx: &AtomicU64) -> Result<
 
 /// The sending side of a connection, shared by all who send on it: frames wait in a
 /// backlog, in order, that the connection's task ([`Wire::flush_until_unused`]) writes as
-/// the socket takes it. The backlog is bounded by the frames in flight: a client's calls
-/// each send one and wait for its answer, a server runs at most [`MAX_IN_FLIGHT`] calls.
+/// the socket takes it.
+///
+/// The backlog is bounded per connection, whatever the peer does: frames of any size
+/// (CALLs, ANSWERs: [`send_when_room`]) join it only while at most [`BACKLOG_ROOM`] bytes
+/// wait, and a server reads the peer's next frame (whose PONG or 503 joins it at once,
+/// [`Wire::send`]) only then too ([`Wire::wait_for_room`]); so at most [`BACKLOG_ROOM`] +
+/// [`MAX_FRAME`] + one small frame wait, and a peer that sends without reading meets TCP's
+/// own back-pressure. A peer that reads nothing while frames wait for its `write_stall`
+/// loses the connection (the log names it and says so).
 struct Wire {
     sock: OwnedWriteHalf,
     state: Mutex<WireState>,
     /// The backlog has bytes, or the socket failed.
     wake: tokio::sync::Notify,
+    /// The backlog fell to [`BACKLOG_ROOM`], or the connection failed or is gone (also
+    /// notified when the `Wire` drops: who waits holds only a `Weak`).
+    room: Arc<tokio::sync::Notify>,
     epoch: Instant,
     /// Milliseconds since `epoch` of the last frame sent (for pings; Relaxed: a hint).
     last_tx: AtomicU64,
+    /// How long the peer may leave waiting bytes unread before the connection fails.
+    write_stall: Duration,
 }
 
 #[derive(Default)]
@@ -561,42 +586,102 @@ struct WireState {
     /// Whole frames, in order; `backlog[written..]` is not written yet.
     backlog: Vec<u8>,
     written: usize,
+    /// The most bytes that ever waited (`backlog.len() - written`).
+    peak: usize,
     /// The socket failed: nothing more is sent.
     failed: Option<Arc<str>>,
 }
 
+impl WireState {
+    /// Bytes waiting to be written.
+    fn waiting(&self) -> usize {
+        self.backlog.len() - self.written
+    }
+}
+
 impl Wire {
-    fn new(sock: OwnedWriteHalf) -> Self {
+    fn new(sock: OwnedWriteHalf, write_stall: Duration) -> Self {
         Wire {
             sock,
             state: Mutex::new(WireState::default()),
             wake: tokio::sync::Notify::new(),
+            room: Arc::new(tokio::sync::Notify::new()),
             epoch: Instant::now(),
             last_tx: AtomicU64::new(0),
+            write_stall,
         }
     }
 
-    /// Sends one frame: encoded straight onto the backlog, which the connection's task writes
-    /// once the frames made in the same turn of the peer thread are all in (one write, one
-    /// TCP segment for many frames under load). Fails only when the connection failed
-    /// before.
+    /// Sends one frame at once: encoded straight onto the backlog, which the connection's
+    /// task writes once the frames made in the same turn of the peer thread are all in (one
+    /// write, one TCP segment for many frames under load). Fails only when the connection
+    /// failed before. For small frames whose number the caller bounds (a ping per interval,
+    /// a PONG or 503 per frame read after [`Wire::wait_for_room`]); others go through
+    /// [`send_when_room`].
     fn send(&self, frame: &Frame) -> Result<(), Arc<str>> {
         let mut st = lock(&self.state);
+        self.append(&mut st, frame)
+    }
+
+    fn append(&self, st: &mut WireState, frame: &Frame) -> Result<(), Arc<str>> {
         if let Some(reason) = &st.failed {
             return Err(reason.clone());
         }
-        if st.written == st.backlog.len() {
+        if st.waiting() == 0 {
             self.wake.notify_one();
         }
         frame.encode(&mut st.backlog);
+        st.peak = st.peak.max(st.waiting());
         self.last_tx
             .store(millis_since(self.epoch), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Writes the backlog whenever it has bytes, until the socket fails (`Err`) or every
-    /// sender of `users` is gone and the backlog is written (`Ok`).
+    /// Resolves once at most [`BACKLOG_ROOM`] bytes wait (at once in the usual case), or
+    /// with the reason the connection failed.
+    async fn wait_for_room(&self) -> Result<(), Arc<str>> {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let st = lock(&self.state);
+                if let Some(reason) = &st.failed {
+                    return Err(reason.clone());
+                }
+                if st.waiting() <= BACKLOG_ROOM {
+                    return Ok(());
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Marks the connection failed (nothing more is sent) and wakes whoever waits for room.
+    fn fail(&self, reason: &str) {
+        lock(&self.state)
+            .failed
+            .get_or_insert_with(|| reason.into());
+        self.room.notify_waiters();
+    }
+
+    /// The most bytes that ever waited in the backlog.
+    fn peak(&self) -> usize {
+        lock(&self.state).peak
+    }
+
+    /// Writes the backlog whenever it has bytes, until the socket fails or the peer leaves
+    /// bytes unread for `write_stall` (`Err`), or every sender of `users` is gone and the
+    /// backlog is written (`Ok`).
     async fn flush_until_unused(&self, mut users: mpsc::Receiver<()>) -> Result<(), String> {
+        let result = self.flush(&mut users).await;
+        if let Err(reason) = &result {
+            self.fail(reason);
+        }
+        result
+    }
+
+    async fn flush(&self, users: &mut mpsc::Receiver<()>) -> Result<(), String> {
         let mut unused = false;
         loop {
             if !unused {
@@ -605,13 +690,15 @@ impl Wire {
                     None = users.recv() => unused = true,
                 }
             }
+            // The last time the peer took a byte (or since when bytes wait).
+            let mut progress = tokio::time::Instant::now();
             loop {
                 {
                     let mut st = lock(&self.state);
                     if let Some(reason) = &st.failed {
                         return Err(reason.to_string());
                     }
-                    if st.written == st.backlog.len() {
+                    if st.waiting() == 0 {
                         st.backlog.clear();
                         if st.backlog.capacity() > KEEP_BUF {
                             st.backlog = Vec::new();
@@ -621,13 +708,18 @@ impl Wire {
                     }
                     match self.sock.try_write(&st.backlog[st.written..]) {
                         Ok(n) => {
+                            let before = st.waiting();
                             st.written += n;
+                            progress = tokio::time::Instant::now();
                             // What is written goes once it is most of the backlog (not
                             // after every partial write of a large one).
                             if st.written > st.backlog.len() / 2 && st.written >= 1 << 20 {
                                 let w = st.written;
                                 st.backlog.drain(..w);
                                 st.written = 0;
+                            }
+                            if before > BACKLOG_ROOM && st.waiting() <= BACKLOG_ROOM {
+                                self.room.notify_waiters();
                             }
                             continue;
                         }
@@ -636,23 +728,60 @@ impl Wire {
                                 e.kind(),
                                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                             ) => {}
-                        Err(e) => {
-                            let reason = format!("writing failed: {e}");
-                            st.failed = Some(reason.as_str().into());
-                            return Err(reason);
-                        }
+                        Err(e) => return Err(format!("writing failed: {e}")),
                     }
                 }
-                self.sock
-                    .writable()
-                    .await
-                    .map_err(|e| format!("writing failed: {e}"))?;
+                // (A stall too long to add is as good as none.)
+                let stalled = progress
+                    .checked_add(self.write_stall)
+                    .unwrap_or_else(|| progress + Duration::from_secs(1 << 30));
+                match tokio::time::timeout_at(stalled, self.sock.writable()).await {
+                    Ok(ready) => ready.map_err(|e| format!("writing failed: {e}"))?,
+                    Err(_) => {
+                        let waiting = lock(&self.state).waiting();
+                        return Err(format!(
+                            "the peer does not read: {waiting} bytes unread for {:?}",
+                            self.write_stall
+                        ));
+                    }
+                }
             }
             if unused {
                 // Dropping the write half (with the task) shuts the connection down.
                 return Ok(());
             }
         }
+    }
+}
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        // Whoever waits for room holds only a `Weak`: it finds the connection gone.
+        self.room.notify_waiters();
+    }
+}
+
+/// Sends a frame of any size on `wire` once at most [`BACKLOG_ROOM`] bytes wait before it
+/// (so each connection's backlog stays bounded while the peer reads slowly), or fails when
+/// the connection failed or is gone. Holds only a `Weak` while it waits, so a connection
+/// whose task ended closes at once.
+async fn send_when_room(wire: &Weak<Wire>, frame: &Frame) -> Result<(), Arc<str>> {
+    loop {
+        let Some(strong) = wire.upgrade() else {
+            return Err("the connection's task ended".into());
+        };
+        let room = strong.room.clone();
+        let notified = room.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let mut st = lock(&strong.state);
+            if st.failed.is_some() || st.waiting() <= BACKLOG_ROOM {
+                return strong.append(&mut st, frame);
+            }
+        }
+        drop(strong);
+        notified.await;
     }
 }
 
@@ -671,6 +800,9 @@ enum ReadError {
     /// The bytes are no frame.
     #[error("bad frame: {0}")]
     Frame(#[from] FrameError),
+    /// Sending on the connection failed (the peer does not read, or the socket failed).
+    #[error("{0}")]
+    Sending(Arc<str>),
 }
 
 /// Reads one frame; fails if no byte arrives for `quiet`. `buf` is reused between frames.
@@ -714,12 +846,24 @@ async fn read_frame<R: AsyncRead + Unpin>(
 /// Serves peer connections on `listener`: authenticates each with `secret` and answers its
 /// calls with `handler`, until `shutdown` turns true (or its sender is dropped). Then it
 /// stops accepting, lets each connection answer the calls it runs (for at most [`DRAIN`]),
-/// and returns once all are closed.
+/// and returns once all are closed. A peer that reads nothing for [`WRITE_STALL`] while
+/// frames wait for it is dropped.
 pub async fn serve(
     listener: TcpListener,
     secret: Arc<Secret>,
     handler: Handler,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_with(listener, secret, handler, shutdown, WRITE_STALL).await;
+}
+
+/// [`serve`], dropping a peer that reads nothing for `write_stall` while frames wait.
+pub async fn serve_with(
+    listener: TcpListener,
+    secret: Arc<Secret>,
+    handler: Handler,
     mut shutdown: watch::Receiver<bool>,
+    write_stall: Duration,
 ) {
     let mut conns = tokio::task::JoinSet::new();
     let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
@@ -742,6 +886,7 @@ pub async fn serve(
                         handler.clone(),
                         conn_shutdown.clone(),
                         unproven,
+                        write_stall,
                     ));
                 }
                 Err(e) => {
@@ -783,6 +928,7 @@ async fn serve_conn(
     handler: Handler,
     mut shutdown: watch::Receiver<bool>,
     unproven: OwnedSemaphorePermit,
+    write_stall: Duration,
 ) {
     if let Err(e) = stream.set_nodelay(true) {
         debug!(%peer, "peer connection: TCP_NODELAY: {e}");
@@ -794,7 +940,7 @@ async fn serve_conn(
     drop(unproven);
     debug!(%peer, "peer connected");
     let (rd, wr) = stream.into_split();
-    let wire = Arc::new(Wire::new(wr));
+    let wire = Arc::new(Wire::new(wr, write_stall));
     // Every running call holds a sender: the writer ends once the reader and all of them
     // are done and their answers written.
     let (users, unused) = mpsc::channel(1);
@@ -820,10 +966,11 @@ async fn serve_conn(
         ReadEnd::Closed => debug!(%peer, "peer closed its connection"),
         ReadEnd::Failed(reason) => warn!(%peer, "closing the peer connection: {reason}"),
     }
+    debug!(%peer, peak = wire.peak(), "peer connection: most bytes waiting to be sent");
 }
 
-async fn server_reader(
-    rd: OwnedReadHalf,
+async fn server_reader<R: AsyncRead + Unpin>(
+    rd: R,
     peer: SocketAddr,
     handler: &Handler,
     wire: &Arc<Wire>,
@@ -831,12 +978,21 @@ async fn server_reader(
     shutdown: &mut watch::Receiver<bool>,
 ) -> ReadEnd {
     let limit = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    // A call beyond the limit costs reading it and a short ANSWER (made once here).
+    let busy =
+        format!("the peer runs {MAX_IN_FLIGHT} calls of this connection already").into_bytes();
     let mut rd = BufReader::with_capacity(READ_BUF, rd);
     let mut buf = Vec::new();
     loop {
+        // Back-pressure: the next frame (and the PONG or 503 it may cost) is read only
+        // while the peer takes what is written to it; else its frames wait in TCP.
+        let next = async {
+            wire.wait_for_room().await.map_err(ReadError::Sending)?;
+            read_frame(&mut rd, &mut buf, SERVER_IDLE).await
+        };
         let frame = tokio::select! {
             () = stopped(shutdown) => return ReadEnd::Shutdown,
-            frame = read_frame(&mut rd, &mut buf, SERVER_IDLE) => frame,
+            frame = next => frame,
         };
         let reply = match frame {
             Err(ReadError::Closed) => return ReadEnd::Closed,
@@ -859,10 +1015,7 @@ async fn server_reader(
                     Answer {
                         status: 503,
                         flags: 0,
-                        payload: format!(
-                            "the peer runs {MAX_IN_FLIGHT} calls of this connection already"
-                        )
-                        .into_bytes(),
+                        payload: busy.clone(),
                     },
                 ),
             },
@@ -914,9 +1067,7 @@ async fn answer(
     }
     let frame = Frame::Answer(stream, answer);
     // The connection may be gone; then the answer has no one to go to.
-    if let Some(wire) = wire.upgrade() {
-        let _ = wire.send(&frame);
-    }
+    let _ = send_when_room(&wire, &frame).await;
 }
 
 #[cfg(test)]
@@ -1048,6 +1199,208 @@ mod tests {
         })
         .await
         .is_ok()
+    }
+
+    /// Writes `frame` again and again, never reading, until the server stops taking bytes
+    /// for good (it closed the connection, or nothing went for `BOUND`); returns the bytes
+    /// it took.
+    async fn flood_without_reading(s: &TcpStream, frame: &Frame) -> usize {
+        let mut one = Vec::new();
+        frame.encode(&mut one);
+        let batch: Vec<u8> = one.iter().copied().cycle().take(one.len() * 4096).collect();
+        let (mut sent, mut at) = (0usize, 0usize);
+        loop {
+            match timeout(BOUND, s.writable()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return sent,
+            }
+            match s.try_write(&batch[at..]) {
+                Ok(n) => {
+                    sent += n;
+                    at = (at + n) % batch.len();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return sent,
+            }
+        }
+    }
+
+    /// A peer that sends PINGs (or CALLs beyond the in-flight limit) and never reads what
+    /// it is sent: the server stops reading once a bounded backlog waits (so the peer's
+    /// own writes stop), then drops the connection; other peers are served throughout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_that_never_reads_is_dropped_at_a_bounded_backlog() {
+        let hang = handler(|c: Call| async move {
+            if c.payload == b"hang" {
+                std::future::pending::<()>().await;
+            }
+            same(c)
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_stop, rx) = watch::channel(false);
+        let stall = Duration::from_millis(500);
+        let server = tokio::spawn(serve_with(listener, secret(), hang, rx, stall));
+        let mut pinger = TcpStream::connect(addr).await.unwrap();
+        auth::handshake(&mut pinger, &Secret::new(KEY), Role::Client, addr)
+            .await
+            .unwrap();
+        let mut caller = TcpStream::connect(addr).await.unwrap();
+        auth::handshake(&mut caller, &Secret::new(KEY), Role::Client, addr)
+            .await
+            .unwrap();
+        let began = Instant::now();
+        let (ping, hang) = (Frame::Ping(7), Frame::Call(1, call(1, "hang")));
+        let (pings, calls) = tokio::join!(
+            flood_without_reading(&pinger, &ping),
+            flood_without_reading(&caller, &hang),
+        );
+        // Without the bound the server reads (and answers into memory) whatever comes, at
+        // hundreds of MB/s, for the whole BOUND; with it, what it takes is its socket
+        // buffers, its read buffer and BACKLOG_ROOM of answers' worth.
+        for (what, sent) in [("PINGs", pings), ("CALLs", calls)] {
+            assert!(sent < 48 << 20, "{what}: the server took {sent} bytes");
+            assert!(sent > BACKLOG_ROOM, "{what}: only {sent} bytes sent");
+        }
+        assert!(began.elapsed() < BOUND, "{:?}", began.elapsed());
+        for s in [&mut pinger, &mut caller] {
+            assert!(closed_by_peer(s).await, "a peer that never reads was kept");
+        }
+        // The server goes on serving.
+        let peers = Peers::new(secret());
+        let answer = peers.call(addr, call(2, "in"), BOUND).await.unwrap();
+        assert_eq!(answer.payload, b"in");
+        assert!(!server.is_finished());
+    }
+
+    /// An endless stream of PINGs, as a reader.
+    struct Pings {
+        frame: Vec<u8>,
+        at: usize,
+        sent: Arc<AtomicUsize>,
+    }
+
+    impl AsyncRead for Pings {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            while buf.remaining() > 0 {
+                let at = self.at;
+                let n = buf.remaining().min(self.frame.len() - at);
+                buf.put_slice(&self.frame[at..at + n]);
+                self.at = (at + n) % self.frame.len();
+                self.sent.fetch_add(n, Ordering::Relaxed);
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// The server's reading side against PINGs that never end (as fast as memory gives
+    /// them) and a peer that never reads its PONGs: the backlog never holds more than
+    /// BACKLOG_ROOM and one PONG, and the connection fails once the peer read nothing for
+    /// the stall time.
+    #[tokio::test]
+    async fn the_server_reads_no_frame_while_its_backlog_is_full() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_silent, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (_rd, wr) = accepted.unwrap().0.into_split();
+        let stall = Duration::from_millis(300);
+        let wire = Arc::new(Wire::new(wr, stall));
+        let mut ping = Vec::new();
+        Frame::Ping(1).encode(&mut ping);
+        let sent = Arc::new(AtomicUsize::new(0));
+        let pings = Pings {
+            frame: ping.clone(),
+            at: 0,
+            sent: sent.clone(),
+        };
+        let (users, unused) = mpsc::channel(1);
+        let (_stop, mut shutdown) = watch::channel(false);
+        let never = handler(|c: Call| async move { same(c) });
+        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let reason = timeout(BOUND, async {
+            tokio::select! {
+                end = server_reader(pings, peer, &never, &wire, users, &mut shutdown) => match end {
+                    ReadEnd::Failed(reason) => reason,
+                    _ => panic!("the reader ended otherwise"),
+                },
+                w = wire.flush_until_unused(unused) => w.unwrap_err(),
+            }
+        })
+        .await
+        .expect("the connection fails in time");
+        assert!(reason.contains("does not read"), "{reason}");
+        let peak = wire.peak();
+        assert!(peak <= BACKLOG_ROOM + ping.len(), "{peak} bytes waited");
+        assert!(peak > BACKLOG_ROOM / 2, "{peak} bytes waited");
+        // What the reader took: the PONGs that waited or went into the socket's buffers,
+        // and what its read buffer holds.
+        let read = sent.load(Ordering::Relaxed);
+        assert!(read < 64 << 20, "{read} bytes of PINGs read");
+    }
+
+    /// Node A dials the attacker while the attacker dials A's server; the attacker gives
+    /// each session A's hello of the other and forwards A's proofs between them. A's own
+    /// `Peers` and server share one `Secret`, as in the daemon: both refuse, and A's
+    /// handler never runs.
+    #[tokio::test]
+    async fn a_handshake_reflected_between_two_connections_of_one_node_fails() {
+        let a = secret();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let server = start_on(
+            "127.0.0.1:0".parse().unwrap(),
+            a.clone(),
+            echo(runs.clone()),
+        )
+        .await;
+        let a_server = server.addr;
+        let trap = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let trap_addr = trap.local_addr().unwrap();
+        let attacker = tokio::spawn(async move {
+            let (mut s1, _) = trap.accept().await.unwrap();
+            let mut s2 = TcpStream::connect(a_server).await.unwrap();
+            let mut h1 = [0u8; auth::HELLO_LEN];
+            let mut h2 = [0u8; auth::HELLO_LEN];
+            s1.read_exact(&mut h1).await.unwrap();
+            s2.read_exact(&mut h2).await.unwrap();
+            let _ = s1.write_all(&h2).await;
+            let _ = s2.write_all(&h1).await;
+            let mut t1 = [0u8; auth::TAG_LEN];
+            let mut t2 = [0u8; auth::TAG_LEN];
+            let (r1, r2) = tokio::join!(s1.read_exact(&mut t1), s2.read_exact(&mut t2));
+            if r1.is_ok() && r2.is_ok() {
+                let _ = s2.write_all(&t1).await;
+                let _ = s1.write_all(&t2).await;
+                // Were it in, this would run on A.
+                let mut c = Vec::new();
+                Frame::Call(1, call(1, "stolen")).encode(&mut c);
+                let _ = s2.write_all(&c).await;
+            }
+            closed_by_peer(&mut s2).await
+        });
+        let peers = Peers::new(a.clone());
+        let e = peers
+            .call(trap_addr, call(1, "x"), BOUND)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, PeerError::Auth(x) if matches!(x.reason, auth::AuthFailure::Reflected)),
+            "{e}"
+        );
+        assert!(
+            attacker.await.unwrap(),
+            "A's server kept the attacker's connection"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        // A still serves real peers.
+        let b = Peers::new(secret());
+        assert_eq!(
+            b.call(a_server, call(2, "y"), BOUND).await.unwrap(),
+            expected(2, "y")
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1408,9 +1761,9 @@ mod tests {
         }
         // Before the handshake: not even a preamble.
         let mut s = TcpStream::connect(server.addr).await.unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n....................")
-            .await
-            .unwrap();
+        let mut http = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+        http.resize(auth::HELLO_LEN, b'.');
+        s.write_all(&http).await.unwrap();
         assert!(closed_by_peer(&mut s).await, "HTTP: still open");
 
         assert!(!server.task.is_finished());
