@@ -12,6 +12,12 @@
 //!   [`LogLimits::max_line`] bytes (4 KiB) of it, then [`CUT_MARKER`]; what follows the cut
 //!   up to the next newline is discarded (a line is cut as soon as its first 4 KiB have
 //!   arrived, so memory per pipe stays bounded however long a line is);
+//! * what a terminal would act on is escaped in the text as it is stored ([`escape`]:
+//!   control characters but tab, `\r` and ESC among them, DEL, C1 controls, and the
+//!   characters that reorder or break lines), so no consumer (`zerohop logs`, its `--json`,
+//!   the echo, the API) ever passes a function's control bytes to a terminal, and a line
+//!   always starts with the origin the agent gave it: a function cannot move the cursor
+//!   back over its prefix or start a line of its own;
 //! * a rate budget per function: at most [`LogLimits::rate_budget`] lines (20 000) per
 //!   [`LogLimits::rate_window`] (1 s, fixed windows) are stored; the rest of the window's
 //!   lines are only counted ("dropped", never stored, never followed, never echoed), and the
@@ -59,6 +65,9 @@ pub const DEFAULT_MAX_LINE: usize = 4096;
 pub const DEFAULT_RATE_BUDGET: u32 = 20_000;
 /// Appended to the text of a line that was cut at the maximum length.
 pub const CUT_MARKER: &str = " [zerohop: line cut]";
+/// The most bytes [`escape`] makes of one byte of its input (`\u{202e}` for a character of
+/// 3 bytes is 8; `\x1b` for 1 is 4).
+pub const ESCAPE_GROWTH: usize = 4;
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
 /// Lines a follower may fall behind before it skips.
@@ -112,7 +121,8 @@ pub struct LogLine {
     pub instance: u16,
     /// Standard output or error.
     pub stream: Stream,
-    /// The text (lossy UTF-8, without the line end; ends with [`CUT_MARKER`] when cut).
+    /// The text (lossy UTF-8, without the line end, [`escape`]d; ends with [`CUT_MARKER`]
+    /// when cut).
     pub text: String,
     /// Whether it was cut at the maximum length.
     pub cut: bool,
@@ -556,14 +566,74 @@ impl Inner {
     }
 }
 
-/// The text of a line: lossy UTF-8, a character the cut split removed, the marker added.
-fn text_of(bytes: &[u8], cut: bool) -> String {
-    if !cut {
-        return String::from_utf8_lossy(bytes).into_owned();
+/// The text of a line: lossy UTF-8, [`escape`]d, a character the cut split removed, the
+/// marker added.
+pub fn text_of(bytes: &[u8], cut: bool) -> String {
+    let bytes = if cut {
+        without_split_char(bytes)
+    } else {
+        bytes
+    };
+    let mut text = escape(&String::from_utf8_lossy(bytes)).into_owned();
+    if cut {
+        text.push_str(CUT_MARKER);
     }
-    let mut text = String::from_utf8_lossy(without_split_char(bytes)).into_owned();
-    text.push_str(CUT_MARKER);
     text
+}
+
+/// Whether a terminal would act on `c` rather than show it: C0 controls but tab (`\r`,
+/// ESC, backspace, bell, ...), DEL, C1 controls (U+0080 to U+009F: in UTF-8, U+009B is CSI
+/// to some terminals), and the characters that break a line or reorder it (U+2028, U+2029,
+/// the bidirectional marks, embeddings, overrides and isolates).
+pub fn is_escaped(c: char) -> bool {
+    matches!(c,
+        '\0'..='\x08' | '\n'..='\x1f' | '\x7f'..='\u{9f}'
+        | '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` as a terminal shows it as is: every character [`is_escaped`] written as its code,
+/// `\xHH` below U+0080 (`\x1b` for ESC, `\x0d` for `\r`) and `\u{HHHH}` from there
+/// (`\u{9b}`, `\u{202e}`); the rest, backslashes included, unchanged. So the result holds no
+/// character [`is_escaped`] accepts and escaping it again changes nothing (each layer that
+/// prints may escape without doubling); the price is that a function's own text `\x1b`
+/// reads the same as an ESC it printed. At most [`ESCAPE_GROWTH`] times as long as `text`.
+pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write as _;
+    let Some(first) = text.find(is_escaped) else {
+        return std::borrow::Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push_str(&text[..first]);
+    for c in text[first..].chars() {
+        if !is_escaped(c) {
+            out.push(c);
+        } else if u32::from(c) < 0x80 {
+            let _ = write!(out, "\\x{:02x}", u32::from(c));
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// One line as `zerohop logs` prints it to a terminal: `TIME function/instance stream:
+/// text` and a newline, every field [`escape`]d (what the daemon sends is escaped already;
+/// the tool does not rely on it). The line's only newline is its last byte, so what comes
+/// before its first space, `/` and `: ` is the origin the agent gave it.
+pub fn terminal_line(
+    time: &str,
+    function: &str,
+    instance: u16,
+    stream: &str,
+    text: &str,
+) -> String {
+    format!(
+        "{} {}/{instance} {}: {}\n",
+        escape(time),
+        escape(function),
+        escape(stream),
+        escape(text)
+    )
 }
 
 /// `b` without an incomplete UTF-8 sequence at its end.
@@ -645,8 +715,9 @@ impl Ring {
     }
 }
 
-/// Splits a byte stream into lines of at most `max` bytes.
-struct Splitter {
+/// Splits a byte stream into lines of at most `max` bytes, the same lines however the
+/// stream is cut into chunks.
+pub struct Splitter {
     max: usize,
     /// The start of a line whose end has not arrived (at most `max` bytes).
     partial: Vec<u8>,
@@ -655,7 +726,8 @@ struct Splitter {
 }
 
 impl Splitter {
-    fn new(max: usize) -> Splitter {
+    /// A splitter for lines of at most `max` bytes.
+    pub fn new(max: usize) -> Splitter {
         Splitter {
             max,
             partial: Vec::new(),
@@ -666,7 +738,7 @@ impl Splitter {
     /// Calls `line(text, cut)` for every line `chunk` completes (text without its `\n` or
     /// `\r\n`, at most `max` bytes; `cut` when there was more), and for a line that grows
     /// past `max` without an end (the rest of it is then discarded).
-    fn feed(&mut self, mut chunk: &[u8], mut line: impl FnMut(&[u8], bool)) {
+    pub fn feed(&mut self, mut chunk: &[u8], mut line: impl FnMut(&[u8], bool)) {
         while let Some(i) = memchr::memchr(b'\n', chunk) {
             let head = &chunk[..i];
             chunk = &chunk[i + 1..];
@@ -694,19 +766,22 @@ impl Splitter {
         if self.skipping || chunk.is_empty() {
             return;
         }
-        if self.partial.len() + chunk.len() <= self.max {
+        // One byte more may wait if it is a `\r`: the `\n` that ends the line may follow.
+        let total = self.partial.len() + chunk.len();
+        if total <= self.max || (total == self.max + 1 && chunk.last() == Some(&b'\r')) {
             self.partial.extend_from_slice(chunk);
             return;
         }
-        let room = self.max - self.partial.len();
+        let room = self.max.saturating_sub(self.partial.len());
         self.partial.extend_from_slice(&chunk[..room]);
+        self.partial.truncate(self.max);
         line(&self.partial, true);
         self.partial.clear();
         self.skipping = true;
     }
 
     /// The stream ended: a last line without a newline.
-    fn finish(&mut self, mut line: impl FnMut(&[u8], bool)) {
+    pub fn finish(&mut self, mut line: impl FnMut(&[u8], bool)) {
         if !self.skipping && !self.partial.is_empty() {
             let len = self.partial.len() - usize::from(self.partial.last() == Some(&b'\r'));
             line(&self.partial[..len], false);
@@ -732,7 +807,13 @@ fn echo(mut rx: broadcast::Receiver<Arc<LogLine>>, out: &mut dyn Write, echoed: 
         while let Some(one) = got.take() {
             match one {
                 Ok(l) => {
-                    let _ = writeln!(batch, "[{}/{}] {}", l.function, l.instance, l.text);
+                    let _ = writeln!(
+                        batch,
+                        "[{}/{}] {}",
+                        escape(&l.function),
+                        l.instance,
+                        escape(&l.text)
+                    );
                     next = l.seq + 1;
                 }
                 Err(n) => {
@@ -850,6 +931,86 @@ mod tests {
         assert_eq!(text_of("ab€".as_bytes(), true), format!("ab€{CUT_MARKER}"));
         // Invalid bytes elsewhere are replaced, not lost.
         assert_eq!(text_of(b"a\xffb", false), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn a_line_of_the_maximum_with_crlf_is_not_cut_however_it_arrives() {
+        for chunks in [
+            &[&b"abcd\r\n"[..]][..],
+            &[b"abcd", b"\r", b"\n"],
+            &[b"abcd\r", b"\n"],
+            &[b"ab", b"cd\r", b"\n"],
+        ] {
+            assert_eq!(split(4, chunks), lines(&[("abcd", false)]), "{chunks:?}");
+        }
+        // A `\r` that is not the line's end: the line is longer than the maximum.
+        assert_eq!(split(4, &[b"abcd\r", b"e\n"]), lines(&[("abcd", true)]));
+        assert_eq!(
+            split(4, &[b"abcd", b"\r", b"e\n"]),
+            lines(&[("abcd", true)])
+        );
+        // At the end of the stream, a last `\r` goes as at the end of a line.
+        assert_eq!(split(4, &[b"abcd", b"\r"]), lines(&[("abcd", false)]));
+    }
+
+    #[test]
+    fn control_characters_are_stored_escaped_and_visible() {
+        // A function that colours, clears, moves the cursor up, rewinds the line with \r to
+        // print a fake origin over its own, rings the bell, sends a C1 CSI, and hides text
+        // behind a bidi override.
+        let hostile = "\x1b[31mred\x1b[0m \x1b[2K\x1b[1A\rexclaim/1 stdout: forged\x07 \u{9b}2J \
+                       \u{202e}txet\x7f\0";
+        let text = text_of(hostile.as_bytes(), false);
+        assert_eq!(
+            text,
+            "\\x1b[31mred\\x1b[0m \\x1b[2K\\x1b[1A\\x0dexclaim/1 stdout: forged\\x07 \\u{9b}2J \
+             \\u{202e}txet\\x7f\\x00"
+        );
+        assert!(!text.chars().any(is_escaped), "{text:?}");
+        // Tabs, backslashes, ordinary Unicode and replaced invalid bytes stay as they are.
+        assert_eq!(
+            text_of(b"a\tb \\x1b caf\xc3\xa9 \xff", false),
+            "a\tb \\x1b caf\u{e9} \u{fffd}"
+        );
+        // Escaping what is escaped changes nothing: layers may each escape.
+        assert_eq!(escape(&text), text);
+        assert!(matches!(
+            escape("plain"),
+            std::borrow::Cow::Borrowed("plain")
+        ));
+        // Every escaped character becomes ASCII starting with a backslash, within the
+        // documented growth.
+        for c in (0u32..0x2100)
+            .filter_map(char::from_u32)
+            .filter(|c| is_escaped(*c))
+        {
+            let e = escape(c.encode_utf8(&mut [0; 4])).into_owned();
+            assert!(e.len() <= ESCAPE_GROWTH * c.len_utf8(), "{c:?} -> {e}");
+            assert!(e.starts_with('\\') && e.is_ascii(), "{e}");
+        }
+        // Cut lines are escaped too.
+        assert_eq!(
+            text_of(b"\x1b[2J\x1b[2J", true),
+            format!("\\x1b[2J\\x1b[2J{CUT_MARKER}")
+        );
+    }
+
+    #[test]
+    fn a_terminal_line_starts_with_its_origin_and_has_one_newline() {
+        let l = terminal_line(
+            "2024-02-29T12:34:56.789Z",
+            "upper",
+            3,
+            "stdout",
+            "x\r2024-02-29T12:34:56.789Z exclaim/1 stdout: forged\n\x1b[1Anext",
+        );
+        assert_eq!(
+            l,
+            "2024-02-29T12:34:56.789Z upper/3 stdout: x\\x0d2024-02-29T12:34:56.789Z exclaim/1 \
+             stdout: forged\\x0a\\x1b[1Anext\n"
+        );
+        assert_eq!(l.matches('\n').count(), 1);
+        assert!(!l[..l.len() - 1].chars().any(is_escaped));
     }
 
     fn line(seq: u64, cut: bool) -> Arc<LogLine> {
@@ -1079,5 +1240,14 @@ mod tests {
             "[zerohop] 1 lines of instance output not echoed (standard error is too slow)\n\
              [f/1] 1\n[f/1] 2\n"
         );
+        // Raw bytes in a line (not stored by a book, which escapes) are escaped all the same.
+        let (tx, rx) = broadcast::channel(2);
+        let mut raw = LogLine::clone(&line(0, false));
+        raw.text = "\r[g/2] forged\x1b[2K".into();
+        tx.send(Arc::new(raw)).expect("receiver");
+        drop(tx);
+        let mut out = Vec::new();
+        echo(rx, &mut out, &echoed);
+        assert_eq!(out, b"[f/1] \\x0d[g/2] forged\\x1b[2K\n");
     }
 }

@@ -14,6 +14,7 @@ use zerohop_agent::api::{
     InvokeRequest, InvokeResponse, LogEntry, ScaleRequest,
 };
 use zerohop_agent::daemon::{default_socket, DaemonOptions};
+use zerohop_agent::logs::{escape, terminal_line};
 
 use crate::client::Client;
 use crate::DaemonArgs;
@@ -390,14 +391,22 @@ pub async fn logs(
     );
     let lines = c.stream(&path, |l: LogEntry| {
         let mut out = std::io::stdout().lock();
+        // Function bytes never reach the terminal raw (the daemon escapes them as it stores
+        // them; the tool does not count on it): see `zerohop_agent::logs::escape`.
         if o.json {
+            let l = LogEntry {
+                time: escape(&l.time).into_owned(),
+                chain: escape(&l.chain).into_owned(),
+                function: escape(&l.function).into_owned(),
+                instance: l.instance,
+                stream: escape(&l.stream).into_owned(),
+                text: escape(&l.text).into_owned(),
+            };
             serde_json::to_writer(&mut out, &l)?;
             writeln!(out)?;
         } else {
-            writeln!(
-                out,
-                "{} {}/{} {}: {}",
-                l.time, l.function, l.instance, l.stream, l.text
+            out.write_all(
+                terminal_line(&l.time, &l.function, l.instance, &l.stream, &l.text).as_bytes(),
             )?;
         }
         out.flush()?;
