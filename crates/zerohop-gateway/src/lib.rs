@@ -55,6 +55,7 @@ pub use mqtt::MqttIngress;
 /// socket. Not an API: it changes with the targets.
 #[doc(hidden)]
 pub mod fuzzing {
+    pub use crate::coap::fuzz_datagrams as coap;
     pub use crate::mqtt::fuzz_connection as mqtt;
 }
 

@@ -1,7 +1,8 @@
 //! The CoAP ingress as devices use it: `zerohop up` with `coap:` routes and libcoap's
 //! `coap-client` (CON, NON, PUT, a separate response, block-wise both ways, error codes), and
 //! raw datagrams from the test (malformed ones, a retransmitted request) against a chain run
-//! in this process, whose stats show that a duplicate never runs the chain twice.
+//! in this process, whose stats show that a duplicate never runs the chain twice, and that an
+//! address that has not shown it receives never gets more bytes than it sent.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -198,8 +199,9 @@ fn start_here(rt: &tokio::runtime::Runtime) -> (Running, SocketAddr) {
         &[
             func("up", "upper", "", ""),
             func("slow", "slow", "DELAY_MS: 1500", ""),
+            func("refuse", "fail", "", ""),
         ],
-        &[("/motion", "up"), ("/slow", "slow")],
+        &[("/motion", "up"), ("/slow", "slow"), ("/refuse", "refuse")],
     );
     let spec = spec::parse(Path::new("coraw.yaml"), &yaml)
         .unwrap_or_else(|e| panic!("invalid spec: {e}\n{yaml}"));
@@ -250,7 +252,57 @@ impl Raw {
         let b = self.recv_bytes(what);
         Packet::from_bytes(&b).unwrap_or_else(|e| panic!("{what}: undecodable answer {b:?}: {e}"))
     }
+
+    /// Whatever arrives within `wait` (bounded), as raw datagrams.
+    fn drain(&self, wait: Duration) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        let until = std::time::Instant::now() + wait;
+        let mut buf = vec![0u8; 65536];
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            self.sock
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            match self.sock.recv_from(&mut buf) {
+                Ok((n, _)) => got.push(buf[..n].to_vec()),
+                Err(_) => break,
+            }
+        }
+        self.sock
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        got
+    }
+
+    /// Proves this socket's address receives (RFC 9175 Echo): a request whose answer is
+    /// larger than itself gets the 4.01 challenge; repeated with its Echo value, it is
+    /// answered, and the address is verified.
+    fn verify(&self) {
+        let ask = |mid, opts: &[(u16, Vec<u8>)]| {
+            request(
+                MessageType::Confirmable,
+                POST,
+                mid,
+                b"v",
+                "/no-such-route-to-verify",
+                opts,
+                b"",
+            )
+        };
+        self.send(&ask(0x7000, &[]));
+        let p = self.recv("the challenge");
+        assert_eq!(code(&p), "4.01", "{p:?}");
+        let echo = p
+            .get_first_option(CoapOption::Unknown(ECHO))
+            .expect("an Echo option")
+            .clone();
+        self.send(&ask(0x7001, &[(ECHO, echo)]));
+        let p = self.recv("the echoed request");
+        assert_eq!(code(&p), "4.04", "{p:?}");
+    }
 }
+
+/// The Echo option (RFC 9175).
+const ECHO: u16 = 252;
 
 /// Options of a request: (number, value).
 type Options = Vec<(u16, Vec<u8>)>;
@@ -343,9 +395,11 @@ fn a_retransmitted_request_runs_the_chain_once() {
     assert_eq!(raw.recv_bytes("the repeated NON"), first);
     assert_eq!(accepted(&chain), 2);
 
-    // A slow chain, the CON sent twice at once: empty ACKs (one per copy that found the
-    // chain running, at least one), then the response as a separate CON, which the test
-    // acknowledges. A copy sent after that gets the empty ACK again.
+    // A slow chain, the CON sent twice at once, from an address that proved it receives:
+    // empty ACKs (one per copy that found the chain running, at least one), then the
+    // response as a separate CON, which the test acknowledges. A copy sent after that gets
+    // the empty ACK again.
+    raw.verify();
     let slow = request(
         MessageType::Confirmable,
         POST,
@@ -396,6 +450,8 @@ fn malformed_datagrams_are_answered_or_dropped_and_the_gateway_keeps_serving() {
     let rt = runtime();
     let (chain, addr) = start_here(&rt);
     let raw = Raw::new(addr);
+    // Diagnostics are longer than these requests: only a verified address gets them.
+    raw.verify();
 
     // Dropped without an answer: nothing, a truncated header, version 2, garbage, a NON
     // with a broken option, a request carried by an ACK, a reset for nothing we sent.
@@ -538,6 +594,120 @@ fn malformed_datagrams_are_answered_or_dropped_and_the_gateway_keeps_serving() {
     let p = raw.recv("a good request");
     assert_eq!((code(&p), &p.payload[..]), ("2.04".into(), &b"RAW TOO"[..]));
     assert_eq!(accepted(&chain), 2);
+
+    rt.block_on(chain.shutdown());
+}
+
+#[test]
+fn an_unverified_address_gets_no_more_bytes_than_it_sent_until_it_echoes() {
+    let _serial = crate::serial();
+    let rt = runtime();
+    let (chain, addr) = start_here(&rt);
+
+    // A request whose answer (the function's error line) is larger than the request: the
+    // chain runs once, the address gets the 4.01 Echo challenge, no larger than what it
+    // sent, and so does a copy of the request.
+    let raw = Raw::new(addr);
+    let refuse = request(
+        MessageType::Confirmable,
+        POST,
+        0x50,
+        b"t1",
+        "/refuse",
+        &[],
+        b"abc",
+    );
+    raw.send(&refuse);
+    let challenge = raw.recv_bytes("the request with a large answer");
+    assert!(
+        challenge.len() <= refuse.len(),
+        "{} bytes back for {}",
+        challenge.len(),
+        refuse.len()
+    );
+    let p = Packet::from_bytes(&challenge).unwrap();
+    assert_eq!(p.header.get_type(), MessageType::Acknowledgement);
+    assert_eq!((p.header.message_id, code(&p)), (0x50, "4.01".into()));
+    let echo = p
+        .get_first_option(CoapOption::Unknown(ECHO))
+        .expect("an Echo option")
+        .clone();
+    raw.send(&refuse);
+    assert_eq!(raw.recv_bytes("the copy"), challenge);
+    assert_eq!(accepted(&chain), 1, "the chain ran once");
+    // Repeated with the Echo value (a new message, as libcoap sends it): the answer the
+    // chain gave, without running it again.
+    raw.send(&request(
+        MessageType::Confirmable,
+        POST,
+        0x51,
+        b"t2",
+        "/refuse",
+        &[(ECHO, echo.clone())],
+        b"abc",
+    ));
+    let p = raw.recv("the echoed request");
+    assert_eq!((p.header.message_id, code(&p)), (0x51, "4.22".into()));
+    assert_eq!(
+        String::from_utf8_lossy(&p.payload),
+        "function 'refuse': refusing \"abc\""
+    );
+    assert_eq!(accepted(&chain), 1, "answered from what was kept");
+    // An Echo value is good for its own address only.
+    let other = Raw::new(addr);
+    other.send(&request(
+        MessageType::Confirmable,
+        POST,
+        0x52,
+        b"t3",
+        "/refuse",
+        &[(ECHO, echo)],
+        b"xyz",
+    ));
+    let p = other.recv("a borrowed Echo value");
+    assert_eq!(code(&p), "4.01", "still unverified: {p:?}");
+
+    // A slow chain, from an unverified address: no empty ACK ahead, no separate response,
+    // no retransmission; the answer goes out piggy-backed when ready because it fits, and
+    // a copy that finds the chain running gets nothing. Over the whole exchange the
+    // address gets fewer bytes than it sent.
+    let quiet = Raw::new(addr);
+    let slow = request(
+        MessageType::Confirmable,
+        POST,
+        0x60,
+        b"slow",
+        "/slow",
+        &[],
+        b"slow",
+    );
+    quiet.send(&slow);
+    quiet.send(&slow);
+    let got = quiet.drain(Duration::from_secs(6));
+    assert_eq!(got.len(), 1, "one answer, nothing more: {got:?}");
+    let p = Packet::from_bytes(&got[0]).unwrap();
+    assert_eq!(p.header.get_type(), MessageType::Acknowledgement);
+    assert_eq!((p.header.message_id, code(&p)), (0x60, "2.04".into()));
+    assert_eq!(&p.payload[..], b"SLOW");
+    assert!(
+        got[0].len() <= slow.len(),
+        "{} bytes for {}",
+        got[0].len(),
+        slow.len()
+    );
+    // Its retransmission gets the same answer again, no more.
+    quiet.send(&slow);
+    assert_eq!(quiet.recv_bytes("the retransmission"), got[0]);
+
+    // libcoap's client answers the challenge by itself (RFC 9175 support): a request with
+    // a large answer from a new address works as it always did, and runs once.
+    let before = accepted(&chain);
+    let out = coap_client(
+        &["-m", "post", "-e", "abc"],
+        &format!("coap://{addr}/refuse"),
+    );
+    assert_eq!(stderr(&out), "4.22 function 'refuse': refusing \"abc\"");
+    assert_eq!(accepted(&chain), before + 1);
 
     rt.block_on(chain.shutdown());
 }

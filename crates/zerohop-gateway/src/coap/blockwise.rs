@@ -293,6 +293,13 @@ impl Held {
         }
     }
 
+    /// Takes the response held for `key`, if it is still held.
+    pub fn take(&mut self, key: &HeldKey, now: Instant) -> Option<Response> {
+        let h = self.map.remove(key)?;
+        self.bytes -= h.response.payload.len();
+        (now < h.until).then_some(h.response)
+    }
+
     /// Keeps `response` for `key` (replacing the one it had), making room by dropping the
     /// responses that would expire first. A response larger than all the room there is is
     /// not kept: its later blocks then get 4.08.

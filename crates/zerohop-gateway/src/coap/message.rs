@@ -30,6 +30,7 @@ pub(super) mod codes {
     pub const CONTENT: u8 = code(2, 5);
     pub const CONTINUE: u8 = code(2, 31);
     pub const BAD_REQUEST: u8 = code(4, 0);
+    pub const UNAUTHORIZED: u8 = code(4, 1);
     pub const BAD_OPTION: u8 = code(4, 2);
     pub const NOT_FOUND: u8 = code(4, 4);
     pub const METHOD_NOT_ALLOWED: u8 = code(4, 5);
@@ -190,6 +191,8 @@ pub(super) struct Request {
     pub size1: Option<u32>,
     /// The Request-Tag option (RFC 9175): tells concurrent block-wise uploads apart.
     pub request_tag: Vec<u8>,
+    /// The Echo option (RFC 9175 section 2.2): a value the gateway sent this client.
+    pub echo: Option<Vec<u8>>,
     pub payload: Vec<u8>,
 }
 
@@ -279,6 +282,7 @@ mod opt {
     pub const PROXY_URI: u16 = 35;
     pub const PROXY_SCHEME: u16 = 39;
     pub const SIZE1: u16 = 60;
+    pub const ECHO: u16 = 252;
     pub const NO_RESPONSE: u16 = 258;
     pub const REQUEST_TAG: u16 = 292;
 }
@@ -301,6 +305,7 @@ fn known(number: u16) -> Option<(usize, usize, bool)> {
         BLOCK2 | BLOCK1 => (0, 3, false),
         SIZE2 | SIZE1 => (0, 4, false),
         NO_RESPONSE => (0, 1, false),
+        ECHO => (1, 40, false),
         REQUEST_TAG => (0, 8, false),
         _ => return None,
     })
@@ -365,6 +370,7 @@ fn request(method: u8, packet: Packet) -> Result<Request, Response> {
                 opt::CONTENT_FORMAT => r.content_format = Some(uint(v) as u16),
                 opt::SIZE1 => r.size1 = Some(uint(v)),
                 opt::REQUEST_TAG => r.request_tag = v.clone(),
+                opt::ECHO => r.echo = Some(v.clone()),
                 opt::BLOCK1 | opt::BLOCK2 => {
                     let Some(b) = Block::decode(v) else {
                         return Err(Response::diagnostic(
@@ -432,6 +438,8 @@ pub(super) struct Response {
     pub block2: Option<Block>,
     pub size1: Option<u32>,
     pub size2: Option<u32>,
+    /// The Echo option of a 4.01 challenge (RFC 9175 section 2.4).
+    pub echo: Option<Vec<u8>>,
 }
 
 impl Response {
@@ -494,6 +502,9 @@ impl Response {
         if let Some(s) = self.size1 {
             p.add_option_as(CoapOption::Size1, OptionValueU32(s));
         }
+        if let Some(e) = &self.echo {
+            p.add_option(CoapOption::Unknown(opt::ECHO), e.clone());
+        }
         p.payload = self.payload.to_vec();
         match p.to_bytes_unlimited() {
             Ok(b) => Bytes::from(b),
@@ -531,6 +542,7 @@ impl Response {
             }),
             size1: None,
             size2: (block.num == 0).then_some(self.payload.len() as u32),
+            echo: None,
         })
     }
 }
