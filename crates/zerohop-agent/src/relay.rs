@@ -62,7 +62,13 @@ pub(crate) fn start(
     peer: SocketAddr,
     link: &Link,
 ) -> std::io::Result<RelayParty> {
-    let fds = handover_fds(shared, inst)?;
+    // Its handler threads are the agent's own: nobody watches these records.
+    let progress = zerohop_pool::Progress::create(
+        &format!("zerohop-progress-{}", inst.party),
+        shared.threads_of(inst.party),
+    )
+    .map_err(std::io::Error::other)?;
+    let fds = handover_fds(shared, inst, &progress)?;
     let plan = (**shared.gateways.plan()).clone();
     let chain = plan.chain.clone();
     let instance = zerohop_runtime::attach(plan, inst.party, fds)

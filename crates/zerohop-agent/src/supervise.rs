@@ -12,7 +12,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 use zerohop_gateway::Gateways;
-use zerohop_pool::{Owner, PartyRecord, PartyState, Pool, Pools};
+use zerohop_pool::{Owner, PartyRecord, PartyState, Pool, Pools, Progress};
 use zerohop_transport::{handover, PartyId, Transport};
 
 use crate::confine::cgroup::InstanceCgroup;
@@ -125,6 +125,16 @@ impl Shared {
             && self.records(party).all(|r| r.state() == PartyState::Ready)
     }
 
+    /// How many handler threads an instance of `party` runs (its function's concurrency,
+    /// as the plan the instance gets says).
+    pub fn threads_of(&self, party: PartyId) -> usize {
+        let plan = self.gateways.plan();
+        plan.party_function
+            .get(party as usize)
+            .and_then(|&f| plan.functions.get(f as usize))
+            .map_or(1, |f| usize::from(f.concurrency.max(1)))
+    }
+
     /// The function's current run.
     pub fn function(&self, index: usize) -> Arc<FunctionRun> {
         self.functions[index]
@@ -208,6 +218,9 @@ pub(crate) struct PartyControl {
     pub pgid: AtomicU32,
     /// Set by the watchdog when it kills the instance for hanging: what to report.
     pub hung: Mutex<Option<String>>,
+    /// The running instance's progress records (its handler threads' word about
+    /// themselves, for the watchdog), with its process group; `None` when none runs.
+    pub progress: Mutex<Option<(u32, Arc<Progress>)>>,
     /// Times the instance was restarted.
     pub restarts: AtomicU32,
     /// Reads the running instance's CPU and memory from its cgroups (`None` without one).
@@ -231,6 +244,7 @@ impl PartyControl {
         Self {
             pgid: AtomicU32::new(0),
             hung: Mutex::new(None),
+            progress: Mutex::new(None),
             restarts: AtomicU32::new(0),
             usage: Mutex::new(None),
             want: watch::channel(want).0,
@@ -280,8 +294,13 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
 /// What an instance of `inst`'s party is handed (in this order): the pools of its domains
-/// (in domain order), the state store for a function with `state`, its transport ends.
-pub(crate) fn handover_fds(shared: &Shared, inst: &InstanceSpec) -> std::io::Result<Vec<OwnedFd>> {
+/// (in domain order), the state store for a function with `state`, its `progress` records,
+/// its transport ends.
+pub(crate) fn handover_fds(
+    shared: &Shared,
+    inst: &InstanceSpec,
+    progress: &Progress,
+) -> std::io::Result<Vec<OwnedFd>> {
     // A pool's header is what the plan says again before the instance compares the two:
     // a party of the domain may have rewritten it.
     let mut fds: Vec<OwnedFd> = shared
@@ -295,6 +314,7 @@ pub(crate) fn handover_fds(shared: &Shared, inst: &InstanceSpec) -> std::io::Res
     if let (Some(state), true) = (&shared.state, shared.stateful[inst.index]) {
         fds.push(state.fd().try_clone_to_owned()?);
     }
+    fds.push(progress.try_clone_fd()?);
     fds.extend(
         shared
             .transport
@@ -308,7 +328,15 @@ pub(crate) fn handover_fds(shared: &Shared, inst: &InstanceSpec) -> std::io::Res
 /// parked once attached.
 pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io::Result<Instance> {
     let run = shared.function(inst.index);
-    let fds = handover_fds(shared, inst)?;
+    // Records only this instance and the agent map: what the watchdog believes about it.
+    let progress = Arc::new(
+        Progress::create(
+            &format!("zerohop-progress-{}", inst.party),
+            shared.threads_of(inst.party),
+        )
+        .map_err(std::io::Error::other)?,
+    );
+    let fds = handover_fds(shared, inst, &progress)?;
     let mut handover_env = vec![
         (handover::PLAN, shared.plan_json.clone()),
         (handover::PARTY, inst.party.to_string()),
@@ -353,6 +381,7 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
         // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
         c.pgid.store(pid, Ordering::Release);
         c.generation.store(run.generation, Ordering::Relaxed);
+        *c.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some((pid, progress));
         *c.usage.lock().unwrap_or_else(|p| p.into_inner()) =
             cgroup.as_ref().map(InstanceCgroup::usage_probe);
     }
@@ -396,6 +425,7 @@ async fn kill_rest(shared: &Shared, party: PartyId, inst: &mut Instance) {
         // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
         c.pgid.store(0, Ordering::Release);
         *c.usage.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *c.progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 

@@ -2,14 +2,18 @@
 //! (with its process group and cgroup), which makes its supervisor reclaim its slots,
 //! answer its requests and restart it, as after a crash.
 //!
-//! Detected from the pool's owner table alone: while the gateway has requests in flight,
-//! every [`SAMPLE`] the watchdog reads each slot's owner word and remembers since when each
-//! (slot, owner, generation) has been unchanged. A function party holding the same slot and
-//! generation for longer than [`limit`] (the chain's timeout plus a grace of
-//! max(1 s, timeout / 2)) is hung: any request it holds has been answered 504 by the
-//! gateway long before. The owner words are input from shared memory: the watchdog only
-//! compares them and maps a party number to the agent's own record of that party's process
-//! group, never to anything read back from the pool.
+//! Detected from what each instance says about itself alone: every handler thread keeps a
+//! record in a region that only its instance and the agent map
+//! ([`zerohop_pool::progress`]), odd while it works on a request. While the gateway has
+//! requests in flight, every [`SAMPLE`] the watchdog reads the records of the instances it
+//! started and remembers since when each odd record has been unchanged. A thread in one
+//! request for longer than [`limit`] (the chain's timeout plus a grace of
+//! max(1 s, timeout / 2)) is hung: the gateway answered that request 504 long before.
+//!
+//! Nothing another party can write counts: owner words in the pool can be forged by any
+//! party of the domain, so they are not read at all, and an instance's records can lie only
+//! about that instance (which then only keeps its own requests waiting until the gateway's
+//! timeout). The party number and process group come from the agent's own records.
 //!
 //! Idle (nothing in flight, nothing tracked), the watchdog has no timer: it waits for the
 //! gateways' [`busy`](zerohop_gateway::Gateways::busy) signal, so an idle chain costs no CPU.
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::watch;
-use zerohop_pool::OwnerWord;
+use zerohop_transport::PartyId;
 
 use crate::supervise::Shared;
 
@@ -34,11 +38,14 @@ pub fn limit(timeout: Duration) -> Duration {
     timeout + (timeout / 2).max(Duration::from_secs(1))
 }
 
+/// One handler thread of one instance: (party, the instance's process group, thread).
+type Thread = (PartyId, u32, usize);
+
 /// Runs until `stop` turns true.
 pub(crate) async fn watch(shared: Arc<Shared>, timeout: Duration, mut stop: watch::Receiver<bool>) {
     let limit = limit(timeout);
-    // slot -> (owner word, first seen)
-    let mut seen: HashMap<u32, (OwnerWord, Instant)> = HashMap::new();
+    // busy thread -> (its record, first seen with it)
+    let mut seen: HashMap<Thread, (u64, Instant)> = HashMap::new();
     loop {
         if shared.gateways.inflight() == 0 && seen.is_empty() {
             // Idle: no timer at all until a request enters the chain.
@@ -51,70 +58,87 @@ pub(crate) async fn watch(shared: Arc<Shared>, timeout: Duration, mut stop: watc
             _ = tokio::time::sleep(SAMPLE) => {}
             r = stop.changed() => if r.is_err() || *stop.borrow() { return },
         }
-        sample(&shared, limit, timeout, &mut seen);
+        let busy = busy_threads(&shared);
+        for (thread, held) in stuck(&mut seen, &busy, Instant::now(), limit) {
+            kill(&shared, thread, held, timeout, limit);
+        }
     }
 }
 
-fn sample(
-    shared: &Shared,
+/// The handler threads of the chain's instances that are in a request now, with their
+/// records.
+fn busy_threads(shared: &Shared) -> Vec<(Thread, u64)> {
+    let gateways = usize::from(shared.gateways.plan().gateways());
+    let mut busy = Vec::new();
+    for (party, control) in shared.parties.iter().enumerate().skip(gateways) {
+        let progress = control.progress.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((pgid, records)) = progress.as_ref() else {
+            continue;
+        };
+        for t in 0..records.threads() {
+            let seq = records.seq(t);
+            if seq % 2 == 1 {
+                busy.push(((party as PartyId, *pgid, t), seq));
+            }
+        }
+    }
+    busy
+}
+
+/// The decision: given the busy threads of this sample, remembers since when each has been
+/// in the same request (`seen`) and returns, one per instance, those in it for longer than
+/// `limit`, with how long. A thread that moved on, went idle or whose instance is gone is
+/// forgotten.
+fn stuck(
+    seen: &mut HashMap<Thread, (u64, Instant)>,
+    busy: &[(Thread, u64)],
+    now: Instant,
     limit: Duration,
-    timeout: Duration,
-    seen: &mut HashMap<u32, (OwnerWord, Instant)>,
-) {
-    let now = Instant::now();
-    let mut hung: Vec<(u16, u32, Duration)> = Vec::new();
-    let words = shared.gateways.pools().iter().flat_map(|p| {
-        let owners = p.owners();
-        (0..owners.len()).filter_map(move |l| owners.get(l).map(|w| (p.first_slot() + l, w)))
-    });
-    let gateways = shared.gateways.plan().gateways();
-    for (slot, word) in words {
-        let party = word.owner.as_party().filter(|&p| p >= gateways);
-        let Some(party) = party else {
-            seen.remove(&slot);
-            continue;
-        };
-        match seen.get(&slot) {
-            Some((w, since)) if *w == word => {
-                let held = now - *since;
-                if held > limit && !hung.iter().any(|(p, _, _)| *p == party) {
-                    hung.push((party, slot, held));
-                }
-            }
-            _ => {
-                seen.insert(slot, (word, now));
-            }
+) -> Vec<(Thread, Duration)> {
+    seen.retain(|t, (seq, _)| busy.iter().any(|(b, s)| b == t && s == seq));
+    let mut out: Vec<(Thread, Duration)> = Vec::new();
+    for &(thread, seq) in busy {
+        let since = seen.entry(thread).or_insert((seq, now)).1;
+        let held = now.saturating_duration_since(since);
+        let instance = (thread.0, thread.1);
+        if held > limit && !out.iter().any(|((p, g, _), _)| (*p, *g) == instance) {
+            out.push((thread, held));
         }
     }
-    for (party, slot, held) in hung {
-        seen.retain(|_, (w, _)| w.owner.as_party() != Some(party));
-        let Some(control) = shared.parties.get(party as usize) else {
-            continue;
-        };
-        let pgid = control.pgid();
-        if pgid == 0 {
-            continue;
-        }
-        let plan = shared.gateways.plan();
-        let function = plan
-            .party_function
-            .get(party as usize)
-            .map_or("unknown", |&f| plan.function_name(f))
-            .to_owned();
-        tracing::warn!(
-            function = %function,
-            instance = party,
-            "function '{function}' instance {party} hung: held slot {slot} for {:.1}s \
-             (chain timeout {timeout:?} + grace {:?}); killing it and its process group",
-            held.as_secs_f64(),
-            limit - timeout,
-        );
-        *control.hung.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
-            "hung (held a request for {:.1}s, past the chain timeout of {timeout:?}) and was killed",
-            held.as_secs_f64()
-        ));
-        let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
+    // Its other threads start over with the instance that replaces it.
+    seen.retain(|(p, g, _), _| !out.iter().any(|((q, h, _), _)| (p, g) == (q, h)));
+    out
+}
+
+/// Kills the instance of a stuck `thread` (with its process group), if it still runs.
+fn kill(shared: &Shared, thread: Thread, held: Duration, timeout: Duration, limit: Duration) {
+    let (party, pgid, t) = thread;
+    let Some(control) = shared.parties.get(party as usize) else {
+        return;
+    };
+    if pgid == 0 || control.pgid() != pgid {
+        return; // already gone or replaced
     }
+    let plan = shared.gateways.plan();
+    let function = plan
+        .party_function
+        .get(party as usize)
+        .map_or("unknown", |&f| plan.function_name(f))
+        .to_owned();
+    tracing::warn!(
+        function = %function,
+        instance = party,
+        "function '{function}' instance {party} hung: its handler thread {t} was in one \
+         request for {:.1}s (chain timeout {timeout:?} + grace {:?}); killing it and its \
+         process group",
+        held.as_secs_f64(),
+        limit - timeout,
+    );
+    *control.hung.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+        "hung (held a request for {:.1}s, past the chain timeout of {timeout:?}) and was killed",
+        held.as_secs_f64()
+    ));
+    let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
 }
 
 #[cfg(test)]
@@ -129,5 +153,67 @@ mod tests {
             limit(Duration::from_millis(100)),
             Duration::from_millis(1100)
         );
+    }
+
+    const LIMIT: Duration = Duration::from_secs(2);
+
+    /// Runs `samples` (each: seconds since start, busy threads) through `stuck`; returns what
+    /// each sample decided.
+    fn decide(samples: &[(u64, &[(Thread, u64)])]) -> Vec<Vec<Thread>> {
+        let t0 = Instant::now();
+        let mut seen = HashMap::new();
+        samples
+            .iter()
+            .map(|&(at, busy)| {
+                stuck(&mut seen, busy, t0 + Duration::from_secs(at), LIMIT)
+                    .into_iter()
+                    .map(|(t, _)| t)
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_thread_in_one_request_past_the_limit_is_stuck_once() {
+        let a = (3, 100, 0);
+        let got = decide(&[
+            (0, &[(a, 1)]),
+            (2, &[(a, 1)]),
+            (3, &[(a, 1)]),
+            (4, &[(a, 1)]),
+        ]);
+        assert_eq!(
+            got,
+            [vec![], vec![], vec![a], vec![]],
+            "killed once, then starts over"
+        );
+    }
+
+    #[test]
+    fn a_thread_that_moves_on_or_goes_idle_is_never_stuck() {
+        let a = (3, 100, 0);
+        let moving = decide(&[
+            (0, &[(a, 1)]),
+            (2, &[(a, 3)]),
+            (4, &[(a, 5)]),
+            (5, &[(a, 5)]),
+        ]);
+        assert!(moving.iter().all(Vec::is_empty), "{moving:?}");
+        let idle_between = decide(&[(0, &[(a, 1)]), (2, &[]), (3, &[(a, 1)]), (4, &[(a, 1)])]);
+        assert!(idle_between.iter().all(Vec::is_empty), "{idle_between:?}");
+    }
+
+    #[test]
+    fn one_kill_per_instance_and_a_restarted_instance_starts_over() {
+        let (a0, a1, b) = ((3, 100, 0), (3, 100, 1), (4, 200, 0));
+        let got = decide(&[
+            (0, &[(a0, 1), (a1, 7), (b, 1)]),
+            (3, &[(a0, 1), (a1, 7), (b, 1)]),
+        ]);
+        assert_eq!(got, [vec![], vec![a0, b]]);
+        // The same party with a new process group: a new instance, its own clock.
+        let a_new = (3, 101, 0);
+        let got = decide(&[(0, &[(a0, 1)]), (1, &[(a_new, 1)]), (3, &[(a_new, 1)])]);
+        assert_eq!(got, [vec![], vec![], vec![]]);
     }
 }

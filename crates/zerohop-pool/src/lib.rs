@@ -36,6 +36,8 @@ mod pool;
 #[cfg(not(loom))]
 mod pools;
 #[cfg(not(loom))]
+pub mod progress;
+#[cfg(not(loom))]
 pub mod region;
 #[cfg(not(loom))]
 pub mod state;
@@ -53,6 +55,8 @@ pub use pool::{
 };
 #[cfg(not(loom))]
 pub use pools::Pools;
+#[cfg(not(loom))]
+pub use progress::Progress;
 #[cfg(not(loom))]
 pub use state::{State, StateConfig, StateError};
 

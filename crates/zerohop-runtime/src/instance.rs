@@ -4,7 +4,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Mutex};
 
 use zerohop_pool::{
-    Descriptor, OwnedSlot, PartyState, Pool, PoolError, Pools, SlotHeader, State, StateConfig,
+    Descriptor, OwnedSlot, PartyState, Pool, PoolError, Pools, Progress, SlotHeader, State,
+    StateConfig,
 };
 use zerohop_transport::{
     Backend, Delivery, Endpoint, Hop, JoinPolicy, PartyId, Picker, Plan, RequestIds, Sender,
@@ -53,6 +54,9 @@ pub(crate) struct Router {
     ids: RequestIds,
     /// The chain's state store, when this function has `state`.
     pub(crate) state: Option<State>,
+    /// Its handler threads' word about themselves to the agent's hang watchdog (see
+    /// `zerohop_pool::progress`); `None` only in unit tests.
+    progress: Option<Progress>,
     /// The instance's root span (chain, function, party), entered on every thread that
     /// handles requests.
     pub(crate) span: tracing::Span,
@@ -99,7 +103,7 @@ pub fn start() -> Result<Instance, StartError> {
 
 /// Attaches party `me` of the chain `plan` describes, with the hand-over descriptors `fds`
 /// in the agent's order (the pools of the function's domains, the state store when it has
-/// one, then the transport's): what [`start`] does with what the agent handed to the
+/// one, its progress records, then the transport's): what [`start`] does with what the agent handed to the
 /// process. The agent itself uses it for a party it plays in its own process.
 pub fn attach(
     plan: Plan,
@@ -115,7 +119,7 @@ pub fn attach(
         .function_of(me)
         .filter(|&f| f != GATEWAY_FN)
         .ok_or_else(|| StartError::HandOver(format!("party {me} runs no function")))?;
-    // First the pools of this function's domains, in domain order, then the transport's.
+    // First the pools of this function's domains, in domain order.
     let domains = plan.domains_of(function);
     if domains.is_empty() || fds.len() < domains.len() {
         return Err(StartError::HandOver(format!(
@@ -152,6 +156,14 @@ pub fn attach(
         }
         _ => None,
     };
+    // Then its progress records, one per handler thread (as many as the plan says).
+    if fds.is_empty() {
+        return Err(StartError::HandOver(
+            "no progress region was handed over".into(),
+        ));
+    }
+    let threads = usize::from(plan.functions[function as usize].concurrency.max(1));
+    let progress = Some(Progress::attach(fds.remove(0), threads)?);
     let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
     let endpoint = Endpoint::new(pools.clone(), policy, me, transport.receiver(me)?);
     let router = Router {
@@ -164,6 +176,7 @@ pub fn attach(
         function,
         me,
         state,
+        progress,
     };
     Ok(Instance {
         router: Arc::new(router),
@@ -221,7 +234,7 @@ impl Instance {
                     // This function makes no calls: an answer is forged; dropping frees it.
                     continue;
                 }
-                router.process(&handler, d, None);
+                router.process(&handler, d, None, 0);
             }
         } else {
             // Handler threads take requests from a queue; the receiving thread goes on
@@ -247,7 +260,12 @@ impl Instance {
                         loop {
                             let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                             match next {
-                                Ok(d) => router.process(&*handler, d, calls.then_some(&cx)),
+                                Ok(d) => router.process(
+                                    &*handler,
+                                    d,
+                                    calls.then_some(&cx),
+                                    usize::from(i),
+                                ),
                                 Err(_) => return,
                             }
                         }
@@ -312,9 +330,18 @@ impl Instance {
 }
 
 impl Router {
-    fn process<H: Handler + ?Sized>(&self, handler: &H, d: Delivery, calls: Option<&Calls<'_>>) {
+    /// Handler thread `thread` takes `d` and runs the handler on it.
+    fn process<H: Handler + ?Sized>(
+        &self,
+        handler: &H,
+        d: Delivery,
+        calls: Option<&Calls<'_>>,
+        thread: usize,
+    ) {
         // Whatever the handler logs names the request (a no-op when INFO is filtered out).
         let _request = logging::request_span(d.desc.request, d.header.route).entered();
+        // Until it is done with the request, the watchdog may see this thread stuck in it.
+        let _busy = self.progress.as_ref().map(|p| p.busy(thread));
         let Some(mut t) = self.take(d) else { return };
         let plan = &*self.plan;
         // A static fan-out this function joins: every branch gets the request's body (copied
@@ -764,7 +791,7 @@ mod tests {
             let (router, pool) = upper(&kept, "runtime-logging-test");
             let delivery = request(&pool, body);
             let _root = router.span.clone().entered();
-            router.process(&handler, delivery, None);
+            router.process(&handler, delivery, None, 0);
         });
         let sent = kept.0.lock().unwrap().clone();
         (out.text(), sent)
@@ -794,6 +821,7 @@ mod tests {
             function: 0,
             me: 1,
             state: None,
+            progress: None,
         };
         (router, pool)
     }

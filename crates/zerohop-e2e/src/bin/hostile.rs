@@ -29,6 +29,12 @@
 //!   later party reading it would put its slots outside the mapping) and aborts, so the agent
 //!   starts it again; given anything else, passes the request on unchanged.
 //!
+//! * `owners`: given the body `forge`, starts a thread that for `HOSTILE_FORGE_MS` (default
+//!   5000) keeps every other owner word of its first pool naming another party of the chain
+//!   (each party number but its own, in turn) as the holder of that slot, unchanged, as a
+//!   party stuck on it would look; answers `forging N` (how many words) at once. Given
+//!   anything else, answers `alive`.
+//!
 //! * `forge` (sockmap transport): writes a message of its own to its socket, sending this
 //!   request's descriptor to function index `HOSTILE_TARGET_FN`, instance `HOSTILE_TARGET_PARTY`
 //!   (an edge the chain should not declare), past the SDK's own check; answers `forged ok`
@@ -269,6 +275,40 @@ fn write_u64(base: *mut u8, off: usize, v: u64) {
     unsafe { base.add(off).cast::<u64>().write_volatile(v) }
 }
 
+/// Keeps every other owner word of the pool at `base` naming another party (not `me`) for
+/// `ms` milliseconds, from a thread of its own; returns how many words it forges.
+fn forge_owners(base: usize, me: u32, ms: u64) -> usize {
+    let base = base as *mut u8;
+    // The header's own words (docs/protocol.md): slot_count @12, max_parties @20,
+    // owners_offset @40. A hostile party believes them; nobody else needs to.
+    let (slots, parties, owners) = (
+        read_u32(base, 12) as usize,
+        read_u32(base, 20),
+        read_u64(base, 40) as usize,
+    );
+    let victims: Vec<u32> = (0..parties).filter(|&p| p != me).collect();
+    let words: Vec<(usize, u64)> = (1..slots)
+        .step_by(2)
+        .zip(victims.iter().cycle())
+        .map(|(i, &v)| {
+            let generation = read_u64(base, owners + 8 * i) >> 32;
+            (owners + 8 * i, generation << 32 | u64::from(v + 1))
+        })
+        .collect();
+    let n = words.len();
+    let base = base as usize;
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + Duration::from_millis(ms);
+        while std::time::Instant::now() < until {
+            for &(off, word) in &words {
+                write_u64(base as *mut u8, off, word);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    n
+}
+
 fn futex_wake(addr: *mut u8) {
     // SAFETY: FUTEX_WAKE on an address of a live shared mapping; no memory is touched.
     unsafe { libc::syscall(libc::SYS_futex, addr, libc::FUTEX_WAKE, i32::MAX) };
@@ -476,7 +516,7 @@ fn main() {
     };
     let chaos_start = std::sync::Mutex::new(chaos_start);
     // Its first pool (the first handed-over descriptor), mapped before `run` takes it over.
-    let header_pool = (mode == "header")
+    let header_pool = (mode == "header" || mode == "owners")
         .then(|| map_rw(handover::FIRST_FD))
         .flatten()
         .map(|(base, _)| base as usize);
@@ -505,6 +545,19 @@ fn main() {
                 std::process::abort()
             }
             "header" => return Ok(Next::Continue),
+            "owners" if req.body() == b"forge" => {
+                let me: u32 = std::env::var("ZEROHOP_PARTY")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .expect("ZEROHOP_PARTY");
+                let ms = std::env::var("HOSTILE_FORGE_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(5000);
+                let base = header_pool.expect("the pool is mapped");
+                format!("forging {}\n", forge_owners(base, me, ms))
+            }
+            "owners" => "alive\n".to_owned(),
             "chaos" => {
                 let start = chaos_start.lock().unwrap_or_else(|p| p.into_inner()).take();
                 if let Some(start) = start {

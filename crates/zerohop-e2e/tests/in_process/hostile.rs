@@ -337,3 +337,79 @@ fn a_rewritten_pool_header_moves_no_party_that_attaches_later() {
     drop(pool);
     rt.block_on(chain.shutdown());
 }
+
+/// A function keeps half the owner words of its pool naming other instances of its chain
+/// (of its own route, `tail`, and of another route, `upper` and `exclaim`), unchanged for
+/// longer than the watchdog's limit, as a party stuck on a slot would look. The watchdog
+/// believes only what each instance says about itself: while `/hello` is under load,
+/// no instance is killed or restarted, and every `/hello` request is answered correctly.
+#[test]
+fn forged_owner_words_get_no_other_instance_killed() {
+    let _serial = crate::serial();
+    let rt = runtime();
+    let yaml = format!(
+        "name: owners\ntimeout: 1s\nfunctions:\n{}{}{}  evil: {{ command: [\"{}\"], env: {{ HOSTILE_MODE: owners, HOSTILE_FORGE_MS: \"5000\" }} }}\nroutes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n  - http: POST /evil\n    sequence: [evil, tail]\n",
+        func("upper", "upper", "", ", concurrency: 4"),
+        func("exclaim", "exclaim", "", ""),
+        func("tail", "exclaim", "", ""),
+        target_bin("zerohop-hostile").display(),
+    );
+    let opts = UpOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..UpOptions::default()
+    };
+    let chain = rt
+        .block_on(up(
+            spec::parse(Path::new("owners.yaml"), &yaml).unwrap(),
+            opts,
+        ))
+        .expect("chain up");
+    let (hello, evil) = (
+        format!("{}/hello", chain.url()),
+        format!("{}/evil", chain.url()),
+    );
+    let c = client();
+    assert_eq!(post(&c, &hello, "hi").body, "HI!");
+    // `evil` answers, `tail` appends its `!`.
+    assert_eq!(post(&c, &evil, "ping").body, "alive\n!");
+    let victims: Vec<u16> = ["upper", "exclaim", "tail"]
+        .iter()
+        .flat_map(|f| chain.parties_of(f))
+        .collect();
+    let before: Vec<(Option<u32>, u32)> = victims
+        .iter()
+        .map(|&p| (chain.instance_pid(p), chain.restarts(p)))
+        .collect();
+    assert!(before.iter().all(|(pid, _)| pid.is_some()), "{before:?}");
+
+    let forged = post(&c, &evil, "forge");
+    let words: usize = forged
+        .body
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("forging "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{forged:?}"));
+    assert!(words > 0, "{forged:?}");
+    // Past the watchdog's limit (timeout 1 s + grace 1 s) plus samples, with requests in
+    // flight all the time so that it samples.
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut n = 0;
+    while Instant::now() < until {
+        let a = post(&c, &hello, &format!("n{n}"));
+        assert_eq!(
+            (a.status, a.body.as_str()),
+            (200, format!("N{n}!").as_str())
+        );
+        n += 1;
+    }
+    let after: Vec<(Option<u32>, u32)> = victims
+        .iter()
+        .map(|&p| (chain.instance_pid(p), chain.restarts(p)))
+        .collect();
+    assert_eq!(
+        after, before,
+        "no instance was killed for a forged owner word"
+    );
+    rt.block_on(chain.shutdown());
+}

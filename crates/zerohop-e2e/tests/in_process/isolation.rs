@@ -482,7 +482,11 @@ fn hung_instance_is_killed_answered_and_restarted() {
     // plus slack for a loaded machine.
     let line = agent
         .log_line(
-            &["function 'stuck' instance ", " hung: held slot", "for "],
+            &[
+                "function 'stuck' instance ",
+                " hung: its handler thread ",
+                "in one request for ",
+            ],
             Duration::from_secs(8),
         )
         .expect("the log names the hung function and for how long");
