@@ -659,6 +659,111 @@ fn connections_past_max_connections_wait_for_a_free_one() {
     assert_eq!(chain.stop(), Some(0));
 }
 
+/// Issue 30, finding 8: clients holding many deep filters made each answer cost a pass over
+/// every level of every filter of every client. Topic names, response topics and filters
+/// have at most 32 levels now (the refusals are checked here with their codes), and 100
+/// clients with 64 filters of 32 levels each do not keep answers from their subscribers.
+/// (That the work is bounded is counted in the gateway's unit tests, not timed here.)
+#[test]
+fn deep_topics_and_filters_are_refused_and_answers_still_flow() {
+    let chain = ChainProcess::start(
+        &spec(
+            &func("up", "upper", "", ""),
+            "  - mqtt: ask/#\n    sequence: [up]\n",
+            "{ listen: 127.0.0.1:0 }",
+        ),
+        &[],
+    );
+    let port = mqtt_port(&chain);
+    let levels = |n: usize, level: &str| vec![level; n].join("/");
+
+    // SUBSCRIBE: 33 levels is refused (0x80), 32 is granted, in one packet.
+    let mut raw = Raw::session(port, 4, "deep-sub");
+    raw.send(&subscribe_packet(
+        1,
+        &[
+            (&levels(33, "+"), 0),
+            (&levels(32, "+"), 0),
+            (&levels(33, "a"), 1),
+        ],
+    ));
+    let (kind, body) = raw.packet().expect("SUBACK");
+    assert_eq!((kind, &body[2..]), (0x90, &[0x80u8, 0, 0x80][..]));
+    // PUBLISH on a topic of 33 levels: MQTT 5 is told "topic name invalid", 3.1.1 closed.
+    let deep33 = format!("ask/{}", levels(32, "x"));
+    let mut v5 = Raw::session(port, 5, "deep-pub-5");
+    v5.send(&publish_packet(5, &deep33, 1, 1, "x"));
+    let said = v5.until_closed();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!((said[0].0, said[0].1[0]), (0xE0, 0x90));
+    let mut v4 = Raw::session(port, 4, "deep-pub-4");
+    v4.send(&publish_packet(4, &deep33, 1, 1, "x"));
+    assert!(v4.until_closed().is_empty());
+    // A response topic of 33 levels, from mosquitto_pub: refused, not answered.
+    let (code, out) = publish(
+        port,
+        &[
+            "-V",
+            "mqttv5",
+            "-q",
+            "1",
+            "-t",
+            "ask/one",
+            "-m",
+            "x",
+            "-D",
+            "publish",
+            "response-topic",
+            &levels(33, "r"),
+        ],
+    );
+    assert_ne!(code, Some(0), "mosquitto_pub: {out}");
+
+    // 100 clients holding 64 deep filters each (6,400 subscriptions of 32 levels).
+    let mut holders = Vec::new();
+    for c in 0..100 {
+        let mut h = Raw::session(port, 4, &format!("holder-{c}"));
+        let filters: Vec<String> = (0..64)
+            .map(|i| format!("{}/f{i}", levels(31, "+")))
+            .collect();
+        let pairs: Vec<(&str, u8)> = filters.iter().map(|f| (f.as_str(), 0)).collect();
+        h.send(&subscribe_packet(2, &pairs));
+        let (kind, body) = h.packet().expect("SUBACK");
+        assert_eq!((kind, &body[2..]), (0x90, &[0u8; 64][..]), "client {c}");
+        holders.push(h);
+    }
+    // A subscriber with the deepest filter there is gets the answer on the deepest topic,
+    // through the real clients.
+    let topic32 = format!("replies/{}", levels(31, "y"));
+    let sub = Sub::start(port, &levels(32, "+"), &["-V", "mqttv5"]);
+    publish_ok(
+        port,
+        &[
+            "-V",
+            "mqttv5",
+            "-q",
+            "1",
+            "-t",
+            "ask/deep",
+            "-m",
+            "deep",
+            "-D",
+            "publish",
+            "response-topic",
+            &topic32,
+        ],
+    );
+    assert_eq!(sub.take(1), [format!("{topic32}|DEEP|status:200|")]);
+    // The holders matched none of it (their filters end in f0..f63).
+    holders[0].send(&[0xC0, 0x00]);
+    assert_eq!(
+        holders[0].packet(),
+        Some((0xD0, vec![])),
+        "PINGRESP, no answer"
+    );
+    assert_eq!(chain.stop(), Some(0));
+}
+
 /// A `mosquitto` broker on `port`, its log (stderr) in `dir`.
 struct Broker {
     _guard: ChildGuard,
