@@ -278,3 +278,334 @@ fn logs_show_past_lines_and_follow_new_ones() {
     );
     assert_eq!(d.stop(), Some(0));
 }
+
+/// A chain whose function prints what it is sent (`zerohop-chatty`: `out BODY` on standard
+/// output, `err BODY` on standard error).
+fn chatty_spec() -> String {
+    let chatty = target_bin("zerohop-chatty").display().to_string();
+    format!(
+        "name: talk\ntimeout: 5s\nfunctions:\n  say: {{ command: [\"{chatty}\"] }}\n\
+         routes:\n  - http: POST /say\n    sequence: [say]\n"
+    )
+}
+
+/// Whether `out` holds a byte or character a terminal acts on (tab and the line ends
+/// `zerohop logs` writes itself aside).
+fn raw_control(out: &str) -> Option<char> {
+    out.chars()
+        .find(|&c| c != '\n' && c != '\t' && zerohop_agent::logs::is_escaped(c))
+}
+
+/// A function prints escape sequences, `\r`, a C1 CSI, a bidi override and a line that
+/// looks like another function's: `zerohop logs` (plain, `--json`, `-f`) shows all of it
+/// visibly escaped, and every line it prints starts with the function's own origin.
+#[test]
+fn logs_never_pass_a_functions_control_bytes_to_the_terminal() {
+    let mut d = Daemon::start();
+    let s = d.apply("talk", &chatty_spec());
+    let url = url_of(&s["status"]);
+    let forged = "2024-02-29T12:34:56.789Z exclaim/1 stdout: you have been forged";
+    let hostile = format!(
+        "\x1b[2J\x1b[H\x1b[31mred\x1b[0m\x1b]0;title\x07 \rrewound\x08 \u{9b}2J \
+         \u{202e}desrever\n{forged}"
+    );
+    // Follow from before the request, so the live path is checked too.
+    let mut follow = Command::new(target_bin("zerohop"));
+    follow
+        .args(["logs", "talk", "-f", "-n", "0", "--socket"])
+        .arg(d.socket())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let mut guard = ChildGuard::new(follow.spawn().expect("zerohop logs -f"));
+    let lines = ChildLines::new(&mut guard);
+    let http = client();
+    let mut followed = Vec::new();
+    for _ in 0..50 {
+        assert_eq!(post(&http, &format!("{url}/say"), &hostile).status, 200);
+        while let Some(l) = lines.next_line(Duration::from_millis(200)) {
+            followed.push(l);
+        }
+        if followed.iter().filter(|l| l.contains("forged")).count() >= 2 {
+            break;
+        }
+    }
+    guard.signal(Signal::SIGINT);
+    assert_eq!(guard.wait_timeout(Duration::from_secs(10)), Some(0));
+
+    let out = d.cli(&["logs", "talk"]);
+    assert!(out.status.success());
+    let plain = String::from_utf8(out.stdout).expect("zerohop logs writes UTF-8");
+    let followed = followed.join("\n");
+    for (what, text) in [("logs", plain.as_str()), ("logs -f", followed.as_str())] {
+        assert_eq!(
+            raw_control(text),
+            None,
+            "{what} passed a control character: {text:?}"
+        );
+        // Every line is the origin the agent gave it, then the function's text.
+        let mut forgeries = 0;
+        for line in text.lines() {
+            let (time, rest) = line.split_once(' ').expect("a time first");
+            assert_eq!(
+                (time.len(), time.find('T')),
+                (24, Some(10)),
+                "{what}: {line}"
+            );
+            let rest = rest
+                .strip_prefix("say/")
+                .unwrap_or_else(|| panic!("{what}: {line}"));
+            let (_instance, rest) = rest.split_once(' ').expect("an instance");
+            let text = rest
+                .strip_prefix("stdout: ")
+                .or_else(|| rest.strip_prefix("stderr: "))
+                .unwrap_or_else(|| panic!("{what}: {line}"));
+            if text == forged {
+                forgeries += 1;
+            }
+        }
+        assert!(
+            forgeries >= 2,
+            "{what}: the fake line on both streams: {text}"
+        );
+        // What the function printed is there, visibly.
+        assert!(
+            text.contains(
+                "out \\x1b[2J\\x1b[H\\x1b[31mred\\x1b[0m\\x1b]0;title\\x07 \\x0drewound\\x08 \
+                 \\u{9b}2J \\u{202e}desrever"
+            ),
+            "{what}: {text}"
+        );
+    }
+
+    let out = d.cli(&["logs", "talk", "--json"]);
+    assert!(out.status.success());
+    let json = String::from_utf8(out.stdout).expect("UTF-8");
+    assert_eq!(
+        raw_control(&json),
+        None,
+        "--json passed a control character"
+    );
+    let texts: Vec<String> = json
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("a JSON line");
+            v["text"].as_str().expect("a text").to_owned()
+        })
+        .collect();
+    assert!(texts.iter().all(|t| raw_control(t).is_none()), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t.starts_with("err \\x1b[2J")),
+        "{texts:?}"
+    );
+    assert!(texts.iter().any(|t| t == forged), "{texts:?}");
+    assert_eq!(d.stop(), Some(0));
+}
+
+/// The key of the peer daemons in these tests.
+const PEER_KEY: &str = "the cluster's peer secret, 32 B!";
+
+/// A daemon that serves peer daemons on a free port of 127.0.0.1 with [`PEER_KEY`], and
+/// that address.
+fn peer_daemon() -> (Daemon, std::net::SocketAddr) {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let listen = free.local_addr().expect("its address");
+    drop(free);
+    let d = Daemon::start_with(|dir| {
+        let secret = dir.join("peer-secret");
+        std::fs::write(&secret, PEER_KEY).expect("write the peer secret");
+        vec![
+            "--peer-secret".into(),
+            secret.display().to_string(),
+            "--peer-listen".into(),
+            listen.to_string(),
+        ]
+    });
+    (d, listen)
+}
+
+/// The daemon's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A peer that authenticates, then sends PINGs as fast as it can and never reads: the
+/// daemon stops reading it once a bounded backlog waits (its memory stays put), drops it
+/// after the write stall, says so in its log naming it, and goes on.
+#[test]
+fn a_peer_that_never_reads_is_dropped_and_the_daemon_stays_small() {
+    use zerohop_agent::daemon::peer::auth::{handshake, Role, Secret};
+    use zerohop_agent::daemon::peer::conn::WRITE_STALL;
+    use zerohop_agent::daemon::peer::frame::Frame;
+
+    let (mut d, peer) = peer_daemon();
+    let pid = d.pid();
+    let before = rss_kib(pid);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let bound = WRITE_STALL + Duration::from_secs(30);
+    let (me, sent, peak, closed) = rt.block_on(async {
+        let mut s = tokio::net::TcpStream::connect(peer).await.expect("connect");
+        handshake(
+            &mut s,
+            &Secret::new(PEER_KEY.as_bytes()),
+            Role::Client,
+            peer,
+        )
+        .await
+        .expect("the handshake with the key passes");
+        let me = s.local_addr().expect("our address");
+        let mut ping = Vec::new();
+        Frame::Ping(1).encode(&mut ping);
+        let batch = ping.repeat(4096);
+        let (mut sent, mut at, mut peak) = (0usize, 0usize, 0u64);
+        let began = std::time::Instant::now();
+        let mut closed = false;
+        while began.elapsed() < bound {
+            peak = peak.max(rss_kib(pid));
+            match tokio::time::timeout(Duration::from_millis(200), s.writable()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    closed = true;
+                    break;
+                }
+                Err(_) => continue,
+            }
+            match s.try_write(&batch[at..]) {
+                Ok(n) => {
+                    sent += n;
+                    at = (at + n) % batch.len();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        (me, sent, peak, closed)
+    });
+    assert!(
+        closed,
+        "the daemon kept a peer that never reads ({sent} bytes sent)"
+    );
+    assert!(
+        sent < 48 << 20,
+        "the daemon took {sent} bytes from a peer that never reads"
+    );
+    let grew = peak.saturating_sub(before);
+    assert!(
+        grew < 64 << 10,
+        "the daemon grew by {grew} KiB ({before} KiB before)"
+    );
+    let log = std::fs::read_to_string(d.log()).expect("the agent's log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains(&me.to_string()) && l.contains("does not read")),
+        "the log names the peer: {log}"
+    );
+    assert!(d.cli(&["ls"]).status.success());
+    assert_eq!(d.stop(), Some(0));
+}
+
+/// The daemon dials a peer that is an attacker without the key (a split chain's function
+/// placed on it), and the attacker dials the daemon at the same time: it gives each
+/// connection the daemon's hello of the other and forwards the daemon's proofs between
+/// them. Both connections fail (the daemon refuses its own identity), the request gets a
+/// 502, and no call of the attacker runs.
+#[test]
+fn a_handshake_reflected_between_the_daemons_own_connections_fails() {
+    use std::io::{Read, Write};
+    use zerohop_agent::daemon::peer::auth::{HELLO_LEN, TAG_LEN};
+    use zerohop_agent::daemon::peer::frame::{Call, Frame};
+
+    let (mut d, peer) = peer_daemon();
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").expect("a trap");
+    let trap_addr = trap.local_addr().expect("its address");
+    let attacker = std::thread::spawn(move || {
+        let bound = Some(Duration::from_secs(20));
+        trap.set_nonblocking(true).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut s1 = loop {
+            match trap.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the daemon never dialed"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        s1.set_nonblocking(false).unwrap();
+        let mut s2 = std::net::TcpStream::connect(peer).expect("dial the daemon");
+        for s in [&s1, &s2] {
+            s.set_read_timeout(bound).unwrap();
+        }
+        let (mut h1, mut h2) = ([0u8; HELLO_LEN], [0u8; HELLO_LEN]);
+        s1.read_exact(&mut h1).expect("the dialer's hello");
+        s2.read_exact(&mut h2).expect("the acceptor's hello");
+        let _ = s1.write_all(&h2);
+        let _ = s2.write_all(&h1);
+        let (mut t1, mut t2) = ([0u8; TAG_LEN], [0u8; TAG_LEN]);
+        if s1.read_exact(&mut t1).is_ok() && s2.read_exact(&mut t2).is_ok() {
+            let _ = s2.write_all(&t1);
+            let _ = s1.write_all(&t2);
+        }
+        // Were it in, this would run the chain's function on the daemon.
+        let mut call = Vec::new();
+        Frame::Call(
+            1,
+            Call {
+                chain: "split".into(),
+                function: "up".into(),
+                deadline_ms: 1000,
+                route: 0,
+                hop: 0,
+                flags: 0,
+                meta: Vec::new(),
+                payload: b"stolen".to_vec(),
+            },
+        )
+        .encode(&mut call);
+        let _ = s2.write_all(&call);
+        let mut rest = Vec::new();
+        // The daemon closes it: end of file or reset, not a timeout.
+        match s2.read_to_end(&mut rest) {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    });
+    let file = d.write("split", &spec("split"));
+    let applied = d.json(&[
+        "apply",
+        file.to_str().expect("UTF-8"),
+        "--here",
+        "up",
+        "--peer",
+        &format!("ex={trap_addr}"),
+    ]);
+    let url = url_of(&applied["status"]);
+    let a = post(&client(), &format!("{url}/go"), "x");
+    assert_eq!(a.status, 502, "{}", a.body);
+    assert!(a.body.contains("reflection"), "{}", a.body);
+    assert!(
+        attacker.join().expect("the attacker"),
+        "the daemon kept the attacker's connection"
+    );
+    let log = std::fs::read_to_string(d.log()).expect("the agent's log");
+    assert!(
+        log.contains("own identity or nonce (a reflection)"),
+        "the accepting connection refuses the reflection: {log}"
+    );
+    assert!(!log.contains("stolen"), "{log}");
+    assert_eq!(d.stop(), Some(0));
+}

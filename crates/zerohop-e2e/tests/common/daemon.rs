@@ -44,7 +44,14 @@ impl Daemon {
     /// Starts the daemon, with metrics on a free port, and waits for its ready line. The temp
     /// folder is named after the test binary.
     pub fn start() -> Self {
+        Self::start_with(|_| Vec::new())
+    }
+
+    /// [`Daemon::start`] with more arguments for `zerohop agent`, made from the daemon's temp
+    /// folder (for files the daemon reads at start).
+    pub fn start_with(args: impl FnOnce(&Path) -> Vec<String>) -> Self {
         let dir = TempDir::new(env!("CARGO_CRATE_NAME"));
+        let extra = args(dir.path());
         let socket = dir.path().join("admin.sock");
         let log = dir.path().join("agent.log");
         let mut cmd = Command::new(target_bin("zerohop"));
@@ -52,6 +59,7 @@ impl Daemon {
             .arg("--socket")
             .arg(&socket)
             .args(["--metrics", "127.0.0.1:0"])
+            .args(&extra)
             .env_remove("ZEROHOP_SOCKET")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
