@@ -158,6 +158,10 @@ impl Gateway {
                 }
             }
             if !rx.endpoint.arm() {
+                // More is queued (or `try_recv` stopped at its budget of invalid ones): the
+                // other tasks of this runtime (other protocols, other routes) get their turn
+                // first, however much garbage a function queues.
+                tokio::task::yield_now().await;
                 continue;
             }
             match rx.ready.readable().await {

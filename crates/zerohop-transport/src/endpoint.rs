@@ -62,6 +62,10 @@ pub struct Endpoint {
     stats: Arc<EndpointStats>,
 }
 
+/// Most descriptors a receive call looks at, valid or not, before it returns or yields
+/// (see [`Endpoint::try_recv`]).
+pub const RECV_BUDGET: usize = 64;
+
 impl Endpoint {
     /// Wraps the receiver of party `me`, which maps `pools` (a descriptor naming a slot of
     /// any other pool is dropped as out of range).
@@ -93,25 +97,37 @@ impl Endpoint {
     }
 
     /// Blocks until a valid descriptor arrives (invalid ones are dropped and counted);
-    /// `None` once stopped.
+    /// `None` once stopped. The thread yields its CPU after every [`RECV_BUDGET`] invalid
+    /// descriptors in a row: a sender that keeps its queue full of garbage gets no more than
+    /// its turn (the transports take queues round-robin).
     pub fn recv(&mut self) -> Option<Delivery> {
+        let mut invalid = 0;
         loop {
             let raw = self.rx.peek()?;
             if let Some(d) = self.accept(raw) {
                 return Some(d);
             }
+            invalid += 1;
+            if invalid % RECV_BUDGET == 0 {
+                std::thread::yield_now();
+            }
         }
     }
 
     /// Like [`Endpoint::recv`] without waiting: the next valid descriptor queued now, if any
-    /// (invalid ones are dropped and counted on the way).
+    /// (invalid ones are dropped and counted on the way). Looks at no more than
+    /// [`RECV_BUDGET`] descriptors: `None` when nothing is queued or when that many were
+    /// invalid, so a caller on an event loop does bounded work per call however much
+    /// garbage a sender queues (it yields, then calls again: [`Endpoint::arm`] says whether
+    /// more is queued).
     pub fn try_recv(&mut self) -> Option<Delivery> {
-        loop {
+        for _ in 0..RECV_BUDGET {
             let raw = self.rx.try_peek()?;
             if let Some(d) = self.accept(raw) {
                 return Some(d);
             }
         }
+        None
     }
 
     /// Takes the slot of a peeked descriptor over while the descriptor is still queued, then

@@ -53,7 +53,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::str::FromStr;
 
 #[cfg(not(loom))]
-pub use endpoint::{Delivery, Endpoint, EndpointStats};
+pub use endpoint::{Delivery, Endpoint, EndpointStats, RECV_BUDGET};
 #[cfg(not(loom))]
 pub use pick::Picker;
 pub use plan::{

@@ -620,6 +620,96 @@ fn invalid_descriptors_are_dropped_and_counted() {
 // (d) stop
 // ---------------------------------------------------------------------------------------
 
+/// A sender that floods its queue with invalid descriptors (as fast as it can, for the whole
+/// test) cannot hold a receiver on an event loop: every `try_recv` returns after looking at
+/// no more than `RECV_BUDGET` descriptors, and the other sender's requests still arrive, in
+/// a bounded number of calls each.
+#[test]
+fn a_flood_of_invalid_descriptors_costs_a_bounded_try_recv() {
+    for backend in Backend::ALL {
+        let pool = new_pool(64);
+        let policy = fan_in_policy();
+        let t = create(backend, &policy, Options::default());
+        let ep = endpoint(backend, &pool, &policy, &*t, RECEIVER);
+        let stats = ep.stats();
+        let gw = t.sender(0).expect("gateway sender");
+        let rogue = t.sender(2).expect("rogue sender");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flooding = {
+            let (stop, slots) = (stop.clone(), pool.slot_count());
+            thread::spawn(move || {
+                let bad = Descriptor {
+                    slot: slots + 1,
+                    next: 0,
+                    len: 1,
+                    request: 1,
+                    generation: 0,
+                };
+                let mut sent = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if rogue.send(RECEIVER, bad).is_ok() {
+                        sent += 1;
+                    }
+                }
+                sent
+            })
+        };
+        // The receiver runs on a thread of its own so that a `try_recv` that never returns
+        // fails the test instead of hanging it.
+        let (calls_tx, calls) = mpsc::channel::<(u64, bool)>();
+        let (go_tx, go) = mpsc::channel::<()>();
+        let receiver = thread::spawn(move || {
+            let mut ep = ep;
+            let mut got = 0;
+            while go.recv().is_ok() {
+                // Until this request arrives: one line per call (drops in it, delivered?).
+                loop {
+                    let before = ep.stats().dropped();
+                    let d = ep.try_recv();
+                    let dropped = ep.stats().dropped() - before;
+                    let delivered = d.is_some();
+                    calls_tx.send((dropped, delivered)).expect("test alive");
+                    if delivered {
+                        got += 1;
+                        break;
+                    }
+                    thread::yield_now();
+                }
+            }
+            got
+        });
+        // Let the flood fill the queue first.
+        thread::sleep(Duration::from_millis(100));
+        for request in 0..20 {
+            send_request(backend, &pool, &*gw, 0, request, Instant::now() + PHASE);
+            go_tx.send(()).expect("receiver alive");
+            let mut n = 0;
+            loop {
+                let (dropped, delivered) = calls
+                    .recv_timeout(Duration::from_secs(5))
+                    .unwrap_or_else(|_| panic!("[{backend}] try_recv did not return in 5 s"));
+                assert!(
+                    dropped <= zerohop_transport::RECV_BUDGET as u64,
+                    "[{backend}] one try_recv looked at {dropped} invalid descriptors"
+                );
+                n += 1;
+                if delivered {
+                    break;
+                }
+                assert!(n < 10_000, "[{backend}] request {request} never arrived");
+            }
+        }
+        drop(go_tx);
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(receiver.join().expect("receiver"), 20, "[{backend}]");
+        let sent = flooding.join().expect("flood");
+        assert!(
+            sent > 0 && stats.dropped() > 0,
+            "[{backend}] the flood reached the receiver"
+        );
+    }
+}
+
 /// `Stop::stop` from another thread makes a receiver blocked on empty queues return `None`
 /// promptly, and it keeps returning `None`, even with descriptors queued.
 #[test]

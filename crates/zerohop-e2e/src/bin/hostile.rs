@@ -328,8 +328,8 @@ fn chaos() -> (String, impl FnOnce() + Send) {
         .and_then(|p| p.parse().ok())
         .unwrap_or(0);
     let mut report = String::new();
-    // First the pools of our security domains, then our own outbox and inbox (read-write),
-    // then the read-only rest.
+    // First the pools of our security domains, then our progress records, then our own
+    // outbox and inbox (read-write), then the read-only rest.
     let link = |fd: i32| {
         std::fs::read_link(format!("/proc/self/fd/{fd}"))
             .map(|l| l.to_string_lossy().into_owned())
@@ -341,7 +341,7 @@ fn chaos() -> (String, impl FnOnce() + Send) {
     for &fd in &pools {
         let _ = writeln!(report, "pool {}", link(fd));
     }
-    let own = 3 + pools.len() as i32;
+    let own = 3 + pools.len() as i32 + 1;
     for fd in own + 2..3 + nfds {
         // SAFETY: plain syscalls; a mapping that succeeds (it must not) is left in place.
         let rc = unsafe {
