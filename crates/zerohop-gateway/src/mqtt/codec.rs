@@ -722,6 +722,180 @@ fn write_v5(peer: Peer, out: &Outbound, pkid: u16, buf: &mut BytesMut) -> Result
     Ok(true)
 }
 
+/// The fuzz target `mqtt` (`fuzz/fuzz_targets/mqtt.rs`): `data` is what a client sends on
+/// one connection. Panics when a check fails:
+///
+/// * read as the listening gateway reads it (CONNECT, then packet after packet at the
+///   level the CONNECT chose), and at both levels without a CONNECT: nothing panics, an
+///   incomplete packet takes nothing from the buffer, every packet read takes at least its
+///   two header bytes (so a connection's packets are at most its bytes / 2), and what comes
+///   out holds the codec's promises (topic names valid, at most `MAX_TOPIC_LEVELS` levels);
+/// * the filters of its SUBSCRIBEs and UNSUBSCRIBEs go into a subscription [`Index`], and
+///   each PUBLISH's topic (and response topic) is matched there: the index agrees with
+///   `topic_matches` over every filter held, and the match takes at most one step per trie
+///   node on a matching path plus one per matching subscription (bounded work);
+/// * every frame that `mqttbytes` decodes re-encodes to bytes that decode to the same packet
+///   and encode again to the very same bytes (the encoding is canonical).
+///
+/// [`Index`]: super::subscriptions::Index
+#[doc(hidden)]
+pub fn fuzz_connection(data: &[u8]) {
+    use std::collections::HashMap;
+
+    use super::subscriptions::Index;
+    use super::{topic_matches, valid_filter};
+
+    const MAX: usize = 4096;
+
+    struct Subs {
+        index: Index,
+        held: Vec<(u64, String)>,
+    }
+
+    impl Subs {
+        fn check(&self, topic: &str) {
+            let mut got = HashMap::new();
+            let steps = self.index.matches(topic, &mut got);
+            let mut want: HashMap<u64, u8> = HashMap::new();
+            for (conn, f) in &self.held {
+                if topic_matches(f, topic) {
+                    want.insert(*conn, 0);
+                }
+            }
+            let got_conns: HashMap<u64, u8> = got.keys().map(|&c| (c, 0)).collect();
+            assert_eq!(
+                got_conns, want,
+                "index and topic_matches differ on {topic:?}"
+            );
+            // Nodes on matching paths are at most the held filters' levels plus the root.
+            let nodes: usize = 1 + self
+                .held
+                .iter()
+                .map(|(_, f)| super::levels(f))
+                .sum::<usize>();
+            assert!(
+                steps <= nodes + self.held.len(),
+                "{steps} steps for {nodes} nodes and {} subscriptions",
+                self.held.len()
+            );
+        }
+    }
+
+    fn packets(version: Version, mut buf: BytesMut, subs: &mut Subs) {
+        let total = buf.len();
+        let mut count = 0;
+        loop {
+            let before = buf.len();
+            match read(version, &mut buf, MAX) {
+                Ok(Some(p)) => {
+                    assert!(
+                        buf.len() + 2 <= before,
+                        "a packet took less than its header"
+                    );
+                    count += 1;
+                    match p {
+                        Inbound::Publish(m) => {
+                            assert!(valid_topic(&m.topic), "{:?}", m.topic);
+                            subs.check(&m.topic);
+                            if let Some(r) = &m.response_topic {
+                                assert!(valid_topic(r), "{r:?}");
+                                subs.check(r);
+                            }
+                        }
+                        Inbound::Subscribe { filters, .. } => {
+                            for (i, (f, _)) in filters.iter().enumerate() {
+                                if valid_filter(f) {
+                                    let conn = (i % 3) as u64;
+                                    subs.index.insert(conn, f, 0);
+                                    if !subs.held.iter().any(|(c, h)| *c == conn && h == f) {
+                                        subs.held.push((conn, f.clone()));
+                                    }
+                                }
+                            }
+                        }
+                        Inbound::Unsubscribe { filters, .. } => {
+                            for (i, f) in filters.iter().enumerate() {
+                                let conn = (i % 3) as u64;
+                                let had = subs.held.iter().position(|(c, h)| *c == conn && h == f);
+                                assert_eq!(subs.index.remove(conn, f), had.is_some(), "{f:?}");
+                                if let Some(at) = had {
+                                    subs.held.swap_remove(at);
+                                }
+                            }
+                        }
+                        Inbound::PubAck(_) | Inbound::PingReq | Inbound::Disconnect => {}
+                    }
+                }
+                Ok(None) => {
+                    assert_eq!(buf.len(), before, "an incomplete packet was taken");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        assert!(count <= total / 2);
+    }
+
+    fn round_trip(frame: &[u8]) {
+        if let Ok(p) = v4::Packet::read(&mut BytesMut::from(frame), MAX) {
+            let mut once = BytesMut::new();
+            if p.write(&mut once, usize::MAX).is_ok() {
+                let again = v4::Packet::read(&mut once.clone(), usize::MAX)
+                    .unwrap_or_else(|e| panic!("{p:?} re-encoded does not decode: {e}"));
+                assert_eq!(again, p, "3.1.1 re-encoding changed the packet");
+                let mut twice = BytesMut::new();
+                again.write(&mut twice, usize::MAX).expect("encodes again");
+                assert_eq!(once, twice, "3.1.1 encoding is not canonical: {p:?}");
+            }
+        }
+        if let Ok(p) = v5::Packet::read(&mut BytesMut::from(frame), Some(MAX as u32)) {
+            let mut once = BytesMut::new();
+            // A DISCONNECT without properties is written as its header and at most its
+            // reason code (MQTT 5 3.14.2.1), which the crate does not read back: `read` takes
+            // such packets itself.
+            let bare_disconnect = matches!(p, v5::Packet::Disconnect(_)) && p.size() <= 3;
+            // Subscription identifiers are read with their property byte counted twice (a
+            // crate bug), so they do not round-trip; the gateway refuses them in both
+            // packets before it uses anything else of the packet.
+            let subscription_id = match &p {
+                v5::Packet::Publish(x) => x
+                    .properties
+                    .as_ref()
+                    .is_some_and(|p| !p.subscription_identifiers.is_empty()),
+                v5::Packet::Subscribe(x) => x.properties.as_ref().is_some_and(|p| p.id.is_some()),
+                _ => false,
+            };
+            if p.write(&mut once, None).is_ok() && !bare_disconnect && !subscription_id {
+                let again = v5::Packet::read(&mut once.clone(), None)
+                    .unwrap_or_else(|e| panic!("{p:?} re-encoded does not decode: {e}"));
+                assert_eq!(again, p, "MQTT 5 re-encoding changed the packet");
+                let mut twice = BytesMut::new();
+                again.write(&mut twice, None).expect("encodes again");
+                assert_eq!(once, twice, "MQTT 5 encoding is not canonical: {p:?}");
+            }
+        }
+    }
+
+    let mut subs = Subs {
+        index: Index::default(),
+        held: Vec::new(),
+    };
+    let mut buf = BytesMut::from(data);
+    match read_connect(&mut buf, MAX) {
+        Ok(Some(Hello::Connect(c))) => packets(c.version, buf, &mut subs),
+        Ok(None) => assert_eq!(buf.len(), data.len(), "an incomplete CONNECT was taken"),
+        Ok(Some(Hello::Unsupported(_))) | Err(_) => {}
+    }
+    for v in [Version::V311, Version::V5] {
+        packets(v, BytesMut::from(data), &mut subs);
+    }
+    let mut rest = BytesMut::from(data);
+    while let Ok(Some(len)) = frame(&rest, MAX) {
+        let f = rest.split_to(len);
+        round_trip(&f);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -963,179 +1137,5 @@ mod tests {
                 while let Ok(Some(_)) = read(v, &mut buf, 4096) {}
             }
         }
-    }
-}
-
-/// The fuzz target `mqtt` (`fuzz/fuzz_targets/mqtt.rs`): `data` is what a client sends on
-/// one connection. Panics when a check fails:
-///
-/// * read as the listening gateway reads it (CONNECT, then packet after packet at the
-///   level the CONNECT chose), and at both levels without a CONNECT: nothing panics, an
-///   incomplete packet takes nothing from the buffer, every packet read takes at least its
-///   two header bytes (so a connection's packets are at most its bytes / 2), and what comes
-///   out holds the codec's promises (topic names valid, at most `MAX_TOPIC_LEVELS` levels);
-/// * the filters of its SUBSCRIBEs and UNSUBSCRIBEs go into a subscription [`Index`], and
-///   each PUBLISH's topic (and response topic) is matched there: the index agrees with
-///   `topic_matches` over every filter held, and the match takes at most one step per trie
-///   node on a matching path plus one per matching subscription (bounded work);
-/// * every frame that `mqttbytes` decodes re-encodes to bytes that decode to the same packet
-///   and encode again to the very same bytes (the encoding is canonical).
-///
-/// [`Index`]: super::subscriptions::Index
-#[doc(hidden)]
-pub fn fuzz_connection(data: &[u8]) {
-    use std::collections::HashMap;
-
-    use super::subscriptions::Index;
-    use super::{topic_matches, valid_filter};
-
-    const MAX: usize = 4096;
-
-    struct Subs {
-        index: Index,
-        held: Vec<(u64, String)>,
-    }
-
-    impl Subs {
-        fn check(&self, topic: &str) {
-            let mut got = HashMap::new();
-            let steps = self.index.matches(topic, &mut got);
-            let mut want: HashMap<u64, u8> = HashMap::new();
-            for (conn, f) in &self.held {
-                if topic_matches(f, topic) {
-                    want.insert(*conn, 0);
-                }
-            }
-            let got_conns: HashMap<u64, u8> = got.keys().map(|&c| (c, 0)).collect();
-            assert_eq!(
-                got_conns, want,
-                "index and topic_matches differ on {topic:?}"
-            );
-            // Nodes on matching paths are at most the held filters' levels plus the root.
-            let nodes: usize = 1 + self
-                .held
-                .iter()
-                .map(|(_, f)| super::levels(f))
-                .sum::<usize>();
-            assert!(
-                steps <= nodes + self.held.len(),
-                "{steps} steps for {nodes} nodes and {} subscriptions",
-                self.held.len()
-            );
-        }
-    }
-
-    fn packets(version: Version, mut buf: BytesMut, subs: &mut Subs) {
-        let total = buf.len();
-        let mut count = 0;
-        loop {
-            let before = buf.len();
-            match read(version, &mut buf, MAX) {
-                Ok(Some(p)) => {
-                    assert!(
-                        buf.len() + 2 <= before,
-                        "a packet took less than its header"
-                    );
-                    count += 1;
-                    match p {
-                        Inbound::Publish(m) => {
-                            assert!(valid_topic(&m.topic), "{:?}", m.topic);
-                            subs.check(&m.topic);
-                            if let Some(r) = &m.response_topic {
-                                assert!(valid_topic(r), "{r:?}");
-                                subs.check(r);
-                            }
-                        }
-                        Inbound::Subscribe { filters, .. } => {
-                            for (i, (f, _)) in filters.iter().enumerate() {
-                                if valid_filter(f) {
-                                    let conn = (i % 3) as u64;
-                                    subs.index.insert(conn, f, 0);
-                                    if !subs.held.iter().any(|(c, h)| *c == conn && h == f) {
-                                        subs.held.push((conn, f.clone()));
-                                    }
-                                }
-                            }
-                        }
-                        Inbound::Unsubscribe { filters, .. } => {
-                            for (i, f) in filters.iter().enumerate() {
-                                let conn = (i % 3) as u64;
-                                let had = subs.held.iter().position(|(c, h)| *c == conn && h == f);
-                                assert_eq!(subs.index.remove(conn, f), had.is_some(), "{f:?}");
-                                if let Some(at) = had {
-                                    subs.held.swap_remove(at);
-                                }
-                            }
-                        }
-                        Inbound::PubAck(_) | Inbound::PingReq | Inbound::Disconnect => {}
-                    }
-                }
-                Ok(None) => {
-                    assert_eq!(buf.len(), before, "an incomplete packet was taken");
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        assert!(count <= total / 2);
-    }
-
-    fn round_trip(frame: &[u8]) {
-        if let Ok(p) = v4::Packet::read(&mut BytesMut::from(frame), MAX) {
-            let mut once = BytesMut::new();
-            if p.write(&mut once, usize::MAX).is_ok() {
-                let again = v4::Packet::read(&mut once.clone(), usize::MAX)
-                    .unwrap_or_else(|e| panic!("{p:?} re-encoded does not decode: {e}"));
-                assert_eq!(again, p, "3.1.1 re-encoding changed the packet");
-                let mut twice = BytesMut::new();
-                again.write(&mut twice, usize::MAX).expect("encodes again");
-                assert_eq!(once, twice, "3.1.1 encoding is not canonical: {p:?}");
-            }
-        }
-        if let Ok(p) = v5::Packet::read(&mut BytesMut::from(frame), Some(MAX as u32)) {
-            let mut once = BytesMut::new();
-            // A DISCONNECT without properties is written as its header and at most its
-            // reason code (MQTT 5 3.14.2.1), which the crate does not read back: `read` takes
-            // such packets itself.
-            let bare_disconnect = matches!(p, v5::Packet::Disconnect(_)) && p.size() <= 3;
-            // Subscription identifiers are read with their property byte counted twice (a
-            // crate bug), so they do not round-trip; the gateway refuses them in both
-            // packets before it uses anything else of the packet.
-            let subscription_id = match &p {
-                v5::Packet::Publish(x) => x
-                    .properties
-                    .as_ref()
-                    .is_some_and(|p| !p.subscription_identifiers.is_empty()),
-                v5::Packet::Subscribe(x) => x.properties.as_ref().is_some_and(|p| p.id.is_some()),
-                _ => false,
-            };
-            if p.write(&mut once, None).is_ok() && !bare_disconnect && !subscription_id {
-                let again = v5::Packet::read(&mut once.clone(), None)
-                    .unwrap_or_else(|e| panic!("{p:?} re-encoded does not decode: {e}"));
-                assert_eq!(again, p, "MQTT 5 re-encoding changed the packet");
-                let mut twice = BytesMut::new();
-                again.write(&mut twice, None).expect("encodes again");
-                assert_eq!(once, twice, "MQTT 5 encoding is not canonical: {p:?}");
-            }
-        }
-    }
-
-    let mut subs = Subs {
-        index: Index::default(),
-        held: Vec::new(),
-    };
-    let mut buf = BytesMut::from(data);
-    match read_connect(&mut buf, MAX) {
-        Ok(Some(Hello::Connect(c))) => packets(c.version, buf, &mut subs),
-        Ok(None) => assert_eq!(buf.len(), data.len(), "an incomplete CONNECT was taken"),
-        Ok(Some(Hello::Unsupported(_))) | Err(_) => {}
-    }
-    for v in [Version::V311, Version::V5] {
-        packets(v, BytesMut::from(data), &mut subs);
-    }
-    let mut rest = BytesMut::from(data);
-    while let Ok(Some(len)) = frame(&rest, MAX) {
-        let f = rest.split_to(len);
-        round_trip(&f);
     }
 }
