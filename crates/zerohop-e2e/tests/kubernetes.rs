@@ -1,9 +1,10 @@
 //! zerohop on Kubernetes, against a real control plane (etcd and a kube-apiserver built from
-//! source by `cargo xtask kube`) with RBAC on. Nodes are network namespaces on one machine,
-//! each running `zerohop agent --kube-node` with the node service account's kubeconfig (the
-//! DaemonSet's pod stands in that way: the code path is the same); the controllers run with
-//! the controller service account's. Clients reach the replicas through the addresses the
-//! Chain's EndpointSlices publish, as a Service proxy would.
+//! source by `cargo xtask kube`) with RBAC and the manifests' admission policy on. Nodes are
+//! network namespaces on one machine, each running `zerohop agent --kube-node` with the
+//! credential its DaemonSet pod would have: a token of the node service account bound to a pod
+//! on its node, which the API server resolves to that node (the code path is the same); the
+//! controllers run with the controller service account's. Clients reach the replicas through
+//! the addresses the Chain's EndpointSlices publish, as a Service proxy would.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -46,7 +47,8 @@ spec:
     )
 }
 
-/// Installs the manifests (namespace first: the rest lives in it) and waits for the CRDs.
+/// Installs the manifests (namespace first: the rest lives in it) and waits for the CRDs and
+/// for the admission policy to be in force.
 fn install(plane: &ControlPlane) {
     plane.kubectl_ok(
         &["apply", "-f", &format!("{}/00-namespace.yaml", manifests())],
@@ -63,6 +65,53 @@ fn install(plane: &ControlPlane) {
         ],
         None,
     );
+    // The API server loads a new policy in the background: until then it lets everything
+    // through. A credential of the node service account that names no node is refused once
+    // it is loaded (a server dry run runs admission, and changes nothing).
+    let mut out = None;
+    let loaded = wait_until(Duration::from_secs(20), || {
+        let o = plane.kubectl_as(
+            User::Node,
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--field-manager=zerohop-node",
+                "-v=6",
+                "-f",
+                "-",
+            ],
+            Some(&lease("zerohop-node-node-0", "node-0", "127.0.0.1")),
+        );
+        let refused = refused_by_policy(&o);
+        out = Some(o);
+        refused
+    });
+    assert!(
+        loaded,
+        "the admission policy zerohop-node is not in force: {:?}",
+        out
+    );
+}
+
+/// A heartbeat lease as a daemon writes it (server-side apply): `name`, held by `holder`, with
+/// `address` as the node's address.
+fn lease(name: &str, holder: &str, address: &str) -> String {
+    format!(
+        "{{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\",\"metadata\":{{\
+         \"name\":\"{name}\",\"namespace\":\"zerohop-system\",\"annotations\":{{\
+         \"zerohop.dev/address\":\"{address}\"}}}},\"spec\":{{\"holderIdentity\":\"{holder}\",\
+         \"leaseDurationSeconds\":3600}}}}"
+    )
+}
+
+/// Whether kubectl (run with `-v=6`, which logs each response's status) was refused with
+/// 403 by the API server's admission policy `zerohop-node`, not by RBAC.
+fn refused_by_policy(out: &std::process::Output) -> bool {
+    let err = String::from_utf8_lossy(&out.stderr);
+    !out.status.success()
+        && err.contains("403 Forbidden")
+        && err.contains("ValidatingAdmissionPolicy 'zerohop-node'")
 }
 
 #[test]
@@ -80,6 +129,8 @@ fn the_manifests_pass_a_server_dry_run_and_a_wrong_chain_is_refused_with_its_fie
         "clusterrole.rbac.authorization.k8s.io/zerohop-controller",
         "clusterrole.rbac.authorization.k8s.io/zerohop-node",
         "serviceaccount/zerohop-node",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/zerohop-node",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/zerohop-node",
         "daemonset.apps/zerohop-node",
         "deployment.apps/zerohop-controller",
     ] {
@@ -219,6 +270,8 @@ fn shipped_specs() -> Vec<PathBuf> {
 struct Node {
     name: String,
     host: Host,
+    /// Its daemon's credential: a token bound to a pod on this node.
+    kubeconfig: PathBuf,
     daemon: Option<ChildGuard>,
     /// Its standard output, read on (a reader dropped would leave its later lines to EPIPE).
     _lines: Option<ChildLines>,
@@ -278,9 +331,11 @@ impl Cluster {
                 ],
                 None,
             );
+            let kubeconfig = cluster.plane.node_kubeconfig(&name);
             cluster.nodes.push(Node {
                 name,
                 host,
+                kubeconfig,
                 daemon: None,
                 _lines: None,
             });
@@ -308,7 +363,7 @@ impl Cluster {
                 .args(["--metrics", "none", "--kube-node", &node.name])
                 .args(["--node-address", &node.host.ip, "--heartbeat", "2s"])
                 .arg("--kubeconfig")
-                .arg(self.plane.kubeconfig(User::Node))
+                .arg(&node.kubeconfig)
                 .arg("--programs")
                 .arg(self.dir.path().join("programs"))
                 .arg("--peer-secret")
@@ -512,6 +567,162 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// Node B's daemon's own credential against node A's objects and the controller's: the API
+/// server refuses every write with 403 (its admission policy, not RBAC, which allows the verbs)
+/// and A's objects stay as they were; B's writes to its own objects pass (a server dry run,
+/// which runs admission too); each daemon's start-up check found its credential names its node.
+fn nodes_write_only_their_own_objects(cluster: &Cluster) {
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let plane = &cluster.plane;
+    let parts: serde_json::Value =
+        serde_json::from_str(&plane.kubectl_ok(&["get", "chainparts", "-A", "-o", "json"], None))
+            .expect("chainparts JSON");
+    let part_on = |node: &str| {
+        parts["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["spec"]["node"] == node)
+            .map(|p| {
+                (
+                    p["metadata"]["namespace"].as_str().unwrap().to_owned(),
+                    p["metadata"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .unwrap_or_else(|| panic!("no part on {node}: {parts}"))
+    };
+    let status = |(ns, name): &(String, String)| {
+        format!(
+            "{{\"apiVersion\":\"zerohop.dev/v1alpha1\",\"kind\":\"ChainPart\",\"metadata\":{{\
+             \"name\":\"{name}\",\"namespace\":\"{ns}\"}},\"status\":{{\"phase\":\"Failed\",\
+             \"ready\":false,\"message\":\"forged\"}}}}"
+        )
+    };
+    let (on_a, on_b) = (part_on(&a.name), part_on(&b.name));
+    let a_lease = format!("zerohop-node-{}", a.name);
+    let ns = ["-n", "zerohop-system"];
+    let apply = [
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=zerohop-node",
+        "-f",
+        "-",
+    ];
+    let mut apply_status = apply.to_vec();
+    apply_status.push("--subresource=status");
+    let forged = [
+        (
+            "rewrite A's heartbeat (its address)",
+            apply.to_vec(),
+            Some(lease(&a_lease, &a.name, &b.host.ip)),
+        ),
+        (
+            "delete A's heartbeat",
+            [&ns[..], &["delete", "lease", a_lease.as_str()]].concat(),
+            None,
+        ),
+        (
+            "make a heartbeat for a node that is not its own",
+            apply.to_vec(),
+            Some(lease("zerohop-node-node-9", "node-9", &b.host.ip)),
+        ),
+        (
+            "take the controller's leader lease",
+            apply.to_vec(),
+            Some(lease("zerohop-controller", &b.name, &b.host.ip)),
+        ),
+        (
+            "delete the controller's leader lease",
+            [&ns[..], &["delete", "lease", "zerohop-controller"]].concat(),
+            None,
+        ),
+        (
+            "flip the status of A's part",
+            apply_status.clone(),
+            Some(status(&on_a)),
+        ),
+    ];
+    for (what, args, stdin) in &forged {
+        let mut args = args.clone();
+        args.push("-v=6");
+        let out = plane.kubectl_with(&b.kubeconfig, &args, stdin.as_deref());
+        assert!(
+            refused_by_policy(&out),
+            "{} could {what}: {}{}",
+            b.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A's objects are as A and the controllers wrote them.
+    let get = |args: &[&str]| plane.kubectl_ok(&[&ns[..], args].concat(), None);
+    let a_address = get(&[
+        "get",
+        "lease",
+        &a_lease,
+        "-o",
+        "jsonpath={.metadata.annotations.zerohop\\.dev/address}",
+    ]);
+    assert_eq!(a_address, a.host.ip, "{a_lease} was rewritten");
+    let holder = get(&[
+        "get",
+        "lease",
+        "zerohop-controller",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert!(
+        holder.starts_with("controller-"),
+        "the leader is {holder:?}"
+    );
+    let phase = plane.kubectl_ok(
+        &[
+            "get",
+            "chainpart",
+            "-n",
+            &on_a.0,
+            &on_a.1,
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
+        None,
+    );
+    assert_eq!(phase, "Running", "A's part {on_a:?}");
+    // What is B's own passes the same policy.
+    let own = [
+        ("renew its own heartbeat", apply.to_vec(), {
+            lease(&format!("zerohop-node-{}", b.name), &b.name, &b.host.ip)
+        }),
+        ("report its own part's status", apply_status, status(&on_b)),
+    ];
+    for (what, mut args, stdin) in own {
+        args.push("--dry-run=server");
+        let out = plane.kubectl_with(&b.kubeconfig, &args, Some(&stdin));
+        assert!(
+            out.status.success(),
+            "{} cannot {what}: {}",
+            b.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Each daemon checked at start whom its credential names.
+    for n in &cluster.nodes {
+        let log = std::fs::read_to_string(cluster.dir.path().join(format!("{}.log", n.name)))
+            .unwrap_or_default();
+        let said = format!(
+            "the API server knows this daemon as \
+             system:serviceaccount:zerohop-system:zerohop-node on node {}",
+            n.name
+        );
+        assert!(
+            log.contains(&said),
+            "{}: no {said:?} in its log:\n{log}",
+            n.name
+        );
+    }
+}
+
 #[test]
 fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_request() {
     let mut cluster = Cluster::start(3, 2);
@@ -545,6 +756,8 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
         None,
     );
     assert_eq!(svc, "80");
+
+    nodes_write_only_their_own_objects(&cluster);
 
     // Load through the published endpoints while node-1's daemon stops.
     // Relaxed everywhere: flags and counters that order nothing; the final counts are read

@@ -10,6 +10,12 @@
 //! On shutdown the heartbeat lease is deleted first, so that the controller moves the node's
 //! replicas and takes them out of the Service at once, while the daemon still answers every
 //! request it accepted.
+//!
+//! A daemon writes only its own node's objects: the API server lets the credential of a pod on
+//! node N (its service-account token names N, [`NODE_NAME_EXTRA`]) write the lease
+//! `zerohop-node-N` and the status of the parts placed on N, nothing else
+//! (`deploy/kubernetes/21-node-admission.yaml`). At start the daemon asks the API server whom
+//! its credential names and says at once when that is not its node.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -17,8 +23,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::authentication::v1::{SelfSubjectReview, UserInfo};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -41,6 +48,11 @@ const ENDPOINT_GRACE: Duration = Duration::from_secs(1);
 
 /// The longest wait before a failed part is tried again.
 const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The extra of an authenticated user that names the node of the pod its service-account
+/// token is bound to (Kubernetes 1.30 or newer; the kubelet of node N gets tokens only for
+/// pods on N). zerohop's admission policy lets a daemon write only that node's objects.
+pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
 
 /// How a node's daemon takes part.
 #[derive(Clone, Debug)]
@@ -104,6 +116,9 @@ pub async fn run(
     let heartbeat = tokio::spawn(heartbeat(leases.clone(), lease_name.clone(), opts.clone()));
     let mut running: BTreeMap<String, Applied> = BTreeMap::new();
     tracing::info!(node = %opts.node, "taking part in the cluster");
+    // Only a message: it never delays the heartbeat, and a daemon whose credential is wrong
+    // stays up (its writes are refused, so the controller places nothing on its node).
+    let identity = tokio::spawn(report_identity(client.clone(), opts.node.clone()));
     loop {
         // A part that failed is tried again when its backoff ends.
         let retry = running.values().filter_map(|a| a.retry_at).min();
@@ -127,6 +142,7 @@ pub async fn run(
     }
     heartbeat.abort();
     let _ = heartbeat.await;
+    identity.abort();
     // Leave: the controller moves this node's replicas as soon as the lease is gone.
     match leases.delete(&lease_name, &DeleteParams::default()).await {
         Ok(_) => tracing::info!(node = %opts.node, "heartbeat lease deleted; leaving the cluster"),
@@ -172,6 +188,72 @@ pub async fn run(
     }
     for w in watching {
         w.abort();
+    }
+}
+
+/// Whose objects a daemon's credential lets it write, as the API server names it.
+#[derive(Debug, PartialEq, Eq)]
+enum Identity {
+    /// The credential names the daemon's own node.
+    Mine,
+    /// It names another node (or several, listed): the daemon's writes to its own node's
+    /// objects are refused.
+    Another(String),
+    /// It names no node (a long-lived token, an API server older than 1.30): where zerohop's
+    /// admission policy is installed, every write of the daemon is refused.
+    Unnamed,
+}
+
+/// What the API server's view of this daemon's user (`user`) means for node `node`.
+fn identity(user: &UserInfo, node: &str) -> Identity {
+    let named = user
+        .extra
+        .as_ref()
+        .and_then(|e| e.get(NODE_NAME_EXTRA))
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    match named {
+        [] => Identity::Unnamed,
+        [one] if one == node => Identity::Mine,
+        other => Identity::Another(other.join(", ")),
+    }
+}
+
+/// Asks the API server whom this daemon's credential names (a SelfSubjectReview, which every
+/// authenticated user may make) and says so, loudly when it is not node `node`.
+async fn report_identity(client: Client, node: String) {
+    let reviews: Api<SelfSubjectReview> = Api::all(client);
+    let review = match reviews
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(%node, "cannot ask the API server whom this daemon's credential names: {e}");
+            return;
+        }
+    };
+    let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    let name = user.username.clone().unwrap_or_default();
+    match identity(&user, &node) {
+        Identity::Mine => tracing::info!(
+            %node,
+            "the API server knows this daemon as {name} on node {node}: it writes only {node}'s \
+             heartbeat lease and the status of the parts placed on {node}"
+        ),
+        Identity::Another(other) => tracing::error!(
+            %node,
+            "the API server knows this daemon as {name} on node {other}, but it runs for node \
+             {node} (--kube-node): its heartbeat and its parts' status will be refused, so \
+             nothing runs here; give it the service-account token of a pod on {node}"
+        ),
+        Identity::Unnamed => tracing::warn!(
+            %node,
+            "this daemon's credential ({name}) names no node: where zerohop's admission policy \
+             is installed (deploy/kubernetes/21-node-admission.yaml) every write of it is \
+             refused; give it the service-account token of a pod on {node} (Kubernetes 1.30 \
+             or newer)"
+        ),
     }
 }
 
@@ -476,6 +558,49 @@ mod tests {
             peers,
             template,
         }
+    }
+
+    fn user(nodes: &[&str]) -> UserInfo {
+        let mut extra = BTreeMap::new();
+        extra.insert(
+            "authentication.kubernetes.io/pod-name".to_owned(),
+            vec!["zerohop-node-abcde".to_owned()],
+        );
+        if !nodes.is_empty() {
+            extra.insert(
+                NODE_NAME_EXTRA.to_owned(),
+                nodes.iter().map(|n| n.to_string()).collect(),
+            );
+        }
+        UserInfo {
+            username: Some("system:serviceaccount:zerohop-system:zerohop-node".into()),
+            extra: Some(extra),
+            ..UserInfo::default()
+        }
+    }
+
+    #[test]
+    fn a_credential_is_the_nodes_own_only_when_it_names_exactly_that_node() {
+        assert_eq!(identity(&user(&["node-0"]), "node-0"), Identity::Mine);
+        assert_eq!(
+            identity(&user(&["node-1"]), "node-0"),
+            Identity::Another("node-1".into())
+        );
+        assert_eq!(
+            identity(&user(&["node-0", "node-1"]), "node-0"),
+            Identity::Another("node-0, node-1".into())
+        );
+        assert_eq!(identity(&user(&[]), "node-0"), Identity::Unnamed);
+        assert_eq!(identity(&UserInfo::default(), "node-0"), Identity::Unnamed);
+        // A prefix or a case change is another node.
+        assert_eq!(
+            identity(&user(&["node-0"]), "node-00"),
+            Identity::Another("node-0".into())
+        );
+        assert_eq!(
+            identity(&user(&["Node-0"]), "node-0"),
+            Identity::Another("Node-0".into())
+        );
     }
 
     #[test]

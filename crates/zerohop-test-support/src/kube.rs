@@ -2,10 +2,12 @@
 //! source by `cargo xtask kube` (into `target/kube/bin`, with kubectl), on free ports, in a
 //! scratch folder, stopped and removed on drop.
 //!
-//! RBAC is on. Three bearer-token users stand for the parts of an installation:
-//! [`User::Admin`] (`system:masters`, what the test itself uses) and the service accounts of
-//! `deploy/kubernetes/20-rbac.yaml`, so that the controller and the node daemons run with
-//! exactly the rights the manifests give them.
+//! RBAC and admission policies are on. Three bearer-token users stand for the parts of an
+//! installation: [`User::Admin`] (`system:masters`, what the test itself uses) and the service
+//! accounts of `deploy/kubernetes/20-rbac.yaml`, so that the controller runs with exactly the
+//! rights the manifests give it. A node's daemon runs with what its DaemonSet pod would get
+//! ([`ControlPlane::node_kubeconfig`]): a service-account token bound to a pod on its node,
+//! which the API server resolves to the node's name.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -20,7 +22,9 @@ pub enum User {
     Admin,
     /// `system:serviceaccount:zerohop-system:zerohop-controller`.
     Controller,
-    /// `system:serviceaccount:zerohop-system:zerohop-node`.
+    /// `system:serviceaccount:zerohop-system:zerohop-node` with a credential that names no
+    /// node (as a long-lived Secret token would): a daemon's own is
+    /// [`ControlPlane::node_kubeconfig`].
     Node,
 }
 
@@ -201,17 +205,63 @@ impl ControlPlane {
             .path()
             .join(format!("{user:?}.kubeconfig").to_lowercase());
         if !path.exists() {
-            std::fs::write(
-                &path,
-                format!(
-                    "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: {}\ncontexts:\n- name: test\n  context: {{cluster: test, user: u}}\ncurrent-context: test\n",
-                    self.url(),
-                    user.token()
-                ),
-            )
-            .expect("write a kubeconfig");
+            self.write_kubeconfig(&path, user.token());
         }
         path
+    }
+
+    /// A kubeconfig for the zerohop daemon of node `node` (a Node object the test made), with
+    /// the credential its DaemonSet pod would get: a token of the service account
+    /// `zerohop-node` bound to a pod on `node`. The pod is made here (`zerohop-node-NODE` in
+    /// `zerohop-system`; no kubelet runs it) and the token by a TokenRequest bound to it, so
+    /// that the API server authenticates the daemon as a kubelet's pod would be, with
+    /// `authentication.kubernetes.io/node-name` = `node` in its user's extra. Needs the
+    /// manifests installed (the service account). Written once.
+    pub fn node_kubeconfig(&self, node: &str) -> PathBuf {
+        let path = self.dir.path().join(format!("node-{node}.kubeconfig"));
+        if path.exists() {
+            return path;
+        }
+        let pod = format!("zerohop-node-{node}");
+        self.kubectl_ok(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"{pod}\",\
+                 \"namespace\":\"zerohop-system\"}},\"spec\":{{\"nodeName\":\"{node}\",\
+                 \"serviceAccountName\":\"zerohop-node\",\"automountServiceAccountToken\":false,\
+                 \"containers\":[{{\"name\":\"zerohop\",\"image\":\"zerohop:0.1.0\"}}]}}}}"
+            )),
+        );
+        let token = self.kubectl_ok(
+            &[
+                "-n",
+                "zerohop-system",
+                "create",
+                "token",
+                "zerohop-node",
+                "--bound-object-kind",
+                "Pod",
+                "--bound-object-name",
+                &pod,
+                "--duration",
+                "24h",
+            ],
+            None,
+        );
+        self.write_kubeconfig(&path, token.trim());
+        path
+    }
+
+    fn write_kubeconfig(&self, path: &Path, token: &str) {
+        std::fs::write(
+            path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: {}\ncontexts:\n- name: test\n  context: {{cluster: test, user: u}}\ncurrent-context: test\n",
+                self.url(),
+                token
+            ),
+        )
+        .expect("write a kubeconfig");
     }
 
     /// Runs kubectl as the admin.
@@ -221,9 +271,15 @@ impl ControlPlane {
 
     /// Runs kubectl as `user`, with `stdin` fed to it when given.
     pub fn kubectl_as(&self, user: User, args: &[&str], stdin: Option<&str>) -> Output {
+        self.kubectl_with(&self.kubeconfig(user), args, stdin)
+    }
+
+    /// Runs kubectl with the credentials of `kubeconfig` (e.g. a node's,
+    /// [`ControlPlane::node_kubeconfig`]), with `stdin` fed to it when given.
+    pub fn kubectl_with(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
         let mut cmd = Command::new(kube_bin("kubectl"));
         cmd.arg("--kubeconfig")
-            .arg(self.kubeconfig(user))
+            .arg(kubeconfig)
             .args(["--request-timeout", "20s"])
             .args(args)
             .stdin(if stdin.is_some() {
