@@ -13,7 +13,7 @@
 //! signal and check the agent is still there, `no_new_privs`, not dumpable, every
 //! descriptor but 0-2 and the hand-over set close-on-exec, and the seccomp filter last. The
 //! environment is rebuilt from an allow-list (`environment`), and the instance leads a
-//! process group of its own. Its standard input is `/dev/null`; its standard output and
+//! session and process group of its own, with no controlling terminal. Its standard input is `/dev/null`; its standard output and
 //! error are pipes whose read ends the agent keeps (`crate::logs`).
 
 pub(crate) mod cgroup;

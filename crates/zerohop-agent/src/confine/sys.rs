@@ -394,7 +394,10 @@ fn launch_child(
             }
         }
     }
-    nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+    // A session of its own (which makes it the leader of a process group of its own too,
+    // pgid = pid): no controlling terminal, so under a foreground `zerohop up` it cannot open
+    // `/dev/tty` to read the operator's keystrokes or push input into the shell.
+    nix::unistd::setsid()?;
     // Default dispositions (ignored signals would stay ignored across execve) and an empty
     // mask, as any freshly started program expects.
     for sig in Signal::iterator() {

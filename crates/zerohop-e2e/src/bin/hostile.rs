@@ -13,7 +13,8 @@
 //! * `env`: answers its environment (`env KEY`, and `handover_fds N` from `ZEROHOP_FDS`),
 //!   open descriptors (`fd N TARGET`), ids
 //!   (`uid R E S`, `gid R E S`, `groups ...`), `no_new_privs`, `dumpable`, `seccomp`
-//!   (mode from /proc/self/status), and probes of system calls (`call NAME ERRNO|ok`):
+//!   (mode from /proc/self/status), `session_leader 1|0` (it leads a session of its own),
+//!   `tty ERRNO|ok` (opening `/dev/tty`, its controlling terminal), and probes of system calls (`call NAME ERRNO|ok`):
 //!   `bpf`, `setpgid`, `ptrace`, `personality`, `fchmod` (of a memfd of its own), `unshare`.
 //!
 //! * `chaos`: from the start, background threads attack the chain's shared memory through the
@@ -186,6 +187,13 @@ fn env_report() -> String {
     // SAFETY: as above.
     let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) };
     let _ = writeln!(out, "no_new_privs {nnp}\ndumpable {dumpable}");
+    // Its own session, with no controlling terminal: `/dev/tty` must not open.
+    // SAFETY: plain system calls; a descriptor that opens (it must not) is leaked on purpose.
+    let (sid, pid, tty) = unsafe {
+        let tty = libc::open(c"/dev/tty".as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
+        (libc::getsid(0), libc::getpid(), errno_of(tty as i64))
+    };
+    let _ = writeln!(out, "session_leader {}\ntty {tty}", u8::from(sid == pid));
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let seccomp = status
         .lines()

@@ -351,6 +351,10 @@ fn seccomp_refuses_what_is_not_listed_and_allows_what_the_spec_adds() {
     let plain = agent.facts("plain", "");
     assert_eq!(plain.get("seccomp"), "2", "filter mode");
     assert_eq!(plain.get("no_new_privs"), "1");
+    // Its own session without a controlling terminal: under a foreground `zerohop up` it
+    // can neither read the operator's keystrokes nor type into the shell.
+    assert_eq!(plain.get("session_leader"), "1");
+    assert_eq!(plain.get("tty"), "6", "ENXIO: no controlling terminal");
     if is_root() {
         // Not dumpable survives execve thanks to real gid != effective gid (see the agent's
         // confine::identity); in a user namespace it does not (documented gap).
