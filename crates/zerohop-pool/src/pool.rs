@@ -11,7 +11,7 @@ use crate::{sys, Descriptor, PoolError};
 /// First 8 bytes of every pool region.
 pub const HEADER_MAGIC: [u8; 8] = *b"ZHPOOL\0\0";
 /// Version of the shared-memory protocol (`docs/protocol.md`).
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// Bytes of [`SlotHeader`] at the start of every slot.
 pub const SLOT_HEADER_LEN: usize = 32;
 
