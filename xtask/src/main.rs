@@ -596,10 +596,23 @@ fn polyglot_build() -> Result<()> {
             .arg(out.join("step-c"))
             .args(flags.split_whitespace()),
     )?;
+    // Go's build cache does not look at the contents of the static library cgo links in:
+    // a stamp of it in the link flags makes `go build` link again when the SDK changed
+    // (else a stale step speaks an older protocol).
+    let lib = std::fs::metadata(workspace_root().join("target/c-sdk/lib/libzerohop.a"))
+        .context("the C SDK's libzerohop.a")?;
+    let stamp = format!(
+        "-ldflags=-X=main.zerohopSDK={}-{}",
+        lib.len(),
+        lib.modified()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+    );
     run(
         "building the Go step of examples/polyglot",
         Command::new("go")
-            .args(["build", "-buildvcs=false", "-o"])
+            .args(["build", "-buildvcs=false", &stamp, "-o"])
             .arg(out.join("step-go"))
             .arg(".")
             .current_dir("examples/polyglot/go")
