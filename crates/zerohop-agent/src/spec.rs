@@ -1700,6 +1700,9 @@ impl Cx {
     }
 }
 
+// `check_topic`'s message names the gateway's limit.
+const _: () = assert!(zerohop_gateway::MAX_TOPIC_LEVELS == 32);
+
 /// Checks an MQTT topic name, or a filter when `filter` (`+` a whole level, `#` the whole
 /// last level).
 pub fn check_topic(t: &str, filter: bool) -> Result<(), &'static str> {
@@ -1710,6 +1713,10 @@ pub fn check_topic(t: &str, filter: bool) -> Result<(), &'static str> {
         return Err("it is longer than 65535 bytes or holds a NUL");
     }
     let levels: Vec<&str> = t.split('/').collect();
+    if levels.len() > zerohop_gateway::MAX_TOPIC_LEVELS {
+        // The gateway refuses deeper topics and filters: such a route could never match.
+        return Err("it has more than 32 levels (`/`-separated), the gateway's limit");
+    }
     for (i, l) in levels.iter().enumerate() {
         if !filter && (l.contains('+') || l.contains('#')) {
             return Err("a topic name has no wildcards (`+`, `#`)");
@@ -2191,6 +2198,8 @@ routes:
         let cases = [
             (t.replace("sensors/+/motion", "sensors/x+/motion"), "c.yaml:14: routes[0].mqtt: `sensors/x+/motion` is not an MQTT topic filter: `+` stands for a whole level"),
             (t.replace("sensors/+/motion", "sensors/#/motion"), "c.yaml:14: routes[0].mqtt: `sensors/#/motion` is not an MQTT topic filter: `#` stands for the whole last level"),
+            (t.replace("sensors/+/motion", &["s"; 33].join("/")), "c.yaml:14: routes[0].mqtt: `s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s` is not an MQTT topic filter: it has more than 32 levels"),
+            (t.replace("lights/1", &["l"; 33].join("/")), "c.yaml:15: routes[0].mqtt_reply: `l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l/l` is not an MQTT topic name: it has more than 32 levels"),
             (t.replace("lights/1", "lights/+"), "c.yaml:15: routes[0].mqtt_reply: `lights/+` is not an MQTT topic name: a topic name has no wildcards"),
             (t.replace("coap: /motion", "coap: motion"), "c.yaml:16: routes[0].coap: `motion` is not a CoAP path"),
             (t.replace("mqtt: { listen: 127.0.0.1:0 }\n", ""), "c.yaml:13: mqtt: a route has an `mqtt` topic but the chain has no `mqtt` section"),

@@ -49,7 +49,7 @@ mod group;
 pub use egress::Receiving;
 pub use group::Gateways;
 pub use ingress::Reply;
-pub use mqtt::MqttIngress;
+pub use mqtt::{MqttIngress, MAX_TOPIC_LEVELS};
 
 /// What the fuzz targets (`fuzz/`) drive: the MQTT and CoAP parsers on bytes, without a
 /// socket. Not an API: it changes with the targets.

@@ -50,7 +50,7 @@ pub(crate) const PACKET_HEADROOM: usize = 16 * 1024;
 /// real topic trees use, and it bounds what matching one topic against a filter costs.
 /// A PUBLISH whose topic or response topic has more is refused (MQTT 5: DISCONNECT 0x90
 /// "topic name invalid"), a SUBSCRIBE filter with more gets a SUBACK failure (0x8F / 0x80).
-pub(crate) const MAX_TOPIC_LEVELS: usize = 32;
+pub const MAX_TOPIC_LEVELS: usize = 32;
 
 /// The metadata name under which a request carries its topic (for functions that list it
 /// in their `headers`).
