@@ -558,12 +558,20 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
             "function 'b': new binary; rolling its instances",
         ],
     );
-    let after_binary = listed(&d.status("roll"));
+    // The agent lists an instance's pid once its spawner reported it, which on a loaded
+    // machine can come a moment after the roll: wait for that, bounded.
+    let all_new = |now: &[Inst]| {
+        now.iter()
+            .all(|i| i.pid.is_some_and(|p| !before_binary.contains(&p)))
+    };
+    let mut after_binary = listed(&d.status("roll"));
+    let settled = wait_until(Duration::from_secs(10), || {
+        after_binary = listed(&d.status("roll"));
+        all_new(&after_binary)
+    });
     eprintln!("after the new binary: {}", shape(&after_binary));
     assert!(
-        after_binary
-            .iter()
-            .all(|i| i.pid.is_some_and(|p| !before_binary.contains(&p))),
+        settled,
         "every instance has a new pid after the new binary: before {before_binary:?}, after {}",
         shape(&after_binary)
     );
