@@ -27,7 +27,7 @@ use std::sync::{Arc, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use zerohop_pool::region::Region;
 use zerohop_pool::{
-    Descriptor, Owner, OwnershipError, Pool, PoolConfig, SlotHeader, TakeError, SLOT_HEADER_LEN,
+    Descriptor, Owner, OwnershipError, Pool, PoolGeometry, SlotHeader, TakeError, SLOT_HEADER_LEN,
 };
 
 const SLOTS: u32 = 8;
@@ -47,8 +47,7 @@ struct Fixture {
 impl Fixture {
     fn new() -> Self {
         let pool = Arc::new(
-            Pool::create(&PoolConfig {
-                name: "fuzz-descriptor".into(),
+            Pool::create("fuzz-descriptor", &PoolGeometry {
                 slots: SLOTS,
                 first_slot: 0,
                 slot_size: 256,

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use zerohop_gateway::{Gateway, GatewayConfig, Receiving};
-use zerohop_pool::{Descriptor, PartyState, Pool, PoolConfig};
+use zerohop_pool::{Descriptor, PartyState, Pool, PoolGeometry};
 use zerohop_transport::{
     Backend, Endpoint, FunctionPlan, Plan, RoutePlan, Sender, Transport, GATEWAY_FN,
 };
@@ -78,8 +78,7 @@ impl Chain {
     fn start() -> Self {
         let plan = plan();
         let pool = Arc::new(
-            Pool::create(&PoolConfig {
-                name: "fuzz-http".into(),
+            Pool::create("fuzz-http", &PoolGeometry {
                 slots: 8,
                 first_slot: 0,
                 slot_size: 8192,

@@ -16,15 +16,14 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use zerohop_pool::{Pool, PoolConfig};
+use zerohop_pool::{Pool, PoolGeometry};
 use zerohop_transport::{Hop, Picker, Plan, PolicyError, GATEWAY_FN};
 
 fn pool() -> &'static Arc<Pool> {
     static POOL: OnceLock<Arc<Pool>> = OnceLock::new();
     POOL.get_or_init(|| {
         Arc::new(
-            Pool::create(&PoolConfig {
-                name: "fuzz-plan".into(),
+            Pool::create("fuzz-plan", &PoolGeometry {
                 slots: 1,
                 first_slot: 0,
                 slot_size: 128,

@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use zerohop_gateway::{Gateway, GatewayConfig, Gateways, MqttIngress};
-use zerohop_pool::{PartyState, Pool, PoolConfig, PoolError, Pools};
+use zerohop_pool::{PartyState, Pool, PoolError, Pools};
 use zerohop_transport::{Backend, Endpoint, TransportError};
 
 use crate::confine::{CgroupMode, Domain, Program, UidRange};
@@ -723,7 +723,7 @@ pub async fn up_with(
     for i in 0..domains {
         // The shape every party is told through the plan (checked above: it fits).
         let geometry = plan.pool_geometry(i).ok_or_else(|| {
-            AgentError::Pool(zerohop_pool::PoolError::Geometry(format!(
+            AgentError::Pool(PoolError::Geometry(format!(
                 "security domain {i}'s slots do not fit a descriptor"
             )))
         })?;
@@ -732,7 +732,7 @@ pub async fn up_with(
         } else {
             format!("{}:{i}", spec.name)
         };
-        list.push(Arc::new(Pool::create(&PoolConfig::of(name, geometry))?));
+        list.push(Arc::new(Pool::create(&name, &geometry)?));
     }
     let pools = Pools::new(list.clone())?;
     // Per function the pools of its domains, once; every instance of it shares that set.

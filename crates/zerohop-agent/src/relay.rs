@@ -63,11 +63,7 @@ pub(crate) fn start(
     link: &Link,
 ) -> std::io::Result<RelayParty> {
     // Its handler threads are the agent's own: nobody watches these records.
-    let progress = zerohop_pool::Progress::create(
-        &format!("zerohop-progress-{}", inst.party),
-        shared.threads_of(inst.party),
-    )
-    .map_err(std::io::Error::other)?;
+    let progress = shared.progress_for(inst.party)?;
     let fds = handover_fds(shared, inst, &progress)?;
     let plan = (**shared.gateways.plan()).clone();
     let chain = plan.chain.clone();

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use tokio::sync::watch;
 use zerohop_gateway::Gateways;
 use zerohop_pool::{Owner, PartyRecord, PartyState, Pool, Pools, Progress};
-use zerohop_transport::{handover, PartyId, Transport};
+use zerohop_transport::{handover, FunctionPlan, PartyId, Transport};
 
 use crate::confine::cgroup::InstanceCgroup;
 use crate::confine::{self, Child, Domain, Program};
@@ -125,14 +125,17 @@ impl Shared {
             && self.records(party).all(|r| r.state() == PartyState::Ready)
     }
 
-    /// How many handler threads an instance of `party` runs (its function's concurrency,
-    /// as the plan the instance gets says).
-    pub fn threads_of(&self, party: PartyId) -> usize {
+    /// New progress records for an instance of `party`: one per handler thread it runs (its
+    /// function's concurrency, as the plan the instance gets says).
+    pub fn progress_for(&self, party: PartyId) -> std::io::Result<Progress> {
         let plan = self.gateways.plan();
-        plan.party_function
+        let threads = plan
+            .party_function
             .get(party as usize)
             .and_then(|&f| plan.functions.get(f as usize))
-            .map_or(1, |f| usize::from(f.concurrency.max(1)))
+            .map_or(1, FunctionPlan::handler_threads);
+        Progress::create(&format!("zerohop-progress-{party}"), threads)
+            .map_err(std::io::Error::other)
     }
 
     /// The function's current run.
@@ -329,13 +332,7 @@ pub(crate) fn handover_fds(
 pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io::Result<Instance> {
     let run = shared.function(inst.index);
     // Records only this instance and the agent map: what the watchdog believes about it.
-    let progress = Arc::new(
-        Progress::create(
-            &format!("zerohop-progress-{}", inst.party),
-            shared.threads_of(inst.party),
-        )
-        .map_err(std::io::Error::other)?,
-    );
+    let progress = Arc::new(shared.progress_for(inst.party)?);
     let fds = handover_fds(shared, inst, &progress)?;
     let mut handover_env = vec![
         (handover::PLAN, shared.plan_json.clone()),

@@ -17,7 +17,7 @@ use std::thread;
 use std::time::Duration;
 
 use zerohop_gateway::{Gateway, GatewayConfig, Receiving};
-use zerohop_pool::{Descriptor, Pool, PoolConfig, SlotHeader};
+use zerohop_pool::{Descriptor, Pool, PoolGeometry, SlotHeader};
 use zerohop_test_support::wait_until;
 use zerohop_transport::{
     Backend, Delivery, Endpoint, FunctionPlan, Plan, Policy, RoutePlan, Sender, Stop, Transport,
@@ -82,14 +82,16 @@ fn plan(queue_capacity: u32) -> Plan {
 fn start(config: GatewayConfig, queue_capacity: u32) -> Chain {
     let plan = plan(queue_capacity);
     let pool = Arc::new(
-        Pool::create(&PoolConfig {
-            name: "gw-hostile".into(),
-            slots: SLOTS,
-            first_slot: 0,
-            slot_size: 4096,
-            max_parties: 3,
-            hugepages: false,
-        })
+        Pool::create(
+            "gw-hostile",
+            &PoolGeometry {
+                slots: SLOTS,
+                first_slot: 0,
+                slot_size: 4096,
+                max_parties: 3,
+                hugepages: false,
+            },
+        )
         .expect("pool"),
     );
     let policy = Arc::new(plan.policy().expect("policy"));

@@ -3,18 +3,20 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use zerohop_pool::{Owner, Pool, PoolConfig};
+use zerohop_pool::{Owner, Pool, PoolGeometry};
 
 fn bench(c: &mut Criterion) {
     let pool = Arc::new(
-        Pool::create(&PoolConfig {
-            name: "bench".into(),
-            slots: 4096,
-            first_slot: 0,
-            slot_size: 4096,
-            max_parties: 4,
-            hugepages: false,
-        })
+        Pool::create(
+            "bench",
+            &PoolGeometry {
+                slots: 4096,
+                first_slot: 0,
+                slot_size: 4096,
+                max_parties: 4,
+                hugepages: false,
+            },
+        )
         .expect("pool"),
     );
     let me = Owner::party(0);

@@ -50,8 +50,8 @@ pub use owner::{Owner, OwnerTable, OwnerWord, OwnershipError};
 #[cfg(not(loom))]
 pub use pool::{
     latency_bucket, latency_bucket_bound_us, monotonic_ms, monotonic_ns, OwnedSlot, PartyRecord,
-    PartyState, PartyStats, Pool, PoolConfig, PoolGeometry, Rejected, SlotHeader, TakeError,
-    HEADER_MAGIC, LATENCY_BUCKETS, PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
+    PartyState, PartyStats, Pool, PoolGeometry, Rejected, SlotHeader, TakeError, HEADER_MAGIC,
+    LATENCY_BUCKETS, PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
 };
 #[cfg(not(loom))]
 pub use pools::Pools;

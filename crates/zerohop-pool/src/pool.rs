@@ -335,50 +335,6 @@ impl SlotHeader {
     pub const FLAG_ANSWER: u8 = 4;
 }
 
-/// What to create.
-#[derive(Clone, Debug)]
-pub struct PoolConfig {
-    /// Name shown in /proc/PID/fd (`memfd:NAME`).
-    pub name: String,
-    /// Number of slots.
-    pub slots: u32,
-    /// Chain-wide number of this pool's slot 0: a chain with several pools (one per security
-    /// domain, see [`Pools`]) numbers their slots in disjoint ranges, so a descriptor's slot
-    /// names its pool too. 0 for a chain with one pool.
-    pub first_slot: u32,
-    /// Bytes per slot, including the 32-byte slot header.
-    pub slot_size: u32,
-    /// Entries in the party table (gateway + instances).
-    pub max_parties: u16,
-    /// Back the pool by 2 MiB huge pages.
-    pub hugepages: bool,
-}
-
-impl PoolConfig {
-    /// A pool named `name` (shown in /proc/PID/fd) of the shape `geometry`.
-    pub fn of(name: impl Into<String>, geometry: PoolGeometry) -> Self {
-        Self {
-            name: name.into(),
-            slots: geometry.slots,
-            first_slot: geometry.first_slot,
-            slot_size: geometry.slot_size,
-            max_parties: geometry.max_parties,
-            hugepages: geometry.hugepages,
-        }
-    }
-
-    /// The shape every party that maps this pool is told (through the plan).
-    pub fn geometry(&self) -> PoolGeometry {
-        PoolGeometry {
-            slots: self.slots,
-            first_slot: self.first_slot,
-            slot_size: self.slot_size,
-            max_parties: self.max_parties,
-            hugepages: self.hugepages,
-        }
-    }
-}
-
 /// The shape of a pool, which fixes where everything in it lies: what its creator chose, and
 /// what a party that maps it is told by the agent (the plan), never what the pool's own
 /// header says. Every party of the domain can write that header; [`Pool::attach`] only
@@ -387,7 +343,9 @@ impl PoolConfig {
 pub struct PoolGeometry {
     /// Number of slots.
     pub slots: u32,
-    /// Chain-wide number of slot 0 (see [`PoolConfig::first_slot`]).
+    /// Chain-wide number of this pool's slot 0: a chain with several pools (one per security
+    /// domain, see [`Pools`](crate::Pools)) numbers their slots in disjoint ranges, so a descriptor's slot
+    /// names its pool too. 0 for a chain with one pool.
     pub first_slot: u32,
     /// Bytes per slot, including the slot header.
     pub slot_size: u32,
@@ -510,18 +468,19 @@ unsafe impl Send for Pool {}
 unsafe impl Sync for Pool {}
 
 impl Pool {
-    /// Creates, sizes, seals and maps a new pool.
-    pub fn create(cfg: &PoolConfig) -> Result<Self, PoolError> {
-        let header = cfg.geometry().header()?;
+    /// Creates, sizes, seals and maps a new pool of the shape `geometry`, named `name` (shown
+    /// in /proc/PID/fd as `memfd:zerohop-pool:NAME`).
+    pub fn create(name: &str, geometry: &PoolGeometry) -> Result<Self, PoolError> {
+        let header = geometry.header()?;
         let total = header.total_len as usize;
-        if cfg.hugepages {
+        if geometry.hugepages {
             let needed = (total / HUGE_PAGE) as u64;
             let free = sys::free_hugepages().unwrap_or(0);
             if free < needed {
                 return Err(PoolError::NoHugePages { needed, free });
             }
         }
-        let region = Region::create(&format!("zerohop-pool:{}", cfg.name), total, cfg.hugepages)?;
+        let region = Region::create(&format!("zerohop-pool:{name}"), total, geometry.hugepages)?;
         let base = region.base();
         // SAFETY: base is a fresh, writable, page-aligned mapping of `total` >= 64 bytes that
         // no other process has seen yet (the fd has not been shared). A fresh memfd is zeroed,
@@ -995,14 +954,16 @@ mod tests {
 
     fn small() -> Arc<Pool> {
         Arc::new(
-            Pool::create(&PoolConfig {
-                name: "test".into(),
-                slots: 16,
-                first_slot: 0,
-                slot_size: 4096,
-                max_parties: 4,
-                hugepages: false,
-            })
+            Pool::create(
+                "test",
+                &PoolGeometry {
+                    slots: 16,
+                    first_slot: 0,
+                    slot_size: 4096,
+                    max_parties: 4,
+                    hugepages: false,
+                },
+            )
             .unwrap(),
         )
     }
@@ -1195,14 +1156,16 @@ mod tests {
 
     #[test]
     fn hugepages_shortage_is_explained() {
-        let r = Pool::create(&PoolConfig {
-            name: "huge".into(),
-            slots: 1 << 20,
-            first_slot: 0,
-            slot_size: 1 << 16,
-            max_parties: 4,
-            hugepages: true,
-        });
+        let r = Pool::create(
+            "huge",
+            &PoolGeometry {
+                slots: 1 << 20,
+                first_slot: 0,
+                slot_size: 1 << 16,
+                max_parties: 4,
+                hugepages: true,
+            },
+        );
         match r {
             Err(PoolError::NoHugePages { needed, .. }) => assert!(needed > 1000),
             Err(e) => panic!("unexpected error {e}"),
@@ -1234,14 +1197,16 @@ mod party_record_tests {
 
     #[test]
     fn records_count_handler_runs_in_shared_memory() {
-        let pool = Pool::create(&PoolConfig {
-            name: "record".into(),
-            slots: 1,
-            first_slot: 0,
-            slot_size: 4096,
-            max_parties: 3,
-            hugepages: false,
-        })
+        let pool = Pool::create(
+            "record",
+            &PoolGeometry {
+                slots: 1,
+                first_slot: 0,
+                slot_size: 4096,
+                max_parties: 3,
+                hugepages: false,
+            },
+        )
         .unwrap();
         // Another process would attach the same memfd: a second mapping of it stands in.
         let other =

@@ -122,18 +122,20 @@ impl From<Arc<Pool>> for Pools {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::PoolConfig;
+    use crate::PoolGeometry;
 
     fn pool(first_slot: u32, slots: u32) -> Arc<Pool> {
         Arc::new(
-            Pool::create(&PoolConfig {
-                name: "pools-test".into(),
-                slots,
-                first_slot,
-                slot_size: 4096,
-                max_parties: 4,
-                hugepages: false,
-            })
+            Pool::create(
+                "pools-test",
+                &PoolGeometry {
+                    slots,
+                    first_slot,
+                    slot_size: 4096,
+                    max_parties: 4,
+                    hugepages: false,
+                },
+            )
             .unwrap(),
         )
     }
@@ -171,14 +173,16 @@ mod tests {
 
     #[test]
     fn ranges_stay_within_24_bits() {
-        let r = Pool::create(&PoolConfig {
-            name: "too-far".into(),
-            slots: 2,
-            first_slot: Descriptor::MAX_SLOT,
-            slot_size: 4096,
-            max_parties: 4,
-            hugepages: false,
-        });
+        let r = Pool::create(
+            "too-far",
+            &PoolGeometry {
+                slots: 2,
+                first_slot: Descriptor::MAX_SLOT,
+                slot_size: 4096,
+                max_parties: 4,
+                hugepages: false,
+            },
+        );
         assert!(matches!(r, Err(PoolError::Geometry(_))));
     }
 }

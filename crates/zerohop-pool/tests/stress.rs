@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig, PoolGeometry, SlotHeader};
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolGeometry, SlotHeader};
 use zerohop_test_support::{inherited_fds, role, spawn_self, ChildGuard, ChildLines, Signal};
 
 /// Longest any phase may take before the test calls it hung.
@@ -40,7 +40,7 @@ fn geometry(slots: u32) -> PoolGeometry {
 }
 
 fn new_pool(slots: u32) -> Arc<Pool> {
-    Arc::new(Pool::create(&PoolConfig::of("stress", geometry(slots))).expect("create pool"))
+    Arc::new(Pool::create("stress", &geometry(slots)).expect("create pool"))
 }
 
 fn dup(fd: std::os::fd::BorrowedFd<'_>) -> OwnedFd {

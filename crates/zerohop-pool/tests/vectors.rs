@@ -16,7 +16,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use vectors_support::{about, hex, load, DescFields, Report, Shm};
 use zerohop_pool::{
-    latency_bucket, Descriptor, Owner, PartyRecord, PartyState, Pool, PoolConfig, Rejected,
+    latency_bucket, Descriptor, Owner, PartyRecord, PartyState, Pool, PoolGeometry, Rejected,
     SlotHeader, HEADER_MAGIC, LATENCY_BUCKETS, PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
 };
 
@@ -79,14 +79,16 @@ impl Shm {
 }
 
 fn create_pool(name: &str, c: PoolConfigJson) -> Result<Pool, String> {
-    Pool::create(&PoolConfig {
-        name: format!("vectors-{name}"),
-        slots: c.slots,
-        first_slot: c.first_slot,
-        slot_size: c.slot_size,
-        max_parties: c.max_parties,
-        hugepages: c.hugepages,
-    })
+    Pool::create(
+        &format!("vectors-{name}"),
+        &PoolGeometry {
+            slots: c.slots,
+            first_slot: c.first_slot,
+            slot_size: c.slot_size,
+            max_parties: c.max_parties,
+            hugepages: c.hugepages,
+        },
+    )
     .map_err(|e| format!("cannot create the pool: {e}"))
 }
 

@@ -8,8 +8,8 @@ use zerohop_pool::{
     StateConfig,
 };
 use zerohop_transport::{
-    Backend, Delivery, Endpoint, Hop, JoinPolicy, PartyId, Picker, Plan, RequestIds, Sender,
-    TransportError, GATEWAY_FN,
+    Backend, Delivery, Endpoint, FunctionPlan, Hop, JoinPolicy, PartyId, Picker, Plan, RequestIds,
+    Sender, TransportError, GATEWAY_FN,
 };
 
 use crate::call::{Calls, Pending};
@@ -103,8 +103,8 @@ pub fn start() -> Result<Instance, StartError> {
 
 /// Attaches party `me` of the chain `plan` describes, with the hand-over descriptors `fds`
 /// in the agent's order (the pools of the function's domains, the state store when it has
-/// one, its progress records, then the transport's): what [`start`] does with what the agent handed to the
-/// process. The agent itself uses it for a party it plays in its own process.
+/// one, its progress records, then the transport's): what [`start`] does with what the agent
+/// handed to the process. The agent itself uses it for a party it plays in its own process.
 pub fn attach(
     plan: Plan,
     me: PartyId,
@@ -162,7 +162,7 @@ pub fn attach(
             "no progress region was handed over".into(),
         ));
     }
-    let threads = usize::from(plan.functions[function as usize].concurrency.max(1));
+    let threads = plan.functions[function as usize].handler_threads();
     let progress = Some(Progress::attach(fds.remove(0), threads)?);
     let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
     let endpoint = Endpoint::new(pools.clone(), policy, me, transport.receiver(me)?);
@@ -220,7 +220,7 @@ impl Instance {
             .plan
             .functions
             .get(router.function as usize)
-            .map_or(1, |f| f.concurrency.max(1));
+            .map_or(1, FunctionPlan::handler_threads);
         if !self.activate() {
             return;
         }
@@ -260,12 +260,7 @@ impl Instance {
                         loop {
                             let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                             match next {
-                                Ok(d) => router.process(
-                                    &*handler,
-                                    d,
-                                    calls.then_some(&cx),
-                                    usize::from(i),
-                                ),
+                                Ok(d) => router.process(&*handler, d, calls.then_some(&cx), i),
                                 Err(_) => return,
                             }
                         }
@@ -725,8 +720,8 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use tracing_subscriber::EnvFilter;
-    use zerohop_pool::{Owner, PoolConfig};
-    use zerohop_transport::{FunctionPlan, RoutePlan, SendError};
+    use zerohop_pool::{Owner, PoolGeometry};
+    use zerohop_transport::{RoutePlan, SendError};
 
     use super::*;
     use crate::logging::tests::Captured;
@@ -801,14 +796,16 @@ mod tests {
     fn upper(kept: &Kept, name: &str) -> (Router, Arc<Pool>) {
         let plan = hello();
         let pool = Arc::new(
-            Pool::create(&PoolConfig {
-                name: name.into(),
-                slots: 4,
-                first_slot: 0,
-                slot_size: 4096,
-                max_parties: 3,
-                hugepages: false,
-            })
+            Pool::create(
+                name,
+                &PoolGeometry {
+                    slots: 4,
+                    first_slot: 0,
+                    slot_size: 4096,
+                    max_parties: 3,
+                    hugepages: false,
+                },
+            )
             .unwrap(),
         );
         let router = Router {

@@ -76,7 +76,7 @@ impl Picker {
 mod tests {
     use super::*;
     use crate::{FunctionPlan, RoutePlan, GATEWAY_FN};
-    use zerohop_pool::PoolConfig;
+    use zerohop_pool::PoolGeometry;
 
     #[test]
     fn round_robin_prefers_ready_instances() {
@@ -109,14 +109,16 @@ mod tests {
                 hugepages: false,
             },
         };
-        let pool = Pool::create(&PoolConfig {
-            name: "pick".into(),
-            slots: 1,
-            first_slot: 0,
-            slot_size: 4096,
-            max_parties: 4,
-            hugepages: false,
-        })
+        let pool = Pool::create(
+            "pick",
+            &PoolGeometry {
+                slots: 1,
+                first_slot: 0,
+                slot_size: 4096,
+                max_parties: 4,
+                hugepages: false,
+            },
+        )
         .unwrap();
         let p = Picker::new(&plan, 0);
         // None ready: every pick converges on one party, the one closest to serving.

@@ -83,6 +83,14 @@ pub struct FunctionPlan {
     pub state: bool,
 }
 
+impl FunctionPlan {
+    /// Handler threads an instance runs: `concurrency`, at least 1. Its progress records
+    /// (`zerohop_pool::Progress`) hold one per thread, on both sides of the hand-over.
+    pub fn handler_threads(&self) -> usize {
+        usize::from(self.concurrency.max(1))
+    }
+}
+
 /// One route into the chain.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoutePlan {

@@ -19,7 +19,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolConfig, PoolGeometry};
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, PoolGeometry};
 use zerohop_test_support::{
     cpu_ticks, inherited_fds, role, spawn_self, wait_until, ChildLines, Signal,
 };
@@ -55,7 +55,7 @@ fn geometry(slots: u32) -> PoolGeometry {
 }
 
 fn new_pool(slots: u32) -> Arc<Pool> {
-    Arc::new(Pool::create(&PoolConfig::of("conformance", geometry(slots))).expect("create pool"))
+    Arc::new(Pool::create("conformance", &geometry(slots)).expect("create pool"))
 }
 
 /// Gateway (party 0) -> function 0 (party 1): the smallest chain.

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::common::{client, func, post, runtime, Answer};
-use zerohop_agent::{spec, up, UpOptions};
+use zerohop_agent::{spec, up, Running, UpOptions};
 use zerohop_test_support::{
     alive, children, instances, memfds, signal_pid, target_bin, wait_until, ChainProcess, Signal,
 };
@@ -47,6 +47,17 @@ fn chaos_report(url: &str) -> Answer {
 
 /// `workers` clients sending `n` requests each to the hello chain at `url`; each thread
 /// panics on the first answer that is not exactly right.
+/// Brings the chain of `yaml` (named `file` in errors) up in this process, its HTTP on a
+/// free loopback port.
+fn up_here(rt: &tokio::runtime::Runtime, file: &str, yaml: &str) -> Running {
+    let opts = UpOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..UpOptions::default()
+    };
+    rt.block_on(up(spec::parse(Path::new(file), yaml).unwrap(), opts))
+        .unwrap_or_else(|e| panic!("{file}: the chain did not come up: {e}"))
+}
+
 fn hello_load(url: &str, workers: u32, n: u32) -> Vec<JoinHandle<()>> {
     (0..workers)
         .map(|w| {
@@ -109,16 +120,7 @@ fn a_hostile_chain_beside_the_hello_chain_under_load() {
         func("upper", "upper", "", ", concurrency: 4"),
         func("exclaim", "exclaim", "", ""),
     );
-    let opts = UpOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..UpOptions::default()
-    };
-    let hello = rt
-        .block_on(up(
-            spec::parse(Path::new("hello.yaml"), &yaml).unwrap(),
-            opts,
-        ))
-        .expect("hello chain up");
+    let hello = up_here(&rt, "hello.yaml", &yaml);
     // The hostile chain, under its own agent: `chaos` in front, the upper-caser behind it.
     let hostile_spec = format!(
         "name: chaos\ntimeout: 2s\nfunctions:\n  chaos: {{ command: [\"{}\"], env: {{ HOSTILE_MODE: chaos }}, concurrency: 4 }}\n{}routes:\n  - http: POST /x\n    sequence: [chaos, after]\n",
@@ -221,16 +223,7 @@ fn a_hostile_function_cannot_touch_another_route_of_its_chain() {
         func("exclaim", "exclaim", "", ""),
         target_bin("zerohop-hostile").display(),
     );
-    let opts = UpOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..UpOptions::default()
-    };
-    let chain = rt
-        .block_on(up(
-            spec::parse(Path::new("mixed.yaml"), &yaml).unwrap(),
-            opts,
-        ))
-        .expect("chain up");
+    let chain = up_here(&rt, "mixed.yaml", &yaml);
     assert_eq!(chain.pools().len(), 2, "one pool per security domain");
 
     // The hostile function was handed exactly one pool: its own route's.
@@ -287,16 +280,7 @@ fn a_rewritten_pool_header_moves_no_party_that_attaches_later() {
         target_bin("zerohop-hostile").display(),
         func("upper", "upper", "", ""),
     );
-    let opts = UpOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..UpOptions::default()
-    };
-    let chain = rt
-        .block_on(up(
-            spec::parse(Path::new("scribble.yaml"), &yaml).unwrap(),
-            opts,
-        ))
-        .expect("chain up");
+    let chain = up_here(&rt, "scribble.yaml", &yaml);
     let url = format!("{}/h", chain.url());
     let c = client();
     let hello = |c: &ureq::Agent| {
@@ -354,16 +338,7 @@ fn forged_owner_words_get_no_other_instance_killed() {
         func("tail", "exclaim", "", ""),
         target_bin("zerohop-hostile").display(),
     );
-    let opts = UpOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..UpOptions::default()
-    };
-    let chain = rt
-        .block_on(up(
-            spec::parse(Path::new("owners.yaml"), &yaml).unwrap(),
-            opts,
-        ))
-        .expect("chain up");
+    let chain = up_here(&rt, "owners.yaml", &yaml);
     let (hello, evil) = (
         format!("{}/hello", chain.url()),
         format!("{}/evil", chain.url()),
