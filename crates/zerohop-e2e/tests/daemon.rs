@@ -425,12 +425,14 @@ fn peer_daemon() -> (Daemon, std::net::SocketAddr) {
 
 /// The daemon's resident memory, in KiB.
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    // A reading that fails must fail the test: 0 before and after would pass any bound.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
 
 /// A peer that authenticates, then sends PINGs as fast as it can and never reads: the

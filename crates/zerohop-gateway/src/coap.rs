@@ -392,7 +392,7 @@ impl Server {
 
     /// Handles a request message: a duplicate is answered as before; a new one is answered
     /// at once or spawned into the chain. What goes back to an unverified address fits the
-    /// datagram ([`Server::fit`]).
+    /// datagram ([`fit`]).
     async fn request(
         self: &Arc<Self>,
         ex: Exchange,

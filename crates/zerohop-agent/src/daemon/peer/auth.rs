@@ -84,7 +84,7 @@ impl Secret {
     /// that one), with a fresh node id.
     pub fn new(bytes: &[u8]) -> Secret {
         let key = hmac::Key::new(hmac::HMAC_SHA256, bytes);
-        let node = node_id(&key);
+        let node = node_id();
         Secret {
             key,
             len: bytes.len(),
@@ -117,27 +117,12 @@ impl Secret {
     }
 }
 
-/// A fresh node id: from the system's RNG, or, should it fail, from the key, the process
-/// and the time (unique within the process, which is what the reflection check needs).
-fn node_id(key: &hmac::Key) -> [u8; NODE_ID_LEN] {
+/// A fresh node id, from the system's RNG. Should the RNG fail here, it fails for every
+/// handshake's nonce too (`AuthFailure::Random`), so an id made without it never reaches a
+/// peer.
+fn node_id() -> [u8; NODE_ID_LEN] {
     let mut id = [0u8; NODE_ID_LEN];
-    if SystemRandom::new().fill(&mut id).is_ok() {
-        return id;
-    }
-    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut seed = Vec::with_capacity(40);
-    seed.extend_from_slice(b"node id");
-    seed.extend_from_slice(&std::process::id().to_le_bytes());
-    seed.extend_from_slice(&nanos.to_le_bytes());
-    seed.extend_from_slice(
-        &MADE
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            .to_le_bytes(),
-    );
-    id.copy_from_slice(&hmac::sign(key, &seed).as_ref()[..NODE_ID_LEN]);
+    let _ = SystemRandom::new().fill(&mut id);
     id
 }
 
@@ -539,7 +524,7 @@ mod tests {
     fn each_secret_is_a_node_of_its_own() {
         let (a, b) = (Secret::new(KEY), Secret::new(KEY));
         assert_ne!(a.node_id(), b.node_id());
-        assert_ne!(node_id(&a.key), node_id(&a.key));
+        assert_ne!(node_id(), node_id());
     }
 
     /// Node A dials the attacker (session 1) while the attacker dials A (session 2); the

@@ -62,6 +62,11 @@ pub const PING_INTERVAL: Duration = Duration::from_secs(5);
 /// A client declares its connection lost after this many ping intervals without a byte.
 pub const LOST_AFTER_PINGS: u32 = 3;
 
+/// How long a connection pinged every `interval` may stay silent before it counts as lost.
+fn lost_after(interval: Duration) -> Duration {
+    interval.saturating_mul(LOST_AFTER_PINGS)
+}
+
 /// A server closes a connection that sends nothing for this long (a client pings every
 /// [`PING_INTERVAL`]).
 pub const SERVER_IDLE: Duration = Duration::from_secs(30);
@@ -396,7 +401,7 @@ impl Peers {
         stream.set_nodelay(true).map_err(connect_error)?;
         auth::handshake(&mut stream, &self.secret, Role::Client, peer).await?;
         let (rd, wr) = stream.into_split();
-        let stall = self.ping_interval.saturating_mul(LOST_AFTER_PINGS);
+        let stall = lost_after(self.ping_interval);
         let wire = Arc::new(Wire::new(wr, stall));
         let (users, rx) = mpsc::channel(1);
         let shared = Arc::new(Shared {
@@ -515,7 +520,7 @@ async fn client_reader(
     // Many small frames arrive in one read under load.
     let mut rd = BufReader::with_capacity(READ_BUF, rd);
     let mut buf = Vec::new();
-    let quiet = interval.saturating_mul(LOST_AFTER_PINGS);
+    let quiet = lost_after(interval);
     loop {
         let frame = read_frame(&mut rd, &mut buf, quiet)
             .await
