@@ -653,7 +653,7 @@ impl Daemon {
     }
 }
 
-/// Runs the daemon until `shutdown` resolves: binds the admin socket (and the metrics port),
+/// Runs the daemon until `shutdown` resolves: binds the metrics and peer ports and the admin socket,
 /// prints one `ready` line on stdout, serves, then stops every chain and removes the socket.
 pub async fn run(
     opts: DaemonOptions,
@@ -675,6 +675,29 @@ where
     F: FnOnce(Arc<Daemon>, tokio::sync::watch::Receiver<bool>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
+    // Every listener is bound before the ready line (and before the admin socket exists), so
+    // whoever waits for either can use all of them, and a port in use leaves nothing behind.
+    let peer_listener = match &opts.peer {
+        Some(p) => Some(
+            std::net::TcpListener::bind(p.listen)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|e| {
+                    DaemonError::Internal(format!(
+                        "cannot listen for peer daemons on {}: {e}; pick another with --peer-listen",
+                        p.listen
+                    ))
+                })?,
+        ),
+        None => None,
+    };
+    let metrics_listener = match opts.metrics {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            DaemonError::Internal(format!(
+                "cannot listen for metrics on {addr}: {e}; pick another with --metrics"
+            ))
+        })?),
+        None => None,
+    };
     let listener = admin::bind(&opts.socket).map_err(|e| {
         DaemonError::Internal(format!(
             "cannot listen on the admin socket {}: {e}",
@@ -685,12 +708,7 @@ where
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stop_rx_attach = stop_rx.clone();
     let mut tasks = Vec::new();
-    if let Some(addr) = opts.metrics {
-        let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            DaemonError::Internal(format!(
-                "cannot listen for metrics on {addr}: {e}; pick another with --metrics"
-            ))
-        })?;
+    if let Some(l) = metrics_listener {
         let url = format!(
             "http://{}/metrics",
             l.local_addr()
@@ -703,38 +721,12 @@ where
             stop_rx.clone(),
         )));
     }
-    tasks.push(tokio::spawn(admin::serve(
-        daemon.clone(),
-        listener,
-        stop_rx,
-    )));
-    {
-        use std::io::Write;
-        let mut out = std::io::stdout();
-        let _ = writeln!(
-            out,
-            "zerohop: daemon ready on {}{}",
-            opts.socket.display(),
-            daemon
-                .metrics_url()
-                .map_or(String::new(), |u| format!(", metrics at {u}"))
-        );
-        let _ = out.flush();
-    }
     // Peer daemons: hops of split chains, both ways. It stops after the cluster watch (a
     // node leaving its cluster still answers its peers until its parts have moved).
     let (peer_stop, peer_stop_rx) = tokio::sync::watch::channel(false);
     let mut peer_server = None;
     let mut peer_runtime = None;
-    if let Some(p) = &opts.peer {
-        let l = std::net::TcpListener::bind(p.listen)
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .map_err(|e| {
-                DaemonError::Internal(format!(
-                    "cannot listen for peer daemons on {}: {e}; pick another with --peer-listen",
-                    p.listen
-                ))
-            })?;
+    if let (Some(p), Some(l)) = (&opts.peer, peer_listener) {
         let rt = PeerRuntime::start()
             .map_err(|e| DaemonError::Internal(format!("cannot start the peer thread: {e}")))?;
         let _ = daemon.link.set(crate::relay::Link::new(
@@ -754,6 +746,25 @@ where
             }
         }));
         peer_runtime = Some(rt);
+    }
+    // The admin API last: a chain brought up through it finds the peer link in place.
+    tasks.push(tokio::spawn(admin::serve(
+        daemon.clone(),
+        listener,
+        stop_rx,
+    )));
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout();
+        let _ = writeln!(
+            out,
+            "zerohop: daemon ready on {}{}",
+            opts.socket.display(),
+            daemon
+                .metrics_url()
+                .map_or(String::new(), |u| format!(", metrics at {u}"))
+        );
+        let _ = out.flush();
     }
     let attached = tokio::spawn(attach(daemon.clone(), stop_rx_attach));
     shutdown.await;
