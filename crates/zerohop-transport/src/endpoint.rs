@@ -9,6 +9,7 @@ use zerohop_pool::{
     Descriptor, OwnedSlot, Owner, OwnershipError, Pools, Rejected, SlotHeader, TakeError,
 };
 
+use crate::blame::{fault_of_take, Blame, Fault};
 use crate::{PartyId, Policy, Raw, Receiver, Stop};
 
 /// Counters of one endpoint, readable from other threads.
@@ -23,6 +24,9 @@ pub struct EndpointStats {
     pub dropped_ownership: AtomicU64,
     /// Length beyond the slot (or not a descriptor at all).
     pub dropped_malformed: AtomicU64,
+    /// Per sending party (index = party): descriptors dropped for that sender's own fault
+    /// (see [`crate::blame`]); counted on the drop path only.
+    pub faults_from: Box<[AtomicU64]>,
 }
 
 impl EndpointStats {
@@ -31,6 +35,13 @@ impl EndpointStats {
         self.dropped_wrong_function.load(Ordering::Relaxed)
             + self.dropped_ownership.load(Ordering::Relaxed)
             + self.dropped_malformed.load(Ordering::Relaxed)
+    }
+
+    /// Descriptors dropped for `sender`'s own fault (0 for a party that does not exist).
+    pub fn faults_from(&self, sender: PartyId) -> u64 {
+        self.faults_from
+            .get(usize::from(sender))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 }
 
@@ -60,6 +71,8 @@ pub struct Endpoint {
     my_function: u8,
     rx: Box<dyn Receiver>,
     stats: Arc<EndpointStats>,
+    /// Told of every descriptor dropped for its sender's fault (see [`crate::blame`]).
+    blame: Option<Arc<dyn Blame>>,
 }
 
 /// Most descriptors a receive call looks at, valid or not, before it returns or yields
@@ -78,12 +91,24 @@ impl Endpoint {
         let my_function = policy.function_of(me).unwrap_or(Descriptor::GATEWAY);
         Self {
             pools: pools.into(),
-            policy,
             me,
             my_function,
+            stats: Arc::new(EndpointStats {
+                faults_from: (0..policy.parties()).map(|_| AtomicU64::new(0)).collect(),
+                ..EndpointStats::default()
+            }),
+            policy,
             rx,
-            stats: Arc::default(),
+            blame: None,
         }
+    }
+
+    /// Reports every descriptor dropped for its sender's fault to `blame`, with the sender
+    /// (the queue or socket it came in on): how the agent learns which party sends garbage.
+    /// Only the drop path calls it; a valid descriptor costs nothing more.
+    pub fn with_blame(mut self, blame: Arc<dyn Blame>) -> Self {
+        self.blame = Some(blame);
+        self
     }
 
     /// The counters.
@@ -168,8 +193,17 @@ impl Endpoint {
     }
 
     /// Counts a dropped descriptor here and in this party's record (first pool), where the
-    /// agent's metrics read it.
-    fn reject(&self, why: Rejected) {
+    /// agent's metrics read it; one its sender alone made invalid (`fault`) is reported to
+    /// the blame sink too.
+    fn reject(&self, why: Rejected, from: PartyId, fault: Option<Fault>) {
+        if let Some(fault) = fault {
+            if let Some(c) = self.stats.faults_from.get(usize::from(from)) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(blame) = &self.blame {
+                blame.blame(from, fault);
+            }
+        }
         let counter = match why {
             Rejected::WrongFunction => &self.stats.dropped_wrong_function,
             Rejected::Ownership => &self.stats.dropped_ownership,
@@ -187,11 +221,17 @@ impl Endpoint {
             // Only the kernel marks a descriptor refused, and only towards a gateway party;
             // it still names a slot its sender must hold.
             if self.my_function != Descriptor::GATEWAY {
-                self.reject(Rejected::Malformed);
+                // Not the sender's fault: only the kernel sets the mark.
+                self.reject(Rejected::Malformed, raw.from, None);
                 return None;
             }
         } else if desc.next != self.my_function {
-            self.reject(Rejected::WrongFunction);
+            // The 16 bytes are the sender's alone (its queue, its socket).
+            self.reject(
+                Rejected::WrongFunction,
+                raw.from,
+                Some(Fault::WrongFunction),
+            );
             return None;
         } else {
             // `raw.from` is the sender of the queue (ring) or socket it came in on, or the
@@ -211,16 +251,16 @@ impl Endpoint {
                 header,
                 refused: raw.refused,
             }),
-            Err(TakeError::Ownership(
-                OwnershipError::OutOfRange(_)
-                | OwnershipError::StaleGeneration { .. }
-                | OwnershipError::WrongOwner { .. },
-            )) => {
-                self.reject(Rejected::Ownership);
-                None
-            }
-            Err(TakeError::Length { .. }) => {
-                self.reject(Rejected::Malformed);
+            Err(err) => {
+                let why = match err {
+                    TakeError::Ownership(
+                        OwnershipError::OutOfRange(_)
+                        | OwnershipError::StaleGeneration { .. }
+                        | OwnershipError::WrongOwner { .. },
+                    ) => Rejected::Ownership,
+                    TakeError::Length { .. } => Rejected::Malformed,
+                };
+                self.reject(why, raw.from, fault_of_take(&desc, &err));
                 None
             }
         }

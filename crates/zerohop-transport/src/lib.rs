@@ -36,6 +36,8 @@
 #![deny(missing_docs)]
 
 #[cfg(not(loom))]
+pub mod blame;
+#[cfg(not(loom))]
 mod endpoint;
 #[cfg(not(loom))]
 mod pick;
@@ -52,6 +54,8 @@ mod sys;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::str::FromStr;
 
+#[cfg(not(loom))]
+pub use blame::{Blame, Fault};
 #[cfg(not(loom))]
 pub use endpoint::{Delivery, Endpoint, EndpointStats, RECV_BUDGET};
 #[cfg(not(loom))]

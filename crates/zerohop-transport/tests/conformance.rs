@@ -25,8 +25,8 @@ use zerohop_test_support::{
 };
 use zerohop_transport::sockmap::abi;
 use zerohop_transport::{
-    Backend, Endpoint, EndpointStats, Options, PartyId, Policy, SendError, Sender, Stop, Transport,
-    GATEWAY_FN,
+    Backend, Blame, Endpoint, EndpointStats, Fault, Options, PartyId, Policy, SendError, Sender,
+    Stop, Transport, GATEWAY_FN,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -612,6 +612,113 @@ fn invalid_descriptors_are_dropped_and_counted() {
             "[{backend}] the refused slot stays with its sender"
         );
         assert_eq!(pool.reclaim(rogue_owner).len(), 1, "[{backend}]");
+        assert_eq!(pool.owners().in_use(), 0, "[{backend}] slots leaked");
+    }
+}
+
+/// Collects what an endpoint blames on senders.
+#[derive(Default)]
+struct Blamed(Mutex<Vec<(PartyId, Fault)>>);
+
+impl Blame for Blamed {
+    fn blame(&self, sender: PartyId, fault: Fault) {
+        self.0.lock().expect("not poisoned").push((sender, fault));
+    }
+}
+
+/// Of the descriptors dropped, only those the sender alone made invalid (wrong function,
+/// slot out of range, length beyond a slot) are blamed on it, and on nobody else; stale
+/// generations, free or re-owned slots and a header's metadata that does not fit (all of
+/// which another party of the domain can cause) are dropped without blame.
+#[test]
+fn only_what_a_sender_alone_made_invalid_is_blamed_on_it() {
+    for backend in Backend::ALL {
+        let pool = new_pool(64);
+        let policy = two_party_policy();
+        let t = create(backend, &policy, Options::default());
+        let blamed = Arc::new(Blamed::default());
+        let mut ep = endpoint(backend, &pool, &policy, &*t, RECEIVER).with_blame(blamed.clone());
+        let stats = ep.stats();
+        let dog = Watchdog::new(ep.stopper(), PHASE);
+        let gw = t.sender(0).expect("gateway sender");
+        let deadline = Instant::now() + PHASE;
+        let mut valid = alloc_within(backend, &pool, Owner::party(0), deadline);
+        let len = fill(&mut valid, 7);
+        let good = valid.descriptor(7, len, 0);
+        // A slot of the sender's whose header another party rewrote: metadata + payload no
+        // longer fit.
+        let mut scribbled = alloc_within(backend, &pool, Owner::party(0), deadline);
+        let slen = fill(&mut scribbled, 8);
+        let scribbled_desc = scribbled.descriptor(8, slen, 0);
+        pool.scribble_header(scribbled_desc.slot, |h| {
+            h.meta_len = pool.slot_capacity() as u16
+        });
+        scribbled.into_sent();
+        let send = |d: Descriptor, what: &str| {
+            gw.send(RECEIVER, d)
+                .unwrap_or_else(|e| panic!("[{backend}] sending {what}: {e}"))
+        };
+        // The sender's own faults.
+        send(
+            Descriptor {
+                slot: pool.slot_count() + 7,
+                ..good
+            },
+            "out of range",
+        );
+        send(
+            Descriptor {
+                len: pool.slot_capacity() as u32 + 1,
+                ..good
+            },
+            "too long",
+        );
+        send(
+            Descriptor {
+                next: GATEWAY_FN,
+                ..good
+            },
+            "wrong function",
+        );
+        // Not provably its own.
+        send(
+            Descriptor {
+                generation: good.generation.wrapping_add(1),
+                ..good
+            },
+            "stale",
+        );
+        send(scribbled_desc, "metadata beyond the slot");
+        send(good, "valid");
+        valid.into_sent();
+        send(good, "replay");
+        // The sockmap's kernel program returns the descriptor addressed to the gateway to
+        // the gateway party (no edge from the gateway to itself): the receiver never sees
+        // it.
+        let in_kernel = usize::from(backend == Backend::Sockmap);
+        let mut want = vec![(0, Fault::OutOfRange), (0, Fault::TooLong)];
+        if in_kernel == 0 {
+            want.push((0, Fault::WrongFunction));
+        }
+        let dropped = 6 - in_kernel as u64;
+        let done = wait_until(PHASE / 4, || {
+            while let Some(d) = ep.try_recv() {
+                assert_eq!(d.desc, good, "[{backend}] only the valid one is delivered");
+            }
+            stats.dropped() == dropped
+        });
+        assert!(done, "[{backend}] dropped {} of {dropped}", stats.dropped());
+        assert!(!dog.disarm(), "[{backend}] watchdog fired");
+        assert_eq!(
+            *blamed.0.lock().expect("not poisoned"),
+            want,
+            "[{backend}] blamed"
+        );
+        assert_eq!(
+            (stats.faults_from(0), stats.faults_from(1)),
+            (want.len() as u64, 0),
+            "[{backend}] per-sender fault counters"
+        );
         assert_eq!(pool.owners().in_use(), 0, "[{backend}] slots leaked");
     }
 }

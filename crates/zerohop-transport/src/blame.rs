@@ -1,0 +1,162 @@
+//! Which dropped descriptors are their sender's fault, and where an [`Endpoint`] reports
+//! them (see [`Endpoint::with_blame`]).
+//!
+//! A party that sends invalid descriptors is hostile (or broken past use): the agent kills it
+//! with its process group after a bounded number and restarts it. That is only fair if
+//! nothing another party does can make a sender's descriptors invalid, so only what the
+//! sender alone wrote counts:
+//!
+//! | dropped because | the sender's fault? | why |
+//! |---|---|---|
+//! | `next` is not the receiver's function | yes | the 16 bytes come from a queue only the sender writes (ring: its outbox; socket: its end of the edge's socketpair; sockmap: the kernel delivered it from the sender's socket and stamped the sender) |
+//! | the slot is in no pool the receiver maps | yes | the slot number is in the same 16 bytes; a correct runtime sends a slot only to an instance of its own domain |
+//! | `len` beyond a slot | yes | the same 16 bytes; the slot size comes from the plan, not from shared memory |
+//! | not 16 bytes at all (socket) | yes | a message on the sender's own socket |
+//! | stale generation, owner not the sender | **no** | owner words are shared memory every party of the domain can write: a third party can free or re-own the sender's slot between its send and our take, and the agent's reclaim and a sender's revoke race with a receiver legitimately |
+//! | metadata plus payload beyond the slot | **no** | `meta_len` is in the slot header, which every party of the domain can write |
+//! | refused by the kernel, but not sent to a gateway party | **no** | only the kernel marks a descriptor refused |
+//!
+//! [`Endpoint`]: crate::Endpoint
+//! [`Endpoint::with_blame`]: crate::Endpoint::with_blame
+
+use zerohop_pool::{Descriptor, OwnershipError, TakeError};
+
+use crate::PartyId;
+
+/// What a sender alone got wrong in a descriptor (see the module's table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// Addressed to another function than the receiver's (a message that is not a
+    /// descriptor at all is surfaced as one of these or [`Fault::TooLong`]).
+    WrongFunction,
+    /// Names a slot in no pool the receiver maps.
+    OutOfRange,
+    /// Claims more bytes than a slot holds.
+    TooLong,
+}
+
+impl Fault {
+    /// Every fault, in the order of [`Fault::index`].
+    pub const ALL: [Fault; 3] = [Fault::WrongFunction, Fault::OutOfRange, Fault::TooLong];
+
+    /// Position in [`Fault::ALL`], for per-fault counters.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// In a log line: "wrong function", "slot out of range", "longer than a slot".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Fault::WrongFunction => "wrong function",
+            Fault::OutOfRange => "slot out of range",
+            Fault::TooLong => "longer than a slot",
+        }
+    }
+}
+
+/// Where an endpoint reports each descriptor it dropped for its sender's fault. Called on
+/// the drop path only (never for a valid descriptor), on the receiving thread: keep it
+/// short and never block.
+pub trait Blame: Send + Sync {
+    /// `sender` sent a descriptor it alone made invalid.
+    fn blame(&self, sender: PartyId, fault: Fault);
+}
+
+/// The decision: whether a descriptor the pool refused to hand over is its sender's fault.
+pub fn fault_of_take(desc: &Descriptor, err: &TakeError) -> Option<Fault> {
+    match err {
+        TakeError::Ownership(OwnershipError::OutOfRange(_)) => Some(Fault::OutOfRange),
+        // Both forgeable by any party of the domain (owner words), or a legitimate race with
+        // reclaim or revoke.
+        TakeError::Ownership(
+            OwnershipError::StaleGeneration { .. } | OwnershipError::WrongOwner { .. },
+        ) => None,
+        // The descriptor's own length does not fit: the sender's. It fits, but with the
+        // header's `meta_len` it does not: the header is anybody's in the domain.
+        TakeError::Length { capacity, .. } => {
+            (desc.len as usize > *capacity).then_some(Fault::TooLong)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use zerohop_pool::Owner;
+
+    use super::*;
+
+    fn desc(len: u32) -> Descriptor {
+        Descriptor {
+            slot: 3,
+            len,
+            request: 1,
+            generation: 2,
+            next: 0,
+        }
+    }
+
+    #[test]
+    fn only_what_the_sender_alone_wrote_is_its_fault() {
+        let capacity = 4096;
+        let cases: [(TakeError, u32, Option<Fault>); 6] = [
+            (
+                TakeError::Ownership(OwnershipError::OutOfRange(99)),
+                10,
+                Some(Fault::OutOfRange),
+            ),
+            (
+                TakeError::Ownership(OwnershipError::StaleGeneration {
+                    slot: 3,
+                    expected: 2,
+                    actual: 5,
+                }),
+                10,
+                None,
+            ),
+            (
+                TakeError::Ownership(OwnershipError::WrongOwner {
+                    slot: 3,
+                    actual: Owner::party(7),
+                }),
+                10,
+                None,
+            ),
+            (
+                TakeError::Length {
+                    len: 5000,
+                    capacity,
+                },
+                5000,
+                Some(Fault::TooLong),
+            ),
+            // The descriptor's length fits; the header's metadata (anybody's) makes it not.
+            (
+                TakeError::Length {
+                    len: 4100,
+                    capacity,
+                },
+                4000,
+                None,
+            ),
+            (
+                TakeError::Length {
+                    len: u32::MAX,
+                    capacity,
+                },
+                u32::MAX,
+                Some(Fault::TooLong),
+            ),
+        ];
+        for (err, len, want) in cases {
+            assert_eq!(fault_of_take(&desc(len), &err), want, "{err:?}");
+        }
+    }
+
+    #[test]
+    fn every_fault_has_its_own_counter_and_words() {
+        for (i, f) in Fault::ALL.iter().enumerate() {
+            assert_eq!(f.index(), i);
+            assert!(!f.describe().is_empty());
+        }
+    }
+}
