@@ -176,6 +176,8 @@ pub struct Running {
     server: JoinHandle<()>,
     supervisors: Vec<JoinHandle<()>>,
     watchdog: JoinHandle<()>,
+    /// Kills instances that send invalid descriptors ([`crate::offence`]).
+    enforcer: JoinHandle<()>,
     scaler: JoinHandle<()>,
     /// Wake the scaler when a function sends to a party with no ready instance.
     wakers: Option<crate::scale::Wakers>,
@@ -337,6 +339,7 @@ impl Running {
         join_threads(self.relays.drain(..).map(|r| r.stop()).collect()).await;
         self.shared.logs.close().await;
         let _ = (&mut self.watchdog).await;
+        let _ = (&mut self.enforcer).await;
         let _ = (&mut self.scaler).await;
         if let Some(w) = self.wakers.take() {
             w.stop().await;
@@ -765,16 +768,22 @@ pub async fn up_with(
     let mut transport = zerohop_transport::create(backend, &spec.name, &policy, plan.options())?;
     // The agent is only the gateway's parties; it keeps the rest as bare descriptors.
     transport.act_only_as(&(0..gateway_threads).collect::<Vec<_>>())?;
+    // What the agent's own parties (gateway threads, relays) see of each sender's invalid
+    // descriptors: the only counts the agent kills for.
+    let receivers =
+        usize::from(gateway_threads) + spec.functions.iter().filter(|f| f.relay.is_some()).count();
+    let offences = Arc::new(crate::offence::Offences::new(
+        usize::from(parties),
+        crate::offence::limit(plan.queue_capacity, receivers),
+    ));
     let mut senders = Vec::new();
     let mut endpoints = Vec::new();
     for g in 0..gateway_threads {
         senders.push(transport.sender(g)?);
-        endpoints.push(Endpoint::new(
-            pools.clone(),
-            policy.clone(),
-            g,
-            transport.receiver(g)?,
-        ));
+        endpoints.push(
+            Endpoint::new(pools.clone(), policy.clone(), g, transport.receiver(g)?)
+                .with_blame(offences.clone()),
+        );
     }
     let plan_json = plan.to_json();
     let state = match (spec.state, inherit.state) {
@@ -892,6 +901,7 @@ pub async fn up_with(
         party_pools,
         transport,
         gateways,
+        offences,
         plan_json,
         domain,
         functions: spec
@@ -1009,6 +1019,7 @@ pub async fn up_with(
             None
         }
     };
+    let enforcer = tokio::spawn(crate::offence::enforce(shared.clone(), stop_rx.clone()));
     let watchdog = tokio::spawn(watchdog::watch(shared.clone(), spec.timeout, stop_rx));
     let first = shared.gateways.iter().next().expect("one").clone();
     let mut others = Vec::new();
@@ -1046,6 +1057,7 @@ pub async fn up_with(
         server,
         supervisors,
         watchdog,
+        enforcer,
         scaler,
         wakers,
         receiving,

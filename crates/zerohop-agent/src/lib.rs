@@ -30,6 +30,7 @@ mod chain;
 pub mod confine;
 pub mod daemon;
 pub mod logs;
+mod offence;
 mod plan;
 pub mod relay;
 mod scale;

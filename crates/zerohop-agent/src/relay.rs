@@ -67,8 +67,11 @@ pub(crate) fn start(
     let fds = handover_fds(shared, inst, &progress)?;
     let plan = (**shared.gateways.plan()).clone();
     let chain = plan.chain.clone();
+    // A relay is one of the agent's own parties: what it receives is a count the agent
+    // trusts (see `crate::offence`).
     let instance = zerohop_runtime::attach(plan, inst.party, fds)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+        .map_err(|e| std::io::Error::other(e.to_string()))?
+        .with_blame(shared.offences.clone());
     let stop = instance.stopper();
     let relay = Arc::new(Relay {
         link: link.clone(),

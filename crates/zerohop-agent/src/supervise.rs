@@ -26,6 +26,8 @@ pub(crate) struct Shared {
     pub party_pools: Vec<Pools>,
     pub transport: Box<dyn Transport>,
     pub gateways: Gateways,
+    /// Invalid descriptors each party sent to the agent's own parties.
+    pub offences: Arc<crate::offence::Offences>,
     pub plan_json: String,
     pub domain: Domain,
     /// Per function, in spec order: what its instances run (replaced by a live update).
@@ -219,7 +221,8 @@ pub(crate) enum Want {
 pub(crate) struct PartyControl {
     /// Process group (= pid) of the running instance, 0 when none.
     pub pgid: AtomicU32,
-    /// Set by the watchdog when it kills the instance for hanging: what to report.
+    /// Set by the watchdog when it kills the instance for hanging, or by the offence
+    /// enforcer for sending invalid descriptors: what to report.
     pub hung: Mutex<Option<String>>,
     /// The running instance's progress records (its handler threads' word about
     /// themselves, for the watchdog), with its process group; `None` when none runs.
@@ -344,6 +347,9 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
         handover_env.push((confine::data::ENV, dir.display().to_string()));
     }
     let env = confine::environment(&run.env, &handover_env);
+    // The new instance answers for its own descriptors only, not for what its predecessor
+    // left queued.
+    shared.offences.forgive(inst.party);
     let cgroup = shared
         .domain
         .instance_cgroup(&inst.function, inst.party, &run.resources)?;

@@ -204,6 +204,14 @@ impl Instance {
         std::process::exit(0)
     }
 
+    /// Reports every descriptor this instance drops for its sender's fault to `blame` (see
+    /// [`Endpoint::with_blame`]): for a party the agent plays in its own process, whose
+    /// word the agent can trust.
+    pub fn with_blame(mut self, blame: Arc<dyn zerohop_transport::Blame>) -> Self {
+        self.endpoint = self.endpoint.with_blame(blame);
+        self
+    }
+
     /// What stops [`Instance::serve_in_place`] from another thread: its receiving ends, the
     /// handler threads finish what they hold, and it returns.
     pub fn stopper(&self) -> Arc<dyn zerohop_transport::Stop> {

@@ -1,0 +1,318 @@
+//! Hostile senders: an instance that keeps sending descriptors it alone made invalid is
+//! killed with its process group and restarted, and the log names it (design rule 2).
+//!
+//! **Whose word counts.** Only the parties that run inside the agent report offences: the
+//! gateway's parties and the relays of a split chain. Their endpoints
+//! ([`Endpoint::with_blame`](zerohop_transport::Endpoint::with_blame)) blame a sender only for
+//! what it alone wrote (see [`zerohop_transport::blame`]: wrong function, slot out of range,
+//! length beyond a slot), and the sender is the queue or socket the descriptor came in on,
+//! which no other party can write. An instance counts the same faults per sender
+//! ([`EndpointStats::faults_from`](zerohop_transport::EndpointStats)), but its count is not
+//! acted on: an instance is untrusted, and one that reported another party's garbage could
+//! get any instance it receives from killed again and again, which rule 3 forbids (a forged
+//! word costs only the forger's own instances). What such a flood costs the receiving
+//! instance is bounded instead: every receive call looks at a bounded number of
+//! descriptors and yields, and the queues are taken round-robin, so the flooder's queue gets
+//! no more than its turn.
+//!
+//! **How many.** A party is killed once the faults of its current instance reach
+//! [`limit`]: at least [`MIN_LIMIT`], and more than every queue into the agent's parties can
+//! hold. After a kill the dead instance's queues may still hold garbage (up to their
+//! capacity) that the agent's parties drain, nearly always before the restart (the backoff
+//! is 100 ms at least, the drain takes microseconds); the count starts over when the new
+//! instance is spawned, and even garbage drained after that cannot reach the limit alone, so
+//! a successor is never killed for its predecessor. A flood reaches the limit within
+//! milliseconds; a party that sends an odd invalid descriptor by mistake is never killed
+//! for it. Until the kill lands its descriptors are still taken one by one at bounded cost
+//! ([`RECV_BUDGET`](zerohop_transport::RECV_BUDGET) per receive call), then its queue
+//! stays empty: nobody writes it until the instance is restarted.
+//!
+//! The decision is [`condemned`], a pure function of the counts and the agent's own records
+//! (process groups it started); the task [`enforce`] wakes only when a count reaches the
+//! limit (no timer: an idle chain costs nothing) and runs on the agent's supervision
+//! runtime, never in a receive path.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::sync::watch;
+use zerohop_transport::{Blame, Fault, PartyId};
+
+use crate::supervise::Shared;
+
+/// The fewest faults a party's instance is killed for.
+pub const MIN_LIMIT: u64 = 1024;
+
+/// Faults an instance is killed for: [`MIN_LIMIT`] or more than the queues into the agent's
+/// `receivers` parties (of `queue_capacity` descriptors each) hold together, whichever is
+/// more.
+pub fn limit(queue_capacity: u32, receivers: usize) -> u64 {
+    let queued = u64::from(queue_capacity).saturating_mul(receivers.max(1) as u64);
+    MIN_LIMIT.max(queued.saturating_add(1))
+}
+
+/// Faults per party, as the agent's own endpoints report them (a [`Blame`] sink).
+pub(crate) struct Offences {
+    /// Per party: its current instance's faults, by [`Fault::index`].
+    counts: Vec<[AtomicU64; 3]>,
+    /// Per party: all its current instance's faults together.
+    totals: Vec<AtomicU64>,
+    limit: u64,
+    /// Told each time a total reaches a multiple of `limit`.
+    reached: tokio::sync::Notify,
+}
+
+impl Offences {
+    /// For `parties` parties, killing at `limit` faults.
+    pub fn new(parties: usize, limit: u64) -> Self {
+        Self {
+            counts: (0..parties).map(|_| Default::default()).collect(),
+            totals: (0..parties).map(|_| AtomicU64::new(0)).collect(),
+            limit: limit.max(1),
+            reached: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The current instance of `party` sent this many invalid descriptors.
+    pub fn total(&self, party: PartyId) -> u64 {
+        self.totals
+            .get(usize::from(party))
+            .map_or(0, |t| t.load(Ordering::Relaxed))
+    }
+
+    /// By fault, for the log line.
+    fn by_fault(&self, party: PartyId) -> [u64; 3] {
+        self.counts.get(usize::from(party)).map_or([0; 3], |c| {
+            std::array::from_fn(|i| c[i].load(Ordering::Relaxed))
+        })
+    }
+
+    /// A new instance of `party` starts with a clean slate.
+    pub fn forgive(&self, party: PartyId) {
+        if let (Some(c), Some(t)) = (
+            self.counts.get(usize::from(party)),
+            self.totals.get(usize::from(party)),
+        ) {
+            c.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+            t.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Blame for Offences {
+    fn blame(&self, sender: PartyId, fault: Fault) {
+        let (Some(c), Some(t)) = (
+            self.counts.get(usize::from(sender)),
+            self.totals.get(usize::from(sender)),
+        ) else {
+            return;
+        };
+        // Statistics and a trigger, nothing ordered after them: Relaxed.
+        c[fault.index()].fetch_add(1, Ordering::Relaxed);
+        let now = t.fetch_add(1, Ordering::Relaxed) + 1;
+        // Once per `limit` faults, not once per fault: a flood costs one wake-up per limit.
+        if now.is_multiple_of(self.limit) {
+            self.reached.notify_one();
+        }
+    }
+}
+
+/// One party as the decision sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub party: PartyId,
+    /// Faults of its current instance.
+    pub faults: u64,
+    /// Process group of its instance (the agent's own record), 0 when it has none.
+    pub pgid: u32,
+    /// The process group the agent last killed for this party's faults, if any.
+    pub killed: Option<u32>,
+    /// The party runs inside the agent (a gateway thread or a relay): never killed.
+    pub in_agent: bool,
+}
+
+/// The decision: the parties whose current instance is to be killed for sending invalid
+/// descriptors. An instance is killed once, when its faults reach `limit`; a party with no
+/// process, one the agent plays itself, and an instance already killed are left alone.
+pub(crate) fn condemned(seen: &[Seen], limit: u64) -> Vec<PartyId> {
+    seen.iter()
+        .filter(|s| !s.in_agent && s.pgid != 0 && s.faults >= limit && s.killed != Some(s.pgid))
+        .map(|s| s.party)
+        .collect()
+}
+
+/// Runs until `stop` turns true: each time a party's count reaches the limit, kills the
+/// instances [`condemned`] names.
+pub(crate) async fn enforce(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let offences = shared.offences.clone();
+    let mut killed: HashMap<PartyId, u32> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = offences.reached.notified() => {}
+            r = stop.changed() => if r.is_err() || *stop.borrow() { return },
+        }
+        let gateways = usize::from(shared.gateways.plan().gateways());
+        let seen: Vec<Seen> = shared
+            .parties
+            .iter()
+            .enumerate()
+            .map(|(p, control)| {
+                let party = p as PartyId;
+                let pgid = control.pgid();
+                Seen {
+                    party,
+                    faults: offences.total(party),
+                    pgid,
+                    killed: killed.get(&party).copied(),
+                    // A relay has no process group of its own (pgid 0): it is the agent.
+                    in_agent: p < gateways,
+                }
+            })
+            .collect();
+        for party in condemned(&seen, offences.limit) {
+            let pgid = seen[usize::from(party)].pgid;
+            kill(&shared, party, pgid, offences.limit);
+            killed.insert(party, pgid);
+        }
+    }
+}
+
+/// Kills the instance `pgid` of `party` with its process group; its supervisor then
+/// reclaims its slots, answers its requests and restarts it, as after a crash.
+fn kill(shared: &Shared, party: PartyId, pgid: u32, limit: u64) {
+    let Some(control) = shared.parties.get(usize::from(party)) else {
+        return;
+    };
+    let plan = shared.gateways.plan();
+    let function = plan
+        .party_function
+        .get(usize::from(party))
+        .map_or("unknown", |&f| plan.function_name(f))
+        .to_owned();
+    let offences = &shared.offences;
+    let total = offences.total(party);
+    let by_fault = offences.by_fault(party);
+    let detail = Fault::ALL
+        .iter()
+        .zip(by_fault)
+        .filter(|(_, n)| *n > 0)
+        .map(|(f, n)| format!("{}: {n}", f.describe()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    tracing::warn!(
+        chain = %plan.chain,
+        function = %function,
+        instance = party,
+        pid = pgid,
+        "chain '{}': function '{function}' instance {party} (pid {pgid}) is hostile: it sent \
+         {total} invalid descriptors ({detail}), at least {limit} being the bound; killing it \
+         and its process group",
+        plan.chain,
+    );
+    *control.hung.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+        "sent {total} invalid descriptors ({detail}) and was killed as hostile"
+    ));
+    let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(party: PartyId, faults: u64, pgid: u32) -> Seen {
+        Seen {
+            party,
+            faults,
+            pgid,
+            killed: None,
+            in_agent: false,
+        }
+    }
+
+    #[test]
+    fn the_limit_exceeds_what_the_queues_into_the_agent_hold() {
+        assert_eq!(limit(1024, 1), 1025);
+        assert_eq!(limit(1024, 4), 4097);
+        assert_eq!(limit(64, 2), MIN_LIMIT);
+        assert_eq!(limit(1024, 0), 1025, "at least one receiver");
+        assert_eq!(limit(u32::MAX, usize::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn an_instance_is_killed_once_when_its_faults_reach_the_limit() {
+        let cases: [(&str, Seen, bool); 7] = [
+            ("below the limit", seen(3, 99, 700), false),
+            ("at the limit", seen(3, 100, 700), true),
+            ("past the limit", seen(3, 5_000_000, 700), true),
+            ("no process", seen(3, 500, 0), false),
+            (
+                "already killed",
+                Seen {
+                    killed: Some(700),
+                    ..seen(3, 500, 700)
+                },
+                false,
+            ),
+            (
+                "a new instance after a kill, hostile too",
+                Seen {
+                    killed: Some(700),
+                    ..seen(3, 100, 701)
+                },
+                true,
+            ),
+            (
+                "a gateway thread or relay (the agent itself)",
+                Seen {
+                    in_agent: true,
+                    ..seen(0, 500, 1)
+                },
+                false,
+            ),
+        ];
+        for (what, s, kill) in cases {
+            let got = condemned(&[s], 100);
+            assert_eq!(got, if kill { vec![3] } else { vec![] }, "{what}");
+        }
+    }
+
+    #[test]
+    fn only_the_offender_is_condemned() {
+        let got = condemned(&[seen(2, 0, 600), seen(3, 100, 700), seen(4, 99, 800)], 100);
+        assert_eq!(got, [3]);
+    }
+
+    #[test]
+    fn counts_start_over_for_a_new_instance_and_wake_once_per_limit() {
+        let o = Offences::new(4, 3);
+        for _ in 0..2 {
+            o.blame(2, Fault::OutOfRange);
+        }
+        o.blame(2, Fault::WrongFunction);
+        o.blame(9, Fault::TooLong); // no such party: ignored
+        assert_eq!(o.total(2), 3);
+        assert_eq!(o.by_fault(2), [1, 2, 0]);
+        assert_eq!(o.total(9), 0);
+        // The third fault woke the enforcer (a permit is kept for the next wait).
+        let woke = futures_now(o.reached.notified());
+        assert!(woke, "woken at the limit");
+        o.forgive(2);
+        assert_eq!((o.total(2), o.by_fault(2)), (0, [0; 3]));
+    }
+
+    /// Whether `f` is ready at once.
+    fn futures_now(f: impl std::future::Future<Output = ()>) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_millis(50), f)
+                .await
+                .is_ok()
+        })
+    }
+}
