@@ -22,6 +22,33 @@
 //! While requests are in flight the scaler looks every [`TICK`]; a gateway that sends to a
 //! function with no ready instance wakes it at once. Idle, it has no timer but the next
 //! `cooldown` or `zero_after` deadline, so an idle chain costs no CPU.
+//!
+//! **What a forger can make it do** (issue 30, finding 12; design rule 3: a forged word
+//! costs at most the forger's own instances). Everything it reads is a word some party can
+//! write, so each is bounded by something the agent knows itself:
+//!
+//! - *Busy handlers* come from each instance's progress records ([`zerohop_pool::Progress`]),
+//!   which only that instance and the agent map: an instance can lie only about itself, and
+//!   never about more than its handler threads. (The `busy` counter in the pool's party
+//!   table is not read: every party of the domain can write every party's record there.)
+//! - *Queue depth* is a sender's tail against the receiver's head, and a sender can move its
+//!   tail (ring) or fill its socket at will, up to a queue's capacity per receiver: with
+//!   garbage, or with replays of stale descriptors that no receiver can prove to be its
+//!   fault. Whether a sender "really" has that much in flight cannot be checked exactly (a
+//!   handler may issue any number of calls at once), but every valid descriptor belongs to
+//!   a request in flight, which the gateway counts itself. So a function's queues count for
+//!   no more than the chain's requests in flight ([`credit`]; at least one, so that what a
+//!   request that timed out left queued is still drained). A forger can then make another
+//!   function scale for at most as many requests as are really in flight, never to its
+//!   `max` on its own, and it cannot make it activate more stranded parties than that. The
+//!   garbage itself is dropped at bounded cost when consumed; sent to the gateway, it gets
+//!   its sender killed ([`crate::offence`]). The rest of the check is `max`.
+//! - *Wake-ups*: a sender bumps its pool's wake word when it sent to a party with no ready
+//!   instance; a function can bump it in a loop. The waker threads pass at most one wake-up
+//!   per [`TICK`] on, and a wake-up from them makes the scaler look no sooner than a
+//!   [`TICK`] after its last look ([`look_at`]): however fast the word moves, the scaler
+//!   looks at most once per tick. The gateway's own wake-ups (the agent's, one per request
+//!   sent to a function with no ready instance) are not delayed.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -78,19 +105,72 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         } else {
             deadline.map(|d| d.saturating_duration_since(now).max(TICK))
         };
-        tokio::select! {
+        let why = tokio::select! {
             _ = async {
                 match wait {
                     Some(w) => tokio::time::sleep(w).await,
                     None => std::future::pending().await,
                 }
-            } => {}
-            _ = shared.gateways.busy(), if !busy => {}
-            _ = shared.gateways.wants_instance() => {}
-            _ = shared.rescale.notified() => {}
-            r = stop.changed() => if r.is_err() || *stop.borrow() { return },
+            } => Wake::Timer,
+            _ = shared.gateways.busy(), if !busy => Wake::Gateway,
+            _ = shared.gateways.wants_instance() => Wake::Gateway,
+            _ = shared.rescale.notified() => Wake::Instance,
+            r = stop.changed() => if r.is_err() || *stop.borrow() { return } else { Wake::Timer },
+        };
+        let at = look_at(Some(now), Instant::now(), why);
+        let pause = at.saturating_duration_since(Instant::now());
+        if !pause.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                r = stop.changed() => if r.is_err() || *stop.borrow() { return },
+            }
         }
     }
+}
+
+/// What woke the scaler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wake {
+    /// Its own timer (a tick while busy, a cooldown or `zero_after` deadline).
+    Timer,
+    /// The gateway (the agent's own): a request entered an idle chain, or went to a function
+    /// with no ready instance.
+    Gateway,
+    /// A waker thread (a pool's wake word, which any party of the domain can bump) or
+    /// `zerohop scale`.
+    Instance,
+}
+
+/// The decision: when to look after a wake-up for `why` at `now`, the last look having been
+/// at `last`. A wake-up any instance can cause comes no sooner than a [`TICK`] after the
+/// last look, so a wake word bumped in a loop costs at most one look per tick; the others
+/// are looked at at once.
+fn look_at(last: Option<Instant>, now: Instant, why: Wake) -> Instant {
+    match (why, last) {
+        (Wake::Instance, Some(last)) => now.max(last + TICK),
+        _ => now,
+    }
+}
+
+/// The decision: how much of each party's queue the scaler believes, given `queued` (per
+/// party of one function: whether it serves, and the descriptors queued for it) and the
+/// chain's requests in flight. Together the credit is at most `max(inflight, 1)`: every
+/// valid descriptor belongs to a request in flight, and a forged depth must not count for
+/// more. Parties that do not serve are credited first (in party order), so what a request
+/// left queued for a party with no instance still gets it activated however the serving
+/// parties' queues are inflated.
+fn credit(queued: &[(bool, usize)], inflight: usize) -> Vec<usize> {
+    let mut left = inflight.max(1);
+    let mut out = vec![0; queued.len()];
+    for serving in [false, true] {
+        for (i, &(s, q)) in queued.iter().enumerate() {
+            if s == serving {
+                out[i] = q.min(left);
+                left -= out[i];
+            }
+        }
+    }
+    out
 }
 
 /// One look at every function; returns when the scaler must look again even if nothing
@@ -104,6 +184,7 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
         .clone();
     let mut next: Option<Instant> = None;
     let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+    let inflight = shared.gateways.inflight();
     for (f, (b, mem)) in bounds.iter().zip(memory.iter_mut()).enumerate() {
         if shared.rolling[f].load(Ordering::Relaxed) {
             // A live update swaps its instances one for one; the scaler waits for it.
@@ -111,6 +192,10 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
             continue;
         }
         let parties = plan.parties_of(f as u8);
+        let threads = plan
+            .functions
+            .get(f)
+            .map_or(1, zerohop_transport::FunctionPlan::handler_threads);
         let mut seen = Vec::with_capacity(parties.len());
         let mut demand = 0usize;
         for p in parties {
@@ -119,21 +204,30 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
             };
             let want = c.wanted();
             let state = shared.state(p);
-            let queued = shared.transport.queued(p);
             let serving =
                 c.pgid() != 0 && matches!(state, PartyState::Ready | PartyState::Draining);
             if serving {
-                // Input from shared memory: a lying instance can only inflate its own
-                // function's count, never beyond `max`.
-                demand += shared.records(p).next().map_or(0, |r| r.busy() as usize);
+                // What the instance says about itself alone (see the module docs).
+                demand += busy_threads(shared, p, threads);
             }
-            demand += queued;
             seen.push(Seen {
                 party: p,
                 want,
                 state,
-                queued,
+                queued: shared.transport.queued(p),
             });
+        }
+        // Queue depth is anybody's word: believed up to the requests in flight.
+        let believed = credit(
+            &seen
+                .iter()
+                .map(|s| (s.want == Want::Run, s.queued))
+                .collect::<Vec<_>>(),
+            inflight,
+        );
+        for (s, q) in seen.iter_mut().zip(believed) {
+            s.queued = q;
+            demand += q;
         }
         if demand > 0 {
             mem.last_demand = Some(now);
@@ -242,6 +336,25 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
     next
 }
 
+/// Handler threads of `party`'s instance in a request now, by its progress records (which
+/// only it and the agent map); for a party without them (a relay, played by the agent), the
+/// pool's counter, at most `threads`.
+fn busy_threads(shared: &Shared, party: PartyId, threads: usize) -> usize {
+    let progress = shared
+        .parties
+        .get(party as usize)
+        .and_then(|c| c.progress.lock().unwrap_or_else(|p| p.into_inner()).clone());
+    match progress {
+        Some((_, records)) => (0..records.threads())
+            .filter(|&t| records.seq(t) % 2 == 1)
+            .count(),
+        None => shared
+            .records(party)
+            .next()
+            .map_or(0, |r| (r.busy() as usize).min(threads)),
+    }
+}
+
 /// Which parties to activate first: those with something stranded in their queue, then
 /// parked ones (attached, then still starting to park), then those without a process,
 /// lowest first. Parties already serving are not listed.
@@ -309,6 +422,9 @@ impl Wakers {
                             if now != seen {
                                 seen = now;
                                 shared.rescale.notify_one();
+                                // Any party can bump the word in a loop: what moves it
+                                // during the next tick is one more wake-up, not thousands.
+                                std::thread::sleep(TICK);
                             }
                         }
                     })?,
@@ -348,5 +464,96 @@ impl Drop for Wakers {
         if !self.threads.is_empty() {
             self.signal();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs wake-ups of kind `why` every `every` for `span`, the scaler looking as
+    /// [`look_at`] says (a wake-up that comes while it waits to look is absorbed, as the
+    /// `Notify` keeps one permit); returns how many looks.
+    fn looks(why: Wake, every: Duration, span: Duration) -> u32 {
+        let t0 = Instant::now();
+        let (mut t, mut last, mut n) = (t0, None, 0);
+        while t < t0 + span {
+            let at = look_at(last, t, why);
+            last = Some(at);
+            n += 1;
+            t = at + every;
+        }
+        n
+    }
+
+    #[test]
+    fn a_wake_word_bumped_in_a_loop_costs_one_look_per_tick() {
+        let span = Duration::from_millis(100);
+        // A bump every microsecond: 100,000 wake-ups, 10 ticks.
+        let n = looks(Wake::Instance, Duration::from_micros(1), span);
+        assert!(n <= 11, "{n} looks in {span:?}");
+        // Rare wake-ups are looked at at once.
+        let t = Instant::now();
+        assert_eq!(look_at(None, t, Wake::Instance), t);
+        assert_eq!(look_at(Some(t - TICK), t, Wake::Instance), t);
+        assert_eq!(look_at(Some(t - TICK / 2), t, Wake::Instance), t + TICK / 2);
+    }
+
+    #[test]
+    fn the_gateways_and_the_timers_wake_ups_are_not_delayed() {
+        let t = Instant::now();
+        for why in [Wake::Gateway, Wake::Timer] {
+            assert_eq!(look_at(Some(t), t, why), t, "{why:?}");
+        }
+    }
+
+    #[test]
+    fn forged_queue_depth_counts_for_no_more_than_the_requests_in_flight() {
+        // (party serves?, descriptors queued) per party of one function, requests in
+        // flight, what the scaler believes.
+        type Case<'a> = (&'a str, &'a [(bool, usize)], usize, &'a [usize]);
+        let cases: [Case<'_>; 7] = [
+            ("honest", &[(true, 3), (true, 2)], 10, &[3, 2]),
+            (
+                "every queue at its capacity, two requests in flight",
+                &[(true, 1024), (true, 1024), (false, 1024), (false, 1024)],
+                2,
+                &[0, 0, 2, 0],
+            ),
+            (
+                "nothing in flight: one descriptor's worth, to drain what a timed-out \
+                 request left",
+                &[(false, 1024), (false, 1024)],
+                0,
+                &[1, 0],
+            ),
+            (
+                "a stranded party is credited before inflated serving ones",
+                &[(true, 1024), (false, 1)],
+                1,
+                &[0, 1],
+            ),
+            ("empty", &[(true, 0), (false, 0)], 5, &[0, 0]),
+            ("no parties", &[], 5, &[]),
+            (
+                "the rest of the credit goes to the serving parties",
+                &[(true, 4), (false, 1), (true, 4)],
+                6,
+                &[4, 1, 1],
+            ),
+        ];
+        for (what, queued, inflight, want) in cases {
+            assert_eq!(credit(queued, inflight), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn forged_depth_cannot_scale_a_function_past_the_requests_in_flight() {
+        // A function with target 1 and 8 parties, every queue forged full, 3 requests in
+        // flight: it wants 3 instances, not 8.
+        let queued = [(false, 1024); 8];
+        let believed: usize = credit(&queued, 3).iter().sum();
+        let target = 1;
+        assert_eq!(believed.div_ceil(target), 3);
     }
 }
