@@ -53,7 +53,33 @@ pub fn default_dir(chain: &str, root: bool, xdg: Option<&Path>, home: Option<&Pa
 #[derive(Debug)]
 pub struct DataDir {
     path: PathBuf,
+    /// As root: the folder belongs to the chain's uid while the chain runs, and to root
+    /// once it has stopped (so the next chain given that uid cannot enter it).
+    owned: bool,
     _lock: Flock<File>,
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        if self.owned {
+            if let Err(e) = give_to_root(&self.path) {
+                tracing::warn!(
+                    "data folder {}: giving it back to root: {e}; the chain's uid can still \
+                     enter it until the chain starts again",
+                    self.path.display()
+                );
+            }
+        }
+    }
+}
+
+/// Gives folder `dir` itself (not what it holds) to root, mode 0700, without following a
+/// symbolic link.
+pub(crate) fn give_to_root(dir: &Path) -> std::io::Result<()> {
+    let d = open_dir_nofollow(None, dir)?;
+    nix::unistd::fchown(d.as_fd(), Some(Uid::from_raw(0)), Some(Gid::from_raw(0)))?;
+    nix::sys::stat::fchmod(d.as_fd(), Mode::from_bits_truncate(0o700))?;
+    Ok(())
 }
 
 impl DataDir {
@@ -152,7 +178,11 @@ impl DataDir {
         }
         nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(0o700))
             .map_err(|e| format!("data folder {}: chmod 0700: {e}", path.display()))?;
-        Ok(DataDir { path, _lock: lock })
+        Ok(DataDir {
+            path,
+            owned: owner.is_some(),
+            _lock: lock,
+        })
     }
 }
 

@@ -106,7 +106,11 @@ pub(crate) enum Identity {
     Uid {
         uid: u32,
         gid: u32,
-        _lock: Flock<File>,
+        /// Holds the data folder of the chain running under the uid (one path, or
+        /// nothing), so that the next holder can give it to root if this one could not.
+        lock: Flock<File>,
+        /// What the last holder's lock file named.
+        last_data: Option<PathBuf>,
     },
     /// Not root: a user namespace per instance; the maps written into it.
     UserNs { uid_map: Vec<u8>, gid_map: Vec<u8> },
@@ -119,6 +123,20 @@ impl Identity {
             Identity::Uid { uid, .. } => *uid,
             Identity::UserNs { .. } => nix::unistd::geteuid().as_raw(),
         }
+    }
+}
+
+impl Identity {
+    /// Names `data` (the chain's data folder, or none) in the uid's lock file.
+    pub fn record_data(&self, data: Option<&Path>) -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::FileExt;
+        let Identity::Uid { lock, .. } = self else {
+            return Ok(());
+        };
+        let bytes = data.map_or(&[][..], |d| d.as_os_str().as_bytes());
+        lock.set_len(0)?;
+        lock.write_all_at(bytes, 0)
     }
 }
 
@@ -178,12 +196,20 @@ pub(crate) fn lock_uid(range: UidRange, dir: &Path) -> Result<Identity, Identity
                 source,
             })?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => {
+            Ok(mut lock) => {
+                let mut last = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut *lock, &mut last);
+                let last_data = std::str::from_utf8(&last)
+                    .ok()
+                    .map(str::trim)
+                    .filter(|p| p.starts_with('/'))
+                    .map(PathBuf::from);
                 return Ok(Identity::Uid {
                     uid,
                     gid: uid,
-                    _lock: lock,
-                })
+                    lock,
+                    last_data,
+                });
             }
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => continue,
             Err((_, e)) => {

@@ -2,15 +2,19 @@
 //! instance (the function itself is never trusted to do any of it).
 //!
 //! Per chain (`Domain`): an identity (`identity`: a uid of its own when the agent is
-//! root, a user namespace otherwise), a cgroup folder where the host allows one
+//! root, a user namespace otherwise; as root, what the uid's last holder left in the host's
+//! scratch folders and SysV IPC is removed first, `leftovers`), a cgroup folder where the host allows one
 //! (`cgroup`), and a `reaper` that kills every instance's process group if the agent
 //! dies, and a `spawner` that starts every instance as a child of the agent (forked before
 //! the chain's shared memory exists, so starting an instance costs the same with a thousand
 //! of them). Per function (`Program`): the program opened once by the agent (so the chain's
 //! uid need not reach the folder it lives in) and its seccomp filter compiled once
 //! (`seccomp`). Per instance, in the child between `fork` and `execve` (`sys`): join
-//! its cgroup, drop to the chain's ids (no supplementary groups), arm the parent-death
-//! signal and check the agent is still there, `no_new_privs`, not dumpable, every
+//! its cgroup, an IPC namespace of its own, drop to the chain's ids (no supplementary
+//! groups), arm the parent-death signal and check the agent is still there,
+//! `no_new_privs`, not dumpable, a Landlock domain of its own where the kernel has scopes
+//! (Linux 6.12: signals and abstract sockets reach only the instance and what it forks,
+//! although every instance of the chain shares the uid), every
 //! descriptor but 0-2 and the hand-over set close-on-exec, and the seccomp filter last. The
 //! environment is rebuilt from an allow-list (`environment`), and the instance leads a
 //! session and process group of its own, with no controlling terminal. Its standard input is `/dev/null`; its standard output and
@@ -19,6 +23,7 @@
 pub(crate) mod cgroup;
 pub mod data;
 pub(crate) mod identity;
+mod leftovers;
 pub(crate) mod limits;
 pub(crate) mod reaper;
 pub mod seccomp;
@@ -80,6 +85,28 @@ pub(crate) struct Domain {
     reaper: Reaper,
     spawner: Spawner,
     agent_pid: i32,
+    /// Whether each instance is alone with its signals (and what the log says about it).
+    scope: String,
+}
+
+/// How [`describe`](Domain::describe) starts when instances are scoped.
+const SCOPED: &str = "signals and abstract sockets scoped to each instance";
+
+/// What the log says about signal scoping, given the kernel's Landlock ABI (or why there
+/// is none). Without scopes the chain's instances, which share a uid, can signal each other.
+fn signal_scope(abi: Result<i64, nix::errno::Errno>) -> String {
+    let unscoped = "instances are not scoped: a function can signal every instance of its chain";
+    match abi {
+        Ok(abi) if abi >= sys::LANDLOCK_SCOPE_ABI => format!("{SCOPED} (Landlock ABI {abi})"),
+        Ok(abi) => format!(
+            "{unscoped} (Landlock ABI {abi}; scopes need ABI {}, Linux 6.12)",
+            sys::LANDLOCK_SCOPE_ABI
+        ),
+        Err(nix::errno::Errno::EOPNOTSUPP) => format!(
+            "{unscoped} (Landlock is off: add `landlock` to the kernel's `lsm=` boot parameter)"
+        ),
+        Err(e) => format!("{unscoped} (no Landlock: {e}; it needs Linux 6.12)"),
+    }
 }
 
 impl Domain {
@@ -95,6 +122,7 @@ impl Domain {
         kept: Option<KeptData>,
     ) -> Result<Domain, String> {
         let kept = kept.filter(|k| Some(k.dir.path()) == data);
+        let fresh = kept.is_none();
         let identity = match &kept {
             Some(k) => k.identity.clone(),
             None => Arc::new(identity::acquire(uids).map_err(|e| e.to_string())?),
@@ -121,6 +149,21 @@ impl Domain {
             }
             (None, None) => None,
         };
+        if let (true, Identity::Uid { uid, last_data, .. }) = (fresh, &*identity) {
+            let places: Vec<&Path> = leftovers::PLACES.iter().map(Path::new).collect();
+            let mine = data.as_deref().map(data::DataDir::path);
+            let swept = leftovers::sweep(*uid, &places, mine, last_data.as_deref());
+            if let Some(line) = swept.describe(*uid) {
+                tracing::warn!(chain = name, "{line}");
+            }
+            if let Err(e) = identity.record_data(mine) {
+                tracing::warn!(
+                    chain = name,
+                    "cannot name the data folder in the lock of uid {uid}: {e}; if this agent \
+                     is killed, the next chain given the uid may enter the folder"
+                );
+            }
+        }
         if let Identity::UserNs { .. } = *identity {
             // The instances keep the agent's uid outside their namespace: while the agent is
             // dumpable, any of them could open /proc/<agent>/mem and write into the agent
@@ -142,6 +185,10 @@ impl Domain {
         .map_err(|e| format!("cannot start the reaper process: {e}"))?;
         let spawner =
             Spawner::start().map_err(|e| format!("cannot start the spawner process: {e}"))?;
+        let scope = signal_scope(sys::landlock_abi());
+        if !scope.starts_with(SCOPED) {
+            tracing::warn!(chain = name, "{scope}");
+        }
         Ok(Domain {
             identity,
             data,
@@ -150,6 +197,7 @@ impl Domain {
             reaper,
             spawner,
             agent_pid: std::process::id() as i32,
+            scope,
         })
     }
 
@@ -181,7 +229,10 @@ impl Domain {
             Some(c) => c.describe(),
             None => "no cgroup (process groups only)".into(),
         };
-        format!("instances run as {who}; {cg}")
+        format!(
+            "instances run as {who}, an IPC namespace each; {}; {cg}",
+            self.scope
+        )
     }
 
     /// The cgroups of one instance, with `limits` written in them. Without limits a cgroup
@@ -431,6 +482,21 @@ pub(crate) fn explain(e: std::io::Error) -> std::io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signal_scoping_is_reported_for_every_kernel() {
+        assert!(signal_scope(Ok(7)).starts_with(SCOPED));
+        assert!(signal_scope(Ok(6)).contains("ABI 6"));
+        for (abi, why) in [
+            (Ok(5), "ABI 5"),
+            (Err(nix::errno::Errno::EOPNOTSUPP), "lsm="),
+            (Err(nix::errno::Errno::ENOSYS), "Linux 6.12"),
+        ] {
+            let s = signal_scope(abi);
+            assert!(!s.starts_with(SCOPED) && s.contains("not scoped"), "{s}");
+            assert!(s.contains(why), "{s}");
+        }
+    }
 
     #[test]
     fn environment_is_the_allow_list_plus_spec_and_handover() {

@@ -230,6 +230,9 @@ fn spawner_main(sock: OwnedFd) -> ! {
         nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),
     );
+    // One ruleset for every instance (each that enforces it gets a domain of its own);
+    // none on a kernel without Landlock scopes, as the agent says in its log.
+    let scope = sys::scope_ruleset().ok();
     let mut buf = vec![0u8; BYTES_PER_MESSAGE + 1];
     loop {
         let (payload, fds) = match recv_request(sock.as_raw_fd(), &mut buf) {
@@ -240,7 +243,9 @@ fn spawner_main(sock: OwnedFd) -> ! {
             .get(..4)
             .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
         let answer = match (decode(payload.get(4..).unwrap_or(&[]), fds), &devnull) {
-            (Some(launch), Ok(null)) => sys::launch(&launch, null.as_fd()),
+            (Some(launch), Ok(null)) => {
+                sys::launch(&launch, null.as_fd(), scope.as_ref().map(AsFd::as_fd))
+            }
             (None, _) => Err((0, libc::EINVAL)),
             (_, Err(e)) => Err((0, *e as i32)),
         };

@@ -60,6 +60,8 @@ pub(crate) enum Step {
     Dumpable,
     CloseRange,
     Seccomp,
+    IpcNamespace,
+    Landlock,
 }
 
 /// Most cgroups an instance joins: one per hierarchy (the v1 `cpu`, `cpuacct`, `memory`,
@@ -69,7 +71,7 @@ pub(crate) const MAX_CGROUPS: usize = 8;
 /// Multiplier of [`Step`] in an encoded errno.
 pub(crate) const STEP: i32 = 100_000;
 
-const STEPS: [(Step, &str); 14] = [
+const STEPS: [(Step, &str); 16] = [
     (Step::CgroupJoin, "joining the instance's cgroups"),
     (Step::Setgroups, "dropping supplementary groups"),
     (Step::Setresgid, "setresgid to the chain's gid"),
@@ -84,6 +86,11 @@ const STEPS: [(Step, &str); 14] = [
     (Step::Dumpable, "prctl(PR_SET_DUMPABLE)"),
     (Step::CloseRange, "close_range(CLOSE_RANGE_CLOEXEC)"),
     (Step::Seccomp, "installing the seccomp filter"),
+    (Step::IpcNamespace, "unshare(CLONE_NEWIPC)"),
+    (
+        Step::Landlock,
+        "landlock_restrict_self (scoping signals to the instance)",
+    ),
 ];
 
 /// Splits an encoded spawn errno into the failed step and the OS error.
@@ -116,7 +123,7 @@ fn write_file(path: &CStr, data: &[u8], step: Step) -> std::io::Result<()> {
 /// Runs in the child after `fork`, after the hand-over descriptors are in place, as the
 /// last thing before `execve`. Async-signal-safe: system calls on data the parent prepared,
 /// no allocation, no locks.
-fn in_child(plan: &ChildPlan) -> std::io::Result<()> {
+fn in_child(plan: &ChildPlan, scope: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
     // Every group before anything else: limits hold from here on, and what the child does
     // next (and its program, and everything that forks) is accounted to them.
     for &fd in &plan.cgroup_procs {
@@ -130,12 +137,21 @@ fn in_child(plan: &ChildPlan) -> std::io::Result<()> {
             nix::unistd::setgroups(&[]).map_err(|e| fail(Step::Setgroups, e))?;
             let (g, rg) = (Gid::from_raw(*gid), Gid::from_raw(*real_gid));
             nix::unistd::setresgid(rg, g, g).map_err(|e| fail(Step::Setresgid, e))?;
+            // SysV shared memory, semaphores and message queues, and POSIX message
+            // queues, of this instance alone (while it still has CAP_SYS_ADMIN): nothing
+            // it makes there outlives it or reaches the next chain given this uid.
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
+                .map_err(|e| fail(Step::IpcNamespace, e))?;
             let u = Uid::from_raw(*uid);
             nix::unistd::setresuid(u, u, u).map_err(|e| fail(Step::Setresuid, e))?;
         }
         ChildIds::UserNs { uid_map, gid_map } => {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
-                .map_err(|e| fail(Step::Unshare, e))?;
+            // The IPC namespace belongs to the new user namespace (which grants the right
+            // to make it), as above.
+            nix::sched::unshare(
+                nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWIPC,
+            )
+            .map_err(|e| fail(Step::Unshare, e))?;
             // The agent is not dumpable in this mode, and neither is its fork: /proc/self
             // then belongs to root and the maps cannot be written. Dumpable only for the
             // three writes (the one moment another process of the agent's uid could open
@@ -155,6 +171,23 @@ fn in_child(plan: &ChildPlan) -> std::io::Result<()> {
     }
     nix::sys::prctl::set_no_new_privs().map_err(|e| fail(Step::NoNewPrivs, e))?;
     nix::sys::prctl::set_dumpable(false).map_err(|e| fail(Step::Dumpable, e))?;
+    if let Some(ruleset) = scope {
+        // A Landlock domain of its own (no_new_privs is set, as the kernel requires): from
+        // here on this process and what it forks can signal, and connect to abstract
+        // sockets of, only themselves; every other instance of the chain (and the agent)
+        // is out of reach although it runs under the same uid.
+        // SAFETY: a plain system call on a descriptor the spawner owns; no memory passed.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                ruleset.as_raw_fd(),
+                0 as libc::c_uint,
+            )
+        };
+        if rc != 0 {
+            return Err(fail(Step::Landlock, Errno::last()));
+        }
+    }
     cloexec_from(plan.first_private_fd)?;
     // Best effort (a host may refuse it; the instance then runs as SCHED_OTHER).
     let _ = sched_batch();
@@ -178,6 +211,92 @@ pub(crate) fn sched_batch() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Landlock's `LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET` and `LANDLOCK_SCOPE_SIGNAL` (ABI 6,
+/// Linux 6.12).
+const LANDLOCK_SCOPES: u64 = 1 | 2;
+/// The first Landlock ABI with scopes.
+pub(crate) const LANDLOCK_SCOPE_ABI: i64 = 6;
+
+/// `struct landlock_ruleset_attr` (ABI 6): no access rights handled, only scopes.
+#[repr(C)]
+struct LandlockRulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// The kernel's Landlock ABI version, or why there is none (`ENOSYS`: not built in;
+/// `EOPNOTSUPP`: not enabled at boot).
+pub(crate) fn landlock_abi() -> Result<i64, Errno> {
+    // SAFETY: the version query passes no memory (NULL, size 0, LANDLOCK_CREATE_RULESET_VERSION).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<LandlockRulesetAttr>(),
+            0usize,
+            1 as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// A Landlock ruleset that handles no access right and scopes signals and abstract Unix
+/// sockets: each process that enforces it gets a domain of its own (one per call, so two
+/// instances enforcing the same ruleset are in sibling domains and cannot reach each other).
+/// Close-on-exec, as the kernel makes every ruleset descriptor.
+pub(crate) fn scope_ruleset() -> Result<OwnedFd, Errno> {
+    let attr = LandlockRulesetAttr {
+        handled_access_fs: 0,
+        handled_access_net: 0,
+        scoped: LANDLOCK_SCOPES,
+    };
+    // SAFETY: `attr` is a live, initialised struct of the size passed; the kernel reads it
+    // once.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const LandlockRulesetAttr,
+            std::mem::size_of::<LandlockRulesetAttr>(),
+            0 as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
+}
+
+/// A kind of SysV IPC object.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ipc {
+    Shm,
+    Msg,
+    Sem,
+}
+
+/// Removes SysV IPC object `id` of kind `kind` (`IPC_RMID`).
+pub(crate) fn ipc_rmid(kind: Ipc, id: i32) -> std::io::Result<()> {
+    // SAFETY: IPC_RMID with a null buffer (shmctl, msgctl) or no fourth argument (semctl)
+    // reads and writes no memory.
+    let rc = unsafe {
+        match kind {
+            Ipc::Shm => libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+            Ipc::Msg => libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+            Ipc::Sem => libc::semctl(id, 0, libc::IPC_RMID),
+        }
+    };
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// Marks every descriptor from `first` up close-on-exec.
@@ -269,7 +388,11 @@ const SPAWNER_SOCK: RawFd = 3;
 /// group of its own, confined by `l.plan`. Returns its pid once it has called `execve`, or
 /// the encoded error of the step that failed (the child is then exiting, and its parent
 /// must reap it: the pid comes with the error).
-pub(crate) fn launch(l: &Launch, devnull: BorrowedFd<'_>) -> Result<u32, (u32, i32)> {
+pub(crate) fn launch(
+    l: &Launch,
+    devnull: BorrowedFd<'_>,
+    scope: Option<BorrowedFd<'_>>,
+) -> Result<u32, (u32, i32)> {
     let argv: Vec<*const libc::c_char> = l
         .argv
         .iter()
@@ -310,7 +433,9 @@ pub(crate) fn launch(l: &Launch, devnull: BorrowedFd<'_>) -> Result<u32, (u32, i
     if pid == 0 {
         drop(err_rx);
         let mut fd = err_tx.as_raw_fd();
-        let code = match launch_child(l, &raw, &mut high, stdio, &mut fd, devnull, &argv, &envp) {
+        let code = match launch_child(
+            l, &raw, &mut high, stdio, &mut fd, devnull, scope, &argv, &envp,
+        ) {
             Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Ok(never) => match never {},
         };
@@ -347,13 +472,15 @@ fn launch_child(
     stdio: Option<[RawFd; 2]>,
     err: &mut RawFd,
     devnull: BorrowedFd<'_>,
+    scope: Option<BorrowedFd<'_>>,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
 ) -> std::io::Result<std::convert::Infallible> {
     let first = zerohop_transport::handover::FIRST_FD;
     let above = first + raw.len() as RawFd;
-    // SAFETY: descriptor moves on this child's own table. The error pipe and every source
-    // (the output pipes too) are first copied above the target range, so placing one can
+    let mut scope_high: RawFd = -1;
+    // SAFETY: descriptor moves on this child's own table. The error pipe, the Landlock
+    // ruleset and every source (the output pipes too) are first copied above the target range, so placing one can
     // never overwrite another not yet placed (or the pipe); /dev/null goes to 0 before
     // anything is placed on 1 or 2, where it could be if the agent started without them.
     // dup2 clears close-on-exec on the placed copies only; the received originals keep it.
@@ -363,6 +490,13 @@ fn launch_child(
             return Err(std::io::Error::last_os_error());
         }
         *err = e;
+        if let Some(r) = scope {
+            let h = libc::fcntl(r.as_raw_fd(), libc::F_DUPFD_CLOEXEC, above);
+            if h < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            scope_high = h;
+        }
         let mut stdio_high = [-1 as RawFd; 2];
         if let Some(out) = stdio {
             for (h, fd) in stdio_high.iter_mut().zip(out) {
@@ -411,7 +545,9 @@ fn launch_child(
         Some(&nix::sys::signal::SigSet::empty()),
         None,
     )?;
-    in_child(&l.plan)?;
+    // SAFETY: `scope_high` is the copy made above (open until execve closes it), or -1.
+    let scope = (scope_high >= 0).then(|| unsafe { BorrowedFd::borrow_raw(scope_high) });
+    in_child(&l.plan, scope)?;
     // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated arrays
     // of them, alive until execve (which only returns on failure).
     unsafe { libc::execve(l.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };

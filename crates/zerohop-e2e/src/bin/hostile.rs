@@ -7,7 +7,9 @@
 //! * `pdeathsig`: clears its own parent-death signal; answers `pdeathsig N` (now).
 //! * `procfd`: given a victim pid as the request body, tries to open `/proc/PID/fd/3`,
 //!   `/proc/PID/mem` and `/proc/PID/environ`, to ptrace-attach it, to read its memory with
-//!   `process_vm_readv` and to SIGKILL it; answers `NAME ERRNO|ok` per attempt.
+//!   `process_vm_readv`, to SIGKILL it (its process group, itself, through a pidfd), to
+//!   signal the agent (signal 0) and to SIGKILL a child of its own; answers `NAME ERRNO|ok`
+//!   per attempt.
 //! * `hang`: given the body `hang`, never answers (sleeps in the handler); else answers
 //!   `alive`.
 //! * `env`: answers its environment (`env KEY`, and `handover_fds N` from `ZEROHOP_FDS`),
@@ -35,6 +37,10 @@
 //!   (each party number but its own, in turn) as the holder of that slot, unchanged, as a
 //!   party stuck on it would look; answers `forging N` (how many words) at once. Given
 //!   anything else, answers `alive`.
+//!
+//! * `leftovers`: given the body `leave`, makes a SysV shared memory segment and files in
+//!   `/tmp` and `/dev/shm` (mode 0644) and answers `shm ID` and `file PATH` per file;
+//!   given anything else, answers `alive`.
 //!
 //! * `forge` (sockmap transport): writes a message of its own to its socket, sending this
 //!   request's descriptor to function index `HOSTILE_TARGET_FN`, instance `HOSTILE_TARGET_PARTY`
@@ -145,9 +151,68 @@ fn procfd(victim: i32) -> String {
     // SAFETY: `local` points at `buf`, valid for 64 bytes; the kernel checks `remote`.
     let rc = unsafe { libc::process_vm_readv(victim, &local, 1, &remote, 1, 0) };
     let _ = writeln!(out, "process_vm_readv {}", errno_of(rc as i64));
-    // SAFETY: kill with integer arguments.
+    // SAFETY: kill with integer arguments (the victim leads its own process group).
+    let rc = unsafe { libc::kill(-victim, libc::SIGKILL) };
+    let _ = writeln!(out, "killpg {}", errno_of(rc as i64));
+    // SAFETY: as above.
     let rc = unsafe { libc::kill(victim, libc::SIGKILL) };
     let _ = writeln!(out, "kill {}", errno_of(rc as i64));
+    // SAFETY: pidfd_open and pidfd_send_signal with integer arguments and a NULL siginfo.
+    let rc = unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, victim, 0);
+        if fd < 0 {
+            fd
+        } else {
+            let rc = libc::syscall(libc::SYS_pidfd_send_signal, fd, libc::SIGKILL, 0usize, 0);
+            libc::close(fd as i32);
+            rc
+        }
+    };
+    let _ = writeln!(out, "pidfd_send_signal {}", errno_of(rc));
+    // Signal 0: only whether it could (the agent is this instance's parent).
+    // SAFETY: kill and getppid with integer arguments.
+    let rc = unsafe { libc::kill(libc::getppid(), 0) };
+    let _ = writeln!(out, "kill_agent {}", errno_of(rc as i64));
+    // What it may still do: stop a process of its own.
+    // SAFETY: the forked child only calls pause (async-signal-safe) and never returns.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        loop {
+            // SAFETY: pause has no arguments.
+            unsafe { libc::pause() };
+        }
+    }
+    // SAFETY: kill and waitpid on the child just forked; `status` is a local.
+    let rc = unsafe {
+        let rc = libc::kill(child, libc::SIGKILL);
+        let mut status = 0;
+        libc::waitpid(child, &mut status, 0);
+        rc
+    };
+    let _ = writeln!(out, "kill_own_child {}", errno_of(rc as i64));
+    out
+}
+
+fn leave() -> String {
+    let mut out = String::new();
+    // SAFETY: shmget with integer arguments.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o644) };
+    let _ = writeln!(
+        out,
+        "shm {}",
+        if id < 0 { errno_of(-1) } else { id.to_string() }
+    );
+    for dir in ["/tmp", "/dev/shm"] {
+        let path = format!("{dir}/zerohop-leftover-{}", std::process::id());
+        match std::fs::write(&path, b"a secret for the next chain of this uid") {
+            Ok(()) => {
+                let _ = writeln!(out, "file {path}");
+            }
+            Err(e) => {
+                let _ = writeln!(out, "file_error {path} {e}");
+            }
+        }
+    }
     out
 }
 
@@ -545,6 +610,8 @@ fn main() {
             },
             "hang" => "alive\n".to_owned(),
             "env" => env_report(),
+            "leftovers" if req.body() == b"leave" => leave(),
+            "leftovers" => "alive\n".to_owned(),
             "forge" => forge(req),
             "header" if req.body() == b"scribble" => {
                 let base = header_pool.expect("the pool is mapped") as *mut u8;

@@ -280,6 +280,160 @@ fn another_chains_instances_are_out_of_reach() {
     assert_eq!(victim.stop(), Some(0));
 }
 
+/// The instances of one chain share a uid, yet each is alone with its signals (a Landlock
+/// domain of its own): a function cannot kill the instance of a route it takes no part in,
+/// by pid, process group or pidfd, nor signal the agent; it can still stop a process of its
+/// own. (Before, `kill` succeeded and the agent answered that route 502 while it restarted.)
+#[test]
+fn a_function_cannot_signal_the_other_instances_of_its_chain() {
+    let _serial = crate::serial();
+    let agent = Agent::start(&chain(
+        "neighbours",
+        "",
+        &[
+            ("upper", crate::common::func("upper", "upper", "", "")),
+            ("p", hostile("p", "procfd", "")),
+        ],
+    ));
+    let upper = agent
+        .instances()
+        .into_iter()
+        .find(|&pid| {
+            !std::fs::read(format!("/proc/{pid}/cmdline"))
+                .unwrap_or_default()
+                .windows(b"zerohop-hostile".len())
+                .any(|w| w == b"zerohop-hostile")
+        })
+        .expect("the instance of `upper`");
+    let f = agent.facts("p", &upper.to_string());
+    for attempt in ["killpg", "kill", "pidfd_send_signal", "kill_agent"] {
+        assert_eq!(
+            f.get(attempt),
+            EPERM,
+            "{attempt} on a neighbour (or the agent) of the same uid"
+        );
+    }
+    for attempt in [
+        "open_fd3",
+        "open_mem",
+        "open_environ",
+        "ptrace",
+        "process_vm_readv",
+    ] {
+        let got = f.get(attempt);
+        assert!(
+            [EPERM, EACCES].contains(&got),
+            "{attempt} on a neighbour of the same uid: {got} (want EPERM or EACCES)"
+        );
+    }
+    assert_eq!(
+        f.get("kill_own_child"),
+        "ok",
+        "its own child stays its to stop"
+    );
+    assert!(alive(upper), "the neighbour survived");
+    let a = agent.call("upper", "still here");
+    assert_eq!((a.status, a.body.as_str()), (200, "STILL HERE"));
+    assert!(
+        agent.instances().contains(&upper),
+        "and was never restarted"
+    );
+    assert!(
+        agent
+            .log_line(
+                &["signals and abstract sockets scoped to each instance"],
+                Duration::from_secs(1)
+            )
+            .is_some(),
+        "the log says the instances are scoped"
+    );
+    assert_eq!(agent.stop(), Some(0));
+}
+
+/// The uid of process `pid` (real).
+fn uid_of(pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// A chain's uid comes back to the next chain without what the last one left: its SysV
+/// objects never reached the host (an IPC namespace per instance), its files in `/tmp` and
+/// `/dev/shm` are removed before the next chain's instances start (the log says so), and
+/// its data folder is root's once it has stopped.
+#[test]
+fn the_next_chain_of_a_uid_finds_nothing_the_last_one_left() {
+    let _serial = crate::serial();
+    assert!(is_root(), "uids of their own need root");
+    let tmp = TempDir::new("leftovers");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // Enterable by the chain's uid, on the way to its data folder.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    }
+    let data = tmp.path().join("data");
+    let a = Agent::start(&chain(
+        "leaver",
+        &format!("data: {}\n", data.display()),
+        &[("h", hostile("h", "leftovers", ""))],
+    ));
+    let uid = uid_of(a.instances()[0]);
+    let f = a.facts("h", "leave");
+    let shm: i32 = f
+        .get("shm")
+        .parse()
+        .expect("a SysV segment in its own namespace");
+    let files: Vec<String> = f.all("file").into_iter().map(str::to_owned).collect();
+    assert_eq!(files.len(), 2, "{:?}", f.0);
+    let host_shm = std::fs::read_to_string("/proc/sysvipc/shm").unwrap();
+    assert!(
+        !host_shm.lines().skip(1).any(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            c.get(1) == Some(&shm.to_string().as_str())
+                && c.get(7) == Some(&uid.to_string().as_str())
+        }),
+        "the segment is not in the host's IPC namespace: {host_shm}"
+    );
+    for file in &files {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(file).unwrap().uid(), uid, "{file}");
+    }
+    assert_eq!(a.stop(), Some(0));
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(&data).unwrap();
+        assert_eq!(
+            (m.uid(), m.mode() & 0o777),
+            (0, 0o700),
+            "a stopped chain's data folder is root's"
+        );
+    }
+    let b = Agent::start(&chain("next", "", &[("h", hostile("h", "leftovers", ""))]));
+    assert_eq!(
+        uid_of(b.instances()[0]),
+        uid,
+        "the released uid is given again"
+    );
+    for file in &files {
+        assert!(!Path::new(file).exists(), "{file} outlived its chain");
+    }
+    assert!(
+        b.log_line(
+            &[
+                &format!("uid {uid} was used before"),
+                "removed 2 of its files"
+            ],
+            Duration::from_secs(1)
+        )
+        .is_some(),
+        "the log names what was removed"
+    );
+    assert_eq!(b.stop(), Some(0));
+}
+
 #[test]
 fn environment_and_descriptors_are_only_what_the_agent_hands_over() {
     let _serial = crate::serial();
