@@ -208,8 +208,8 @@ fn kill(shared: &Shared, party: PartyId, pgid: u32, limit: u64) {
         instance = party,
         pid = pgid,
         "chain '{}': function '{function}' instance {party} (pid {pgid}) is hostile: it sent \
-         {total} invalid descriptors ({detail}), at least {limit} being the bound; killing it \
-         and its process group",
+         {total} invalid descriptors ({detail}; the bound is {limit}); killing it and its \
+         process group",
         plan.chain,
     );
     *control.hung.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(

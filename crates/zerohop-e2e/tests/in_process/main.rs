@@ -10,6 +10,7 @@
 mod common;
 
 mod coap;
+mod flood;
 mod graph;
 mod hostile;
 mod isolation;
