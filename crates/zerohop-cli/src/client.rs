@@ -31,6 +31,9 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<http::Response<hyper::body::Incoming>> {
+        // Before anything is sent: in a folder someone else owns or can write, whoever
+        // listens on the socket may not be the daemon, and would read the specs and data.
+        zerohop_agent::daemon::admin::socket::check_socket_for_client(&self.socket)?;
         let stream = UnixStream::connect(&self.socket).await.with_context(|| {
             format!(
                 "cannot reach the zerohop daemon at {} (is `zerohop agent` running? pass \
@@ -104,5 +107,52 @@ impl Client {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// A scratch folder under the temp dir, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_cli_sends_nothing_through_a_socket_in_a_folder_others_can_write() {
+        let dir = Scratch(std::env::temp_dir().join(format!(
+            "zerohop-cli-test-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        )));
+        std::fs::create_dir(&dir.0).unwrap();
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // Someone listens there; whatever connects would be theirs to read.
+        let socket = dir.0.join("admin.sock");
+        let stranger = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        stranger.set_nonblocking(true).unwrap();
+        let err = Client::new(&socket)
+            .call::<serde_json::Value>(http::Method::GET, "/chains", None::<&()>)
+            .await
+            .expect_err("refused");
+        let text = format!("{err:#}");
+        assert!(text.contains(&dir.0.display().to_string()), "{text}");
+        assert!(text.contains("mode 0777"), "{text}");
+        assert!(text.contains("--socket"), "{text}");
+        assert_eq!(
+            stranger.accept().map(|_| ()).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock,
+            "the CLI never connected"
+        );
     }
 }

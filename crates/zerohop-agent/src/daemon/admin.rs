@@ -3,11 +3,12 @@
 //! The socket is created with mode 0600 in a folder of mode 0700 the daemon creates if
 //! missing, and every connection's peer credentials (`SO_PEERCRED`) are checked: only root
 //! and the daemon's own uid are served; anyone else gets 403 and the connection is closed.
+//! The folder must be the daemon's alone, and the CLI talks only through a folder no one else
+//! can write ([`socket`]).
+
+pub mod socket;
 
 use std::convert::Infallible;
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -80,36 +81,6 @@ fn from_daemon(e: DaemonError) -> Answer {
         StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         e.to_string(),
     )
-}
-
-/// Binds the admin socket at `path`: creates its folder (0700) if missing, refuses to take
-/// over a socket another daemon still answers on, removes a stale one, and sets 0600.
-pub fn bind(path: &Path) -> io::Result<UnixListener> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !dir.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)?;
-        }
-    }
-    if path.exists() {
-        match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::AddrInUse,
-                    format!(
-                        "another daemon answers on {}; stop it first or pass --socket",
-                        path.display()
-                    ),
-                ))
-            }
-            Err(_) => std::fs::remove_file(path)?,
-        }
-    }
-    let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
 }
 
 /// Whether a peer with uid `uid` may use the API: root, or the daemon's own uid.

@@ -50,7 +50,9 @@ pub struct PeerOptions {
 }
 
 /// The admin socket when none is given: `/run/zerohop/admin.sock` as root, else
-/// `$XDG_RUNTIME_DIR/zerohop/admin.sock`, else `/tmp/zerohop-UID/admin.sock`.
+/// `$XDG_RUNTIME_DIR/zerohop/admin.sock`, else `/tmp/zerohop-UID/admin.sock`. Anyone can make
+/// `/tmp/zerohop-UID` first, so its folder is never trusted for its name: the daemon and the
+/// CLI check who owns it and who may write it ([`admin::socket`]).
 pub fn default_socket() -> PathBuf {
     if nix::unistd::geteuid().is_root() {
         return PathBuf::from("/run/zerohop/admin.sock");
@@ -698,12 +700,9 @@ where
         })?),
         None => None,
     };
-    let listener = admin::bind(&opts.socket).map_err(|e| {
-        DaemonError::Internal(format!(
-            "cannot listen on the admin socket {}: {e}",
-            opts.socket.display()
-        ))
-    })?;
+    // Each of its errors names the socket or its folder and says what to do.
+    let listener =
+        admin::socket::bind(&opts.socket).map_err(|e| DaemonError::Internal(e.to_string()))?;
     let daemon = Daemon::new(opts.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stop_rx_attach = stop_rx.clone();
