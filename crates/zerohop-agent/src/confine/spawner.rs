@@ -5,7 +5,8 @@
 //! memory map (a mapping per ring region the gateway reads) and its descriptor table (a
 //! memfd per ring region and a pidfd per instance), and `execve` then tears all of it down
 //! again. With a thousand instances that was three quarters of the start-up time. The
-//! spawner has a few dozen mappings and four descriptors, so the same fork and `execve`
+//! spawner has a few dozen mappings and six descriptors (stdio, its socket, `/dev/null`
+//! and the instances' Landlock ruleset), so the same fork and `execve`
 //! cost next to nothing.
 //!
 //! The agent sends the spawner one request per instance over a `SOCK_SEQPACKET` pair
