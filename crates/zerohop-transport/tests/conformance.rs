@@ -790,7 +790,11 @@ fn a_flood_of_invalid_descriptors_costs_a_bounded_try_recv() {
         for request in 0..20 {
             send_request(backend, &pool, &*gw, 0, request, Instant::now() + PHASE);
             go_tx.send(()).expect("receiver alive");
-            let mut n = 0;
+            // What is bounded is each call's work; how many calls it takes to reach the
+            // request depends on the backend (sockmap's one socket per receiver is a single
+            // queue: the garbage ahead of the request must be drained first) and on the
+            // load, so the arrival has a bound in time only, to never hang.
+            let began = Instant::now();
             loop {
                 let (dropped, delivered) = calls
                     .recv_timeout(Duration::from_secs(5))
@@ -799,11 +803,13 @@ fn a_flood_of_invalid_descriptors_costs_a_bounded_try_recv() {
                     dropped <= zerohop_transport::RECV_BUDGET as u64,
                     "[{backend}] one try_recv looked at {dropped} invalid descriptors"
                 );
-                n += 1;
                 if delivered {
                     break;
                 }
-                assert!(n < 10_000, "[{backend}] request {request} never arrived");
+                assert!(
+                    began.elapsed() < Duration::from_secs(20),
+                    "[{backend}] request {request} did not arrive in 20 s"
+                );
             }
         }
         drop(go_tx);
