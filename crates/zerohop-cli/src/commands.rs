@@ -418,7 +418,8 @@ pub async fn logs(
     }
 }
 
-/// `zerohop invoke CHAIN ROUTE --data D`: prints the body; exit 1 on an error status.
+/// `zerohop invoke CHAIN ROUTE --data D`: prints the body (control characters escaped, as
+/// `zerohop logs` does); exit 1 on an error status.
 pub async fn invoke(c: Client, o: Out, chain: String, route: String, data: String) -> Result<()> {
     let r: InvokeResponse = c
         .call(
@@ -430,14 +431,23 @@ pub async fn invoke(c: Client, o: Out, chain: String, route: String, data: Strin
     if o.json {
         return print_json(&r);
     }
+    // The body is the function's: escape sequences in it must not reach the operator's
+    // terminal (they could clear it or rewrite what it shows). Line by line, so a body of
+    // several lines keeps them; `--json` gives the body exactly.
     if (200..400).contains(&r.status) {
-        print!("{}", r.body);
-        if !r.body.ends_with('\n') {
-            println!();
+        let mut out = String::with_capacity(r.body.len() + 1);
+        for line in r.body.lines() {
+            out.push_str(&escape(line));
+            out.push('\n');
         }
+        print!("{out}");
         Ok(())
     } else {
-        anyhow::bail!("the chain answered {}: {}", r.status, r.body.trim_end())
+        anyhow::bail!(
+            "the chain answered {}: {}",
+            r.status,
+            escape(r.body.trim_end())
+        )
     }
 }
 

@@ -296,6 +296,35 @@ fn raw_control(out: &str) -> Option<char> {
         .find(|&c| c != '\n' && c != '\t' && zerohop_agent::logs::is_escaped(c))
 }
 
+/// A function answers escape sequences, `\r`, a C1 CSI and a bidi override: `zerohop
+/// invoke` prints them visibly escaped, line by line, and `--json` gives the body exactly.
+#[test]
+fn invoke_never_passes_a_functions_control_bytes_to_the_terminal() {
+    let d = Daemon::start();
+    d.apply(
+        "shout",
+        &format!(
+            "name: shout\nfunctions:\n{}routes:\n  - http: POST /up\n    sequence: [upper]\n",
+            func("upper", "upper", "", "")
+        ),
+    );
+    let hostile = "\x1b[2J\x1b[31mred\x07 \rback\x08 \u{9b}2J \u{202e}desrever\nsecond line";
+    let out = d.cli(&["invoke", "shout", "POST /up", "--data", hostile]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    assert_eq!(
+        raw_control(&text),
+        None,
+        "invoke passed a control character: {text:?}"
+    );
+    assert_eq!(
+        text,
+        "\\x1b[2J\\x1b[31MRED\\x07 \\x0dBACK\\x08 \\u{9b}2J \\u{202e}DESREVER\nSECOND LINE\n"
+    );
+    let json = d.json(&["invoke", "shout", "POST /up", "--data", hostile]);
+    assert_eq!(json["body"], hostile.to_uppercase(), "{json}");
+}
+
 /// A function prints escape sequences, `\r`, a C1 CSI, a bidi override and a line that
 /// looks like another function's: `zerohop logs` (plain, `--json`, `-f`) shows all of it
 /// visibly escaped, and every line it prints starts with the function's own origin.
