@@ -8,112 +8,14 @@
 //! The chains run under `zerohop up` (a real agent process, whose log and CPU time the tests
 //! read); the fixture is `zerohop-flood`.
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::common::{client, func, post, Answer};
-use zerohop_test_support::{
-    alive, cpu_ticks, spawn_with_fds, target_bin, wait_until, ChildGuard, Signal, TempDir,
-};
-
-/// `zerohop up` with its stderr (the log) collected; killed on drop.
-struct Agent {
-    guard: ChildGuard,
-    url: String,
-    log: Arc<Mutex<Vec<String>>>,
-    _dir: TempDir,
-}
-
-impl Agent {
-    fn start(spec: &str) -> Agent {
-        let dir = TempDir::new("flood");
-        let file = dir.path().join("chain.yaml");
-        std::fs::write(&file, spec).unwrap();
-        let mut cmd = Command::new(target_bin("zerohop"));
-        cmd.arg("up")
-            .arg(&file)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut guard = spawn_with_fds(cmd, Vec::new());
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let stderr = guard.child_mut().stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                eprintln!("agent: {line}");
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let stdout = guard.child_mut().stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("no ready line; log: {:?}", log.lock().unwrap()));
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
-        Agent {
-            guard,
-            url,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.guard.pid()
-    }
-
-    fn call(&self, route: &str, body: &str) -> Answer {
-        post(&client(), &format!("{}/{route}", self.url), body)
-    }
-
-    /// Log lines containing every one of `needles`.
-    fn lines(&self, needles: &[&str]) -> Vec<String> {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| needles.iter().all(|n| l.contains(n)))
-            .cloned()
-            .collect()
-    }
-
-    /// Waits (bounded) for a log line containing every one of `needles`.
-    fn log_line(&self, needles: &[&str], timeout: Duration) -> Option<String> {
-        let mut found = None;
-        wait_until(timeout, || {
-            found = self.lines(needles).into_iter().next();
-            found.is_some()
-        });
-        found
-    }
-
-    /// SIGTERM, as `zerohop down` ends a chain; the exit code if it ended within 30 s.
-    fn stop(mut self) -> Option<i32> {
-        self.guard.signal(Signal::SIGTERM);
-        self.guard.wait_timeout(Duration::from_secs(30))
-    }
-}
+use crate::up::Agent;
+use zerohop_test_support::{alive, cpu_ticks, target_bin, wait_until};
 
 /// A spec entry running `zerohop-flood`.
 fn flood_fn(name: &str) -> String {

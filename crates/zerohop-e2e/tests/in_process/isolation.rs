@@ -9,14 +9,13 @@ use std::io::BufRead;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::{client, post, runtime};
+use crate::up::Agent;
 use zerohop_agent::{spec, up, CgroupMode, UpOptions};
 use zerohop_test_support::{
-    alive, instances, signal_pid, spawn_with_fds, target_bin, wait_until, ChildGuard, Signal,
-    TempDir,
+    alive, instances, signal_pid, target_bin, wait_until, ChildGuard, Signal, TempDir,
 };
 
 const EPERM: &str = "1";
@@ -52,116 +51,12 @@ fn chain(name: &str, top: &str, functions: &[(&str, String)]) -> String {
     s
 }
 
-/// `zerohop up` with its stderr (the log) collected; killed (SIGKILL) on drop, after which
-/// the reaper takes its instances down.
-struct Agent {
-    guard: ChildGuard,
-    url: String,
-    log: Arc<Mutex<Vec<String>>>,
-    _dir: TempDir,
-}
-
 impl Agent {
-    fn start(spec: &str) -> Agent {
-        Self::start_with(spec, &[], Vec::new())
-    }
-
-    /// Starts with extra environment variables and extra inherited descriptors (mapped to
-    /// 3, 4, ... in the agent, not close-on-exec: what a careless parent leaves open).
-    fn start_with(spec: &str, env: &[(&str, &str)], fds: Vec<OwnedFd>) -> Agent {
-        let dir = TempDir::new("isolation");
-        let file = dir.path().join("chain.yaml");
-        std::fs::write(&file, spec).unwrap();
-        let mut cmd = Command::new(target_bin("zerohop"));
-        cmd.arg("up")
-            .arg(&file)
-            .args(["--listen", "127.0.0.1:0"])
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut guard = spawn_with_fds(cmd, fds);
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let stderr = guard.child_mut().stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                eprintln!("agent: {line}");
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let stdout = guard.child_mut().stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("no ready line; log: {:?}", log.lock().unwrap()));
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
-        Agent {
-            guard,
-            url,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.guard.pid()
-    }
-
-    /// The instances (the agent's children but the spawner; the reaper is nobody's child).
-    fn instances(&self) -> Vec<u32> {
-        instances(self.pid())
-    }
-
-    fn call(&self, function: &str, body: &str) -> crate::common::Answer {
-        post(&client(), &format!("{}/{function}", self.url), body)
-    }
-
     /// Answer of `function` as `key -> values` (first word of each line is the key).
     fn facts(&self, function: &str, body: &str) -> Facts {
         let a = self.call(function, body);
         assert_eq!(a.status, 200, "{function}: {a:?}");
         Facts::parse(&a.body)
-    }
-
-    /// Waits for a log line containing every one of `needles`.
-    fn log_line(&self, needles: &[&str], timeout: Duration) -> Option<String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(l) = self
-                .log
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| needles.iter().all(|n| l.contains(n)))
-            {
-                return Some(l.clone());
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stop(mut self) -> Option<i32> {
-        self.guard.signal(Signal::SIGTERM);
-        self.guard.wait_timeout(Duration::from_secs(30))
     }
 }
 

@@ -17,6 +17,7 @@ mod isolation;
 mod limits;
 mod logs;
 mod supervision;
+mod up;
 
 use std::sync::{Mutex, MutexGuard};
 
