@@ -182,32 +182,14 @@ impl DirFacts {
 /// not: in a sticky folder others still take a name first). Whoever owns or can write the
 /// folder can put a socket of their own in the daemon's place, and the CLI would talk to them.
 pub fn check_private_dir(dir: &Path, facts: DirFacts, euid: u32) -> Result<(), AdminSocketError> {
-    let DirFacts { kind, uid, mode } = facts;
-    let dir = || dir.to_owned();
-    match kind {
-        DirKind::Symlink => Err(AdminSocketError::Symlink {
-            dir: dir(),
+    check_dir(dir, facts, |uid| {
+        (uid != euid).then(|| AdminSocketError::NotOwned {
+            dir: dir.to_owned(),
             uid,
-            mode,
-        }),
-        DirKind::Other => Err(AdminSocketError::NotAFolder {
-            dir: dir(),
-            uid,
-            mode,
-        }),
-        DirKind::Folder if uid != euid => Err(AdminSocketError::NotOwned {
-            dir: dir(),
-            uid,
-            mode,
+            mode: facts.mode,
             euid,
-        }),
-        DirKind::Folder if mode & 0o022 != 0 => Err(AdminSocketError::Writable {
-            dir: dir(),
-            uid,
-            mode,
-        }),
-        DirKind::Folder => Ok(()),
-    }
+        })
+    })
 }
 
 /// Whether the CLI, running as `euid`, may connect through `dir`: a real folder (not a link),
@@ -216,6 +198,23 @@ pub fn check_private_dir(dir: &Path, facts: DirFacts, euid: u32) -> Result<(), A
 /// user would not serve this one anyway, but root's CLI is served by every daemon: it trusts
 /// only its own folders.)
 pub fn check_trusted_dir(dir: &Path, facts: DirFacts, euid: u32) -> Result<(), AdminSocketError> {
+    check_dir(dir, facts, |uid| {
+        (uid != euid && uid != 0).then(|| AdminSocketError::Untrusted {
+            dir: dir.to_owned(),
+            uid,
+            mode: facts.mode,
+            euid,
+        })
+    })
+}
+
+/// What both sides ask of the socket's folder: a real folder, whose owner `foreign` does not
+/// refuse, that no one else may write.
+fn check_dir(
+    dir: &Path,
+    facts: DirFacts,
+    foreign: impl FnOnce(u32) -> Option<AdminSocketError>,
+) -> Result<(), AdminSocketError> {
     let DirFacts { kind, uid, mode } = facts;
     let dir = || dir.to_owned();
     match kind {
@@ -229,18 +228,15 @@ pub fn check_trusted_dir(dir: &Path, facts: DirFacts, euid: u32) -> Result<(), A
             uid,
             mode,
         }),
-        DirKind::Folder if uid != euid && uid != 0 => Err(AdminSocketError::Untrusted {
-            dir: dir(),
-            uid,
-            mode,
-            euid,
-        }),
-        DirKind::Folder if mode & 0o022 != 0 => Err(AdminSocketError::Writable {
-            dir: dir(),
-            uid,
-            mode,
-        }),
-        DirKind::Folder => Ok(()),
+        DirKind::Folder => match foreign(uid) {
+            Some(refused) => Err(refused),
+            None if mode & 0o022 != 0 => Err(AdminSocketError::Writable {
+                dir: dir(),
+                uid,
+                mode,
+            }),
+            None => Ok(()),
+        },
     }
 }
 
