@@ -720,7 +720,10 @@ fn deep_topics_and_filters_are_refused_and_answers_still_flow() {
     // The broker hangs up (DISCONNECT 0x90): mosquitto_pub's QoS 1 publish then fails with
     // MOSQ_ERR_NO_CONN (4), not with a timeout or a crash.
     assert_eq!(code, Some(4), "mosquitto_pub: {out}");
-    assert!(out.contains("not currently connected"), "mosquitto_pub: {out}");
+    assert!(
+        out.contains("not currently connected"),
+        "mosquitto_pub: {out}"
+    );
 
     // 100 clients holding 64 deep filters each (6,400 subscriptions of 32 levels).
     let mut holders = Vec::new();
