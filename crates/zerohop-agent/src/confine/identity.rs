@@ -181,6 +181,37 @@ pub(crate) fn lock_uid(range: UidRange, dir: &Path) -> Result<Identity, Identity
             path: dir.to_owned(),
             source,
         })?;
+    // Whoever could write this folder could swap a lock file for one of their own and take
+    // a uid another agent holds: it must be a real folder of this user that no one else
+    // may write (it is made 0700; one made by someone else, or opened up, is refused).
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| IdentityError::Lock {
+        what: "checking",
+        path: dir.to_owned(),
+        source,
+    })?;
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let euid = nix::unistd::geteuid().as_raw();
+        if !meta.is_dir() || meta.uid() != euid || meta.permissions().mode() & 0o022 != 0 {
+            return Err(IdentityError::Lock {
+                what: "refusing the lock folder",
+                path: dir.to_owned(),
+                source: std::io::Error::other(format!(
+                    "it must be a folder of uid {euid} that no one else may write, and it is {} \
+                     of uid {} with mode {:o}; remove it (it is made again, mode 0700)",
+                    if meta.file_type().is_symlink() {
+                        "a symbolic link"
+                    } else if meta.is_dir() {
+                        "a folder"
+                    } else {
+                        "a file"
+                    },
+                    meta.uid(),
+                    meta.permissions().mode() & 0o7777
+                )),
+            });
+        }
+    }
     for uid in range.start..=range.end {
         let path = dir.join(format!("{uid}.lock"));
         let file = OpenOptions::new()
@@ -265,6 +296,31 @@ mod tests {
         ));
         drop(a);
         assert_eq!(lock_uid(range, dir).unwrap().uid(), 500_000);
+    }
+
+    #[test]
+    fn a_lock_folder_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::Builder::new()
+            .prefix("zerohop-uids-")
+            .tempdir()
+            .unwrap();
+        let range = UidRange {
+            start: 500_100,
+            end: 500_101,
+        };
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let msg = lock_uid(range, tmp.path()).unwrap_err().to_string();
+        assert!(msg.contains("no one else may write"), "{msg}");
+        assert!(msg.contains("mode 777"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+        let link = tmp.path().with_extension("link");
+        std::os::unix::fs::symlink(tmp.path(), &link).unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let msg = lock_uid(range, &link).unwrap_err().to_string();
+        assert!(msg.contains("a symbolic link"), "{msg}");
+        std::fs::remove_file(&link).unwrap();
+        assert_eq!(lock_uid(range, tmp.path()).unwrap().uid(), 500_100);
     }
 
     #[test]
