@@ -596,19 +596,7 @@ fn polyglot_build() -> Result<()> {
             .arg(out.join("step-c"))
             .args(flags.split_whitespace()),
     )?;
-    // Go's build cache does not look at the contents of the static library cgo links in:
-    // a stamp of it in the link flags makes `go build` link again when the SDK changed
-    // (else a stale step speaks an older protocol).
-    let lib = std::fs::metadata(workspace_root().join("target/c-sdk/lib/libzerohop.a"))
-        .context("the C SDK's libzerohop.a")?;
-    let stamp = format!(
-        "-ldflags=-X=main.zerohopSDK={}-{}",
-        lib.len(),
-        lib.modified()?
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos()
-    );
+    let stamp = go_sdk_stamp()?;
     run(
         "building the Go step of examples/polyglot",
         Command::new("go")
@@ -731,7 +719,7 @@ fn test_phases(extra: &[String], ph: &mut phases::Phases) -> Result<()> {
         run(
             "the Go SDK's tests (go test in sdk/go, over the C SDK just installed)",
             Command::new("go")
-                .args(["test", "-count=1", "./..."])
+                .args(["test", "-count=1", &go_sdk_stamp()?, "./..."])
                 .current_dir("sdk/go")
                 .env("PKG_CONFIG_PATH", &pkgconfig),
         )
@@ -1006,4 +994,21 @@ fn plot(out: &Path) -> Result<()> {
 /// `program` on PATH (the prerequisites' own lookup).
 fn which(program: &str) -> Option<PathBuf> {
     prereqs::find_program(program, &std::env::var_os("PATH").unwrap_or_default())
+}
+
+/// The `-ldflags` argument for a `go build` or `go test` that links the C SDK's static
+/// library: Go's build cache does not look at the contents of a library cgo links in, so a
+/// stamp of it in the link flags makes Go link again when the SDK changed (else a stale
+/// program, speaking an older protocol, comes from the cache).
+fn go_sdk_stamp() -> Result<String> {
+    let lib = std::fs::metadata(workspace_root().join("target/c-sdk/lib/libzerohop.a"))
+        .context("the C SDK's libzerohop.a")?;
+    Ok(format!(
+        "-ldflags=-X=main.zerohopSDK={}-{}",
+        lib.len(),
+        lib.modified()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+    ))
 }

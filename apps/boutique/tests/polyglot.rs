@@ -90,7 +90,11 @@ fn build_ports() -> &'static Path {
         build(
             "go build of apps/boutique/polyglot/shipping (Go 1.22 or newer)",
             Command::new("go")
-                .args(["build", "-buildvcs=false", "-o"])
+                .args(["build", "-buildvcs=false"])
+                .arg(zerohop_test_support::go_sdk_stamp(
+                    &root.join("target/c-sdk/lib/libzerohop.a"),
+                ))
+                .arg("-o")
                 .arg(&shipping)
                 .arg(".")
                 .current_dir(boutique().join("polyglot/shipping"))

@@ -489,6 +489,25 @@ impl ChainProcess {
     }
 }
 
+/// The `-ldflags` argument for a `go build` of a program that links the C SDK's static
+/// library `lib` (`target/c-sdk/lib/libzerohop.a`): Go's build cache does not look at the
+/// contents of a library cgo links in, so without a stamp of it in the link flags a rebuilt
+/// SDK leaves a stale program, speaking an older protocol, in the cache.
+pub fn go_sdk_stamp(lib: &Path) -> String {
+    let meta = std::fs::metadata(lib)
+        .unwrap_or_else(|e| panic!("{}: {e} (`cargo xtask c-sdk` builds it)", lib.display()));
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap_or_default();
+    format!(
+        "-ldflags=-X=main.zerohopSDK={}-{}",
+        meta.len(),
+        modified.as_nanos()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::num::NonZeroUsize;
