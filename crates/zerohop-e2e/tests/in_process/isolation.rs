@@ -23,10 +23,17 @@ const ESRCH: &str = "3";
 const EACCES: &str = "13";
 
 fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
+    nix_uid() == 0
+}
+
+/// Field `which` of the `Uid:` line of `/proc/PROC/status` (0 real, 1 effective).
+fn uid_in(proc_: &str, which: usize) -> u32 {
+    std::fs::read_to_string(format!("/proc/{proc_}/status"))
         .unwrap()
         .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(which)?.parse().ok())
+        .unwrap()
 }
 
 /// A spec entry running `zerohop-hostile` in `mode` (extra `fields` such as
@@ -134,12 +141,7 @@ fn each_chain_runs_under_a_uid_of_its_own_without_groups() {
 }
 
 fn nix_uid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().nth(1)?.parse().ok())
-        .unwrap()
+    uid_in("self", 1)
 }
 
 #[test]
@@ -247,12 +249,7 @@ fn a_function_cannot_signal_the_other_instances_of_its_chain() {
 
 /// The uid of process `pid` (real).
 fn uid_of(pid: u32) -> u32 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
+    uid_in(&pid.to_string(), 0)
 }
 
 /// A chain's uid comes back to the next chain without what the last one left: its SysV
