@@ -10,8 +10,9 @@
 //!   chain's data folder (its root-owned lock `.NAME.lock` beside it) is not removed but
 //!   given to root, mode 0700: the chain it belongs to takes it back when it starts again.
 //! * SysV shared memory, message queues and semaphores of the host's IPC namespace whose
-//!   owner or creator is the uid. (Instances have an IPC namespace each, so they cannot make
-//!   any; these would come from another program run under the uid.)
+//!   owner or creator is the uid. (Instances have an IPC namespace each where the agent may
+//!   make them, so they leave none there; an agent without `CAP_SYS_ADMIN` runs them in
+//!   its own, and these are what they left.)
 //! * Data folders: the last holder's data folder, named in the uid's lock file, is given
 //!   to root (mode 0700) if the uid still owns it (an agent that was killed could not do it
 //!   when its chain stopped).

@@ -229,10 +229,14 @@ impl Domain {
             Some(c) => c.describe(),
             None => "no cgroup (process groups only)".into(),
         };
-        format!(
-            "instances run as {who}, an IPC namespace each; {}; {cg}",
-            self.scope
-        )
+        let ipc = match &*self.identity {
+            Identity::Uid { .. } if !sys::ipc_namespaces() => {
+                "the agent's IPC namespace (no CAP_SYS_ADMIN: POSIX message queues refused, \
+                 the uid's SysV objects removed before its next chain)"
+            }
+            _ => "an IPC namespace each",
+        };
+        format!("instances run as {who}, {ipc}; {}; {cg}", self.scope)
     }
 
     /// The cgroups of one instance, with `limits` written in them. Without limits a cgroup
@@ -444,6 +448,7 @@ pub(crate) fn start(
             uid: *uid,
             gid: *gid,
             real_gid: identity::REAL_GID,
+            ipc_ns: sys::ipc_namespaces(),
         },
         Identity::UserNs { uid_map, gid_map } => ChildIds::UserNs {
             uid_map: uid_map.clone(),

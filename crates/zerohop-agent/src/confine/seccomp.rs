@@ -18,6 +18,11 @@
 //! `clone3` answers `ENOSYS` (its flags live in memory a filter cannot read, so it cannot be
 //! checked for namespace flags; glibc then falls back to `clone`, which is checked).
 //!
+//! Where instances share the agent's IPC namespace (an agent without `CAP_SYS_ADMIN`, see
+//! [`ipc_namespaces`](super::sys::ipc_namespaces)), `mq_open` is refused too: a POSIX
+//! message queue would outlive the instance where no sweep can find it (the uid's SysV
+//! objects are removed before its next chain starts, see `leftovers`).
+//!
 //! A function can be given more with `syscalls: [name, ...]` in the spec; names come from
 //! [`known`].
 
@@ -180,8 +185,14 @@ fn arch() -> Result<TargetArch, SeccompError> {
         .map_err(|_| SeccompError::Arch(std::env::consts::ARCH))
 }
 
-/// Builds the filters for a function that may also use `extra` (names checked by the spec).
+/// Builds the filters for a function that may also use `extra` (names checked by the spec),
+/// for instances of this agent (with or without an IPC namespace each).
 pub(crate) fn build(extra: &[String]) -> Result<Filters, SeccompError> {
+    build_for(extra, !super::sys::ipc_namespaces())
+}
+
+/// [`build`] for instances that share an IPC namespace (`shared_ipc`) or have one each.
+fn build_for(extra: &[String], shared_ipc: bool) -> Result<Filters, SeccompError> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for &(_, nr) in ALLOWED.iter().chain(ALLOWED_ARCH) {
@@ -191,6 +202,9 @@ pub(crate) fn build(extra: &[String]) -> Result<Filters, SeccompError> {
         .iter()
         .map(|n| number(n).ok_or_else(|| SeccompError::Unknown(n.clone())))
         .collect::<Result<_, _>>()?;
+    if shared_ipc {
+        rules.remove(&libc::SYS_mq_open);
+    }
     for &nr in &widened {
         rules.insert(nr, Vec::new());
     }
@@ -252,5 +266,14 @@ mod tests {
         ));
         assert_eq!(number("bpf"), Some(libc::SYS_bpf));
         assert_eq!(number("clone"), Some(libc::SYS_clone));
+    }
+
+    #[test]
+    fn a_shared_ipc_namespace_refuses_message_queues_unless_widened() {
+        let own = build_for(&[], false).unwrap().programs;
+        let shared = build_for(&[], true).unwrap().programs;
+        assert_ne!(own[0], shared[0], "mq_open is still allowed");
+        let widened = build_for(&["mq_open".into()], true).unwrap().programs;
+        assert_eq!(own[0], widened[0]);
     }
 }

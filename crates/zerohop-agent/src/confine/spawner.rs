@@ -290,11 +290,17 @@ fn encode(req: &Request<'_>, out: &mut Vec<u8>) {
         put_bytes(out, &kv);
     }
     match req.ids {
-        ChildIds::Uid { uid, gid, real_gid } => {
+        ChildIds::Uid {
+            uid,
+            gid,
+            real_gid,
+            ipc_ns,
+        } => {
             put_u32(out, 0);
             put_u32(out, *uid);
             put_u32(out, *gid);
             put_u32(out, *real_gid);
+            put_u32(out, u32::from(*ipc_ns));
         }
         ChildIds::UserNs { uid_map, gid_map } => {
             put_u32(out, 1);
@@ -363,6 +369,7 @@ fn decode(payload: &[u8], mut fds: Vec<OwnedFd>) -> Option<Launch> {
             uid: r.u32()?,
             gid: r.u32()?,
             real_gid: r.u32()?,
+            ipc_ns: r.u32()? != 0,
         },
         1 => ChildIds::UserNs {
             uid_map: r.bytes()?,
@@ -553,6 +560,7 @@ mod tests {
             uid: 1,
             gid: 1,
             real_gid: 1,
+            ipc_ns: true,
         };
         let (r0, w0) = nix::unistd::pipe().expect("pipe");
         let (r1, w1) = nix::unistd::pipe().expect("pipe");
@@ -577,6 +585,7 @@ mod tests {
         all.extend(stdio.into_iter().flatten());
         let l = decode(&out, all).expect("decodes");
         assert_eq!(l.fds.len(), 1);
+        assert!(matches!(l.plan.ids, ChildIds::Uid { ipc_ns: true, .. }));
         let [o, e] = l.stdio.as_ref().expect("output pipes");
         assert_eq!((o.as_raw_fd(), e.as_raw_fd()), (out_raw, err_raw));
         drop(l);

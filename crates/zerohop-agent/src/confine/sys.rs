@@ -20,8 +20,14 @@ use super::seccomp::Filters;
 #[derive(Clone, Debug)]
 pub(crate) enum ChildIds {
     /// Root: real gid [`REAL_GID`](super::identity::REAL_GID), effective and saved gid and
-    /// every uid the chain's; no supplementary groups.
-    Uid { uid: u32, gid: u32, real_gid: u32 },
+    /// every uid the chain's; no supplementary groups. `ipc_ns`: an IPC namespace of its
+    /// own (the agent has `CAP_SYS_ADMIN`, see [`ipc_namespaces`]).
+    Uid {
+        uid: u32,
+        gid: u32,
+        real_gid: u32,
+        ipc_ns: bool,
+    },
     /// Not root: a new user namespace with these maps (setgroups denied first).
     UserNs { uid_map: Vec<u8>, gid_map: Vec<u8> },
 }
@@ -133,15 +139,22 @@ fn in_child(plan: &ChildPlan, scope: Option<BorrowedFd<'_>>) -> std::io::Result<
         nix::unistd::write(fd, b"0").map_err(|e| fail(Step::CgroupJoin, e))?;
     }
     match &plan.ids {
-        ChildIds::Uid { uid, gid, real_gid } => {
+        ChildIds::Uid {
+            uid,
+            gid,
+            real_gid,
+            ipc_ns,
+        } => {
             nix::unistd::setgroups(&[]).map_err(|e| fail(Step::Setgroups, e))?;
             let (g, rg) = (Gid::from_raw(*gid), Gid::from_raw(*real_gid));
             nix::unistd::setresgid(rg, g, g).map_err(|e| fail(Step::Setresgid, e))?;
             // SysV shared memory, semaphores and message queues, and POSIX message
             // queues, of this instance alone (while it still has CAP_SYS_ADMIN): nothing
             // it makes there outlives it or reaches the next chain given this uid.
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
-                .map_err(|e| fail(Step::IpcNamespace, e))?;
+            if *ipc_ns {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
+                    .map_err(|e| fail(Step::IpcNamespace, e))?;
+            }
             let u = Uid::from_raw(*uid);
             nix::unistd::setresuid(u, u, u).map_err(|e| fail(Step::Setresuid, e))?;
         }
@@ -225,6 +238,29 @@ struct LandlockRulesetAttr {
     handled_access_fs: u64,
     handled_access_net: u64,
     scoped: u64,
+}
+
+/// `CAP_SYS_ADMIN`, as bit 21 of a `CapEff:` line of `/proc/self/status`.
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Whether an effective capability set, as `/proc/PID/status` shows it, holds
+/// `CAP_SYS_ADMIN` (what `unshare(CLONE_NEWIPC)` needs).
+fn has_sys_admin(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+/// Whether this process may give each instance an IPC namespace of its own: as root with
+/// `CAP_SYS_ADMIN`. A container that grants only what the DaemonSet adds (no
+/// `CAP_SYS_ADMIN`) may not; its instances then share the agent's IPC namespace. Asked once.
+pub(crate) fn ipc_namespaces() -> bool {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status").is_ok_and(|s| has_sys_admin(&s))
+    })
 }
 
 /// The kernel's Landlock ABI version, or why there is none (`ENOSYS`: not built in;
@@ -797,5 +833,22 @@ fn remove_cgroups(dir: RawFd, parent: RawFd, name: &CStr) {
             };
             libc::nanosleep(&pause, std::ptr::null_mut());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sys_admin_is_read_from_the_effective_set_only() {
+        let root = "Name:\tx\nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\n\
+                    CapEff:\t000001ffffffffff\n";
+        assert!(has_sys_admin(root));
+        // The DaemonSet's set: SETUID, SETGID, KILL, NET_ADMIN, PERFMON, BPF.
+        let daemonset = "CapPrm:\t000001ffffffffff\nCapEff:\t000000c0000010e0\n";
+        assert!(!has_sys_admin(daemonset));
+        assert!(!has_sys_admin("CapEff:\tnonsense\n"));
+        assert!(!has_sys_admin(""));
     }
 }
