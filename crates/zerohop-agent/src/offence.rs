@@ -1,19 +1,26 @@
 //! Hostile senders: an instance that keeps sending descriptors it alone made invalid is
 //! killed with its process group and restarted, and the log names it (design rule 2).
 //!
-//! **Whose word counts.** Only the parties that run inside the agent report offences: the
-//! gateway's parties and the relays of a split chain. Their endpoints
-//! ([`Endpoint::with_blame`](zerohop_transport::Endpoint::with_blame)) blame a sender only for
-//! what it alone wrote (see [`zerohop_transport::blame`]: wrong function, slot out of range,
-//! length beyond a slot), and the sender is the queue or socket the descriptor came in on,
-//! which no other party can write. An instance counts the same faults per sender
-//! ([`EndpointStats::faults_from`](zerohop_transport::EndpointStats)), but its count is not
-//! acted on: an instance is untrusted, and one that reported another party's garbage could
-//! get any instance it receives from killed again and again, which rule 3 forbids (a forged
-//! word costs only the forger's own instances). What such a flood costs the receiving
-//! instance is bounded instead: every receive call looks at a bounded number of
-//! descriptors and yields, and the queues are taken round-robin, so the flooder's queue gets
-//! no more than its turn.
+//! **Whose word counts.** Never an instance's: an instance is untrusted, and one that
+//! reported another party's garbage could get any instance it receives from killed again
+//! and again, which rule 3 forbids (a forged word costs only the forger's own instances).
+//! The agent counts only what it saw a sender write itself:
+//!
+//! * Sent to the agent's own parties (the gateway's parties and the relays of a split
+//!   chain): their endpoints ([`Endpoint::with_blame`](zerohop_transport::Endpoint::with_blame))
+//!   blame a sender only for what it alone wrote (see [`zerohop_transport::blame`]: wrong
+//!   function, slot out of range, length beyond a slot), and the sender is the queue or
+//!   socket the descriptor came in on, which no other party can write.
+//! * Sent to another instance, on the ring: while requests are in flight, every [`SCAN`]
+//!   the agent reads what each instance published on its queues to other instances since
+//!   the last look, in the instance's own outbox, which only it writes
+//!   ([`Transport::published`](zerohop_transport::Transport::published)), and judges each
+//!   descriptor by its 16 bytes and the plan
+//!   ([`fault_of_sent`](zerohop_transport::blame::fault_of_sent)). At most a queue's
+//!   capacity less one per queue and look; a new instance is read from its first own entry
+//!   on. The socket backends keep no copy of what was sent: there a flood of another
+//!   instance costs that instance its bounded receive loop (every receive call looks at a
+//!   bounded number of descriptors and yields, queues round-robin), and is not punished.
 //!
 //! **How many.** A party is killed once the faults of its current instance reach
 //! [`limit`]: at least [`MIN_LIMIT`], and more than every queue into the agent's parties can
@@ -28,20 +35,27 @@
 //! stays empty: nobody writes it until the instance is restarted.
 //!
 //! The decision is [`condemned`], a pure function of the counts and the agent's own records
-//! (process groups it started); the task [`enforce`] wakes only when a count reaches the
-//! limit (no timer: an idle chain costs nothing) and runs on the agent's supervision
-//! runtime, never in a receive path.
+//! (process groups it started); the task [`enforce`] wakes when a count reaches the limit
+//! and, while requests are in flight, every [`SCAN`] (no timer when the chain is idle), and
+//! runs on the agent's supervision runtime, never in a receive path.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::watch;
+use zerohop_pool::Descriptor;
+use zerohop_transport::blame::fault_of_sent;
 use zerohop_transport::{Blame, Fault, PartyId};
 
 use crate::supervise::Shared;
+
+/// How often, while requests are in flight, the agent reads what the instances sent to
+/// each other (ring only).
+pub const SCAN: Duration = Duration::from_millis(100);
 
 /// The fewest faults a party's instance is killed for.
 pub const MIN_LIMIT: u64 = 1024;
@@ -63,6 +77,9 @@ pub(crate) struct Offences {
     limit: u64,
     /// Told each time a total reaches a multiple of `limit`.
     reached: tokio::sync::Notify,
+    /// Per party: the tails of its queues as the agent last read them (empty: not yet
+    /// read since its current instance started).
+    seen: Vec<Mutex<Vec<u32>>>,
 }
 
 impl Offences {
@@ -73,6 +90,7 @@ impl Offences {
             totals: (0..parties).map(|_| AtomicU64::new(0)).collect(),
             limit: limit.max(1),
             reached: tokio::sync::Notify::new(),
+            seen: (0..parties).map(|_| Mutex::default()).collect(),
         }
     }
 
@@ -98,6 +116,10 @@ impl Offences {
         ) {
             c.iter().for_each(|c| c.store(0, Ordering::Relaxed));
             t.store(0, Ordering::Relaxed);
+        }
+        if let Some(seen) = self.seen.get(usize::from(party)) {
+            // What its predecessor published is never read.
+            seen.lock().unwrap_or_else(|p| p.into_inner()).clear();
         }
     }
 }
@@ -144,14 +166,22 @@ pub(crate) fn condemned(seen: &[Seen], limit: u64) -> Vec<PartyId> {
         .collect()
 }
 
-/// Runs until `stop` turns true: each time a party's count reaches the limit, kills the
-/// instances [`condemned`] names.
+/// Runs until `stop` turns true: each time a party's count reaches the limit, and after
+/// each [`look`] (every [`SCAN`] while requests are in flight), kills the instances
+/// [`condemned`] names.
 pub(crate) async fn enforce(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let offences = shared.offences.clone();
     let mut killed: HashMap<PartyId, u32> = HashMap::new();
+    let mut sent = Vec::new();
+    // Whether the transport keeps what was sent (ring): known after the first look.
+    let mut readable = true;
     loop {
+        let busy = readable && shared.gateways.inflight() > 0;
         tokio::select! {
             _ = offences.reached.notified() => {}
+            // Idle: no timer at all until a request enters the chain.
+            _ = shared.gateways.busy(), if readable && !busy => continue,
+            _ = tokio::time::sleep(SCAN), if busy => readable = look(&shared, &mut sent),
             r = stop.changed() => if r.is_err() || *stop.borrow() { return },
         }
         let gateways = usize::from(shared.gateways.plan().gateways());
@@ -178,6 +208,52 @@ pub(crate) async fn enforce(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
             killed.insert(party, pgid);
         }
     }
+}
+
+/// Reads what every running instance published to other running instances since the last
+/// look and counts what is its own fault (see the module's notes); `sent` is scratch room.
+/// `false` when the transport keeps no copy of what was sent (then there is nothing to
+/// look at, ever).
+fn look(shared: &Shared, sent: &mut Vec<(PartyId, Descriptor)>) -> bool {
+    let plan = shared.gateways.plan();
+    let gateways = usize::from(plan.gateways());
+    // An instance with a process now: not a gateway party, not a relay (the agent itself:
+    // its endpoint blames what it receives; it has no process group), not a party between
+    // two instances.
+    let running = |p: usize| {
+        p >= gateways
+            && shared
+                .parties
+                .get(p)
+                .is_some_and(|control| control.pgid() != 0)
+    };
+    for (sender, seen) in shared.offences.seen.iter().enumerate() {
+        if !running(sender) {
+            continue;
+        }
+        sent.clear();
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        if !shared
+            .transport
+            .published(sender as PartyId, &mut seen, sent)
+        {
+            return false;
+        }
+        for (receiver, desc) in sent.iter() {
+            let r = usize::from(*receiver);
+            let (true, Some(&function), Some(pools)) = (
+                running(r),
+                plan.party_function.get(r),
+                shared.party_pools.get(r),
+            ) else {
+                continue;
+            };
+            if let Some(fault) = fault_of_sent(desc, function, pools) {
+                shared.offences.blame(sender as PartyId, fault);
+            }
+        }
+    }
+    true
 }
 
 /// Kills the instance `pgid` of `party` with its process group; its supervisor then

@@ -19,7 +19,7 @@
 //! [`Endpoint`]: crate::Endpoint
 //! [`Endpoint::with_blame`]: crate::Endpoint::with_blame
 
-use zerohop_pool::{Descriptor, OwnershipError, TakeError};
+use zerohop_pool::{Descriptor, OwnershipError, Pools, TakeError};
 
 use crate::PartyId;
 
@@ -76,6 +76,21 @@ pub fn fault_of_take(desc: &Descriptor, err: &TakeError) -> Option<Fault> {
         TakeError::Length { capacity, .. } => {
             (desc.len as usize > *capacity).then_some(Fault::TooLong)
         }
+    }
+}
+
+/// The decision for a descriptor read from its sender's own queue (ring: its outbox, which
+/// no other party writes; see [`Transport::published`](crate::Transport::published)) before
+/// any receiver took it: what in its 16 bytes alone is wrong for `receiver_function`, whose
+/// instances map `pools`. The same three faults an [`Endpoint`](crate::Endpoint) blames,
+/// judged from the bytes and the plan only (no owner word, no slot header).
+pub fn fault_of_sent(desc: &Descriptor, receiver_function: u8, pools: &Pools) -> Option<Fault> {
+    if desc.next != receiver_function {
+        return Some(Fault::WrongFunction);
+    }
+    match pools.of_slot(desc.slot) {
+        None => Some(Fault::OutOfRange),
+        Some(pool) => (desc.len as usize > pool.slot_capacity()).then_some(Fault::TooLong),
     }
 }
 
@@ -149,6 +164,65 @@ mod tests {
         ];
         for (err, len, want) in cases {
             assert_eq!(fault_of_take(&desc(len), &err), want, "{err:?}");
+        }
+    }
+
+    #[test]
+    fn a_sent_descriptor_is_judged_by_its_bytes_and_the_plan() {
+        let pool = |first_slot| {
+            std::sync::Arc::new(
+                zerohop_pool::Pool::create(
+                    "blame-sent",
+                    &zerohop_pool::PoolGeometry {
+                        slots: 8,
+                        first_slot,
+                        slot_size: 4096,
+                        max_parties: 4,
+                        hugepages: false,
+                    },
+                )
+                .unwrap(),
+            )
+        };
+        let pools = Pools::new(vec![pool(0), pool(16)]).unwrap();
+        let capacity = pools.as_slice()[0].slot_capacity() as u32;
+        let good = Descriptor {
+            next: 2,
+            len: capacity,
+            ..desc(0)
+        };
+        let cases = [
+            ("valid, first pool", good, None),
+            ("valid, second pool", Descriptor { slot: 20, ..good }, None),
+            (
+                "to another function",
+                Descriptor { next: 3, ..good },
+                Some(Fault::WrongFunction),
+            ),
+            (
+                "between the pools",
+                Descriptor { slot: 9, ..good },
+                Some(Fault::OutOfRange),
+            ),
+            (
+                "beyond every pool",
+                Descriptor {
+                    slot: Descriptor::MAX_SLOT,
+                    ..good
+                },
+                Some(Fault::OutOfRange),
+            ),
+            (
+                "longer than a slot",
+                Descriptor {
+                    len: capacity + 1,
+                    ..good
+                },
+                Some(Fault::TooLong),
+            ),
+        ];
+        for (what, d, want) in cases {
+            assert_eq!(fault_of_sent(&d, 2, &pools), want, "{what}");
         }
     }
 

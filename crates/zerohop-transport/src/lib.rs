@@ -285,6 +285,22 @@ pub trait Transport: Send + Sync {
         let _ = party;
         0
     }
+    /// Agent side: what `sender` published on each of its queues since it was last asked,
+    /// as `(receiver, descriptor)` pairs appended to `out`, for judging a sender by what it
+    /// alone wrote (see [`blame::fault_of_sent`]). `seen` is the caller's memory of the
+    /// queues' tails: empty (a new instance) it is only filled with the tails now, so what a
+    /// predecessor left is never read. At most the queue's capacity less one per queue (the
+    /// ring keeps no more; an entry the sender may be overwriting is left out). `false`
+    /// where the backend keeps no copy of what was sent (sockets) or `sender` does not exist.
+    fn published(
+        &self,
+        sender: PartyId,
+        seen: &mut Vec<u32>,
+        out: &mut Vec<(PartyId, Descriptor)>,
+    ) -> bool {
+        let _ = (sender, seen, out);
+        false
+    }
     /// Agent side: the counters the transport keeps in the kernel ([`Backend::Sockmap`]);
     /// `None` for the other backends.
     #[cfg(not(loom))]

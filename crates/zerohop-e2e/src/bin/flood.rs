@@ -6,6 +6,10 @@
 //!   full of invalid descriptors (slot out of range, addressed to the gateway) for as long as
 //!   it lives: as fast as the gateway drains them, through a second sender on its own outbox
 //!   (ring) or socket.
+//! * `flood-next`: answers `flooding PID` (the request goes on to the next function), then
+//!   keeps its queues to the instances of the functions it sends to full of invalid
+//!   descriptors (addressed to that function, slot out of range): garbage only the
+//!   receiving instance and the agent's look into its outbox see.
 //! * `wake MS`: answers `waking PID`, then for MS milliseconds bumps its first pool's wake
 //!   word in a loop (what a sender does when it sent to a party with no ready instance), with
 //!   a futex wake each time; answers `woke N` to the next request (how many bumps).
@@ -94,6 +98,38 @@ fn flood(h: &Handed) -> ! {
     }
 }
 
+/// Floods every instance this one sends to (not the gateway's parties) with invalid
+/// descriptors until the process dies.
+fn flood_next(h: &Handed) -> ! {
+    let policy = h.plan.policy().expect("policy");
+    let bad: Vec<(u16, Descriptor)> = policy
+        .targets(h.me)
+        .into_iter()
+        .filter(|&t| t >= h.plan.gateways())
+        .map(|t| {
+            let next = h.plan.party_function[usize::from(t)];
+            let d = Descriptor {
+                slot: Descriptor::MAX_SLOT,
+                len: 1,
+                request: 0,
+                generation: 0,
+                next,
+            };
+            (t, d)
+        })
+        .collect();
+    assert!(!bad.is_empty(), "flood-next needs a function after it");
+    loop {
+        let mut sent = false;
+        for &(t, d) in &bad {
+            sent |= h.sender.try_send(t, d).is_ok();
+        }
+        if !sent {
+            std::thread::yield_now();
+        }
+    }
+}
+
 fn main() {
     let h = Arc::new(handed());
     let bumps = Arc::new(AtomicU64::new(0));
@@ -103,15 +139,18 @@ fn main() {
         let pid = std::process::id();
         let mut words = body.split_whitespace();
         let answer = match words.next().unwrap_or("") {
-            "flood" => {
+            mode @ ("flood" | "flood-next") => {
                 let mut once = started.lock().unwrap_or_else(|p| p.into_inner());
                 if !*once {
                     *once = true;
-                    let h = h.clone();
+                    let (h, next) = (h.clone(), mode == "flood-next");
                     std::thread::spawn(move || {
                         // After this answer went out: the SDK's sender and ours share the
                         // queue, which has one producer at a time.
                         std::thread::sleep(Duration::from_millis(200));
+                        if next {
+                            flood_next(&h)
+                        }
                         flood(&h)
                     });
                 }

@@ -160,6 +160,60 @@ fn a_function_flooding_the_gateway_with_garbage_is_killed_and_restarted_while_an
     eprintln!("stopped in {:?}", started.elapsed());
 }
 
+/// The flood goes to the next function's instance, not to the gateway: the agent finds it in
+/// the flooder's own outbox (ring) and kills the flooder, never the instance it flooded,
+/// while that instance's route answers every request correctly.
+#[test]
+fn a_function_flooding_the_next_function_with_garbage_is_killed_and_its_victim_is_not() {
+    let _serial = crate::serial();
+    let spec = format!(
+        "name: floodnext\ngateway_threads: 2\nfunctions:\n{}{}{}routes:\n  - http: POST /hello\n    \
+         sequence: [upper, exclaim]\n  - http: POST /flood\n    sequence: [flood, upper]\n",
+        func("upper", "upper", "", ""),
+        func("exclaim", "exclaim", "", ""),
+        flood_fn("flood"),
+    );
+    let agent = Agent::start(&spec);
+    let done = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU32::new(0));
+    let load = hello_load(&agent.url, 2, 50, &done, &ok);
+    let a = agent.call("flood", "flood-next");
+    assert!(a.body.starts_with("FLOODING"), "{a:?}");
+    let pid = pid_in(&a);
+    let upper: Vec<u32> = agent.instances();
+    let line = agent
+        .log_line(
+            &[
+                &format!("(pid {pid})"),
+                "function 'flood' instance ",
+                HOSTILE,
+                "invalid descriptors (slot out of range: ",
+            ],
+            Duration::from_secs(10),
+        )
+        .expect("the log names the instance flooding `upper`");
+    assert!(line.contains("chain 'floodnext'"), "{line}");
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(pid)),
+        "the flooding instance {pid} is gone"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    done.store(true, Ordering::Relaxed);
+    for t in load {
+        t.join()
+            .expect("every hello request was answered correctly");
+    }
+    let now = agent.instances();
+    for p in upper.iter().filter(|&&p| p != pid) {
+        assert!(
+            now.contains(p),
+            "instance {p} (not the flooder) was left alone"
+        );
+    }
+    assert_eq!(agent.lines(&[HOSTILE]).len(), 1, "one kill, the flooder's");
+    assert_eq!(agent.stop(), Some(0), "the chain stops cleanly");
+}
+
 #[test]
 fn the_watchdog_kills_a_hung_instance_on_time_while_a_function_floods_the_gateway() {
     let _serial = crate::serial();

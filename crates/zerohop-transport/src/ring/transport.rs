@@ -7,7 +7,9 @@ use zerohop_pool::region::{self, Region};
 use zerohop_pool::sync::{AtomicU32, AtomicU64, Ordering};
 
 use super::{RingReceiver, RingSender, Spsc};
-use crate::{Backend, Options, PartyId, Policy, Receiver, Sender, Transport, TransportError};
+use crate::{
+    Backend, Descriptor, Options, PartyId, Policy, Receiver, Sender, Transport, TransportError,
+};
 
 const OUTBOX_MAGIC: [u8; 8] = *b"ZHOUTBOX";
 const INBOX_MAGIC: [u8; 8] = *b"ZHINBOX\0";
@@ -223,6 +225,70 @@ struct Unmapped {
     views: std::sync::Mutex<(Views, Views)>,
 }
 
+impl Unmapped {
+    /// Party `p`'s outbox: the agent's own mapping, else a read-only view made once
+    /// (`None` if it cannot be made).
+    fn outbox<'a>(
+        &self,
+        s: &'a RingShared,
+        views: &'a mut Views,
+        p: PartyId,
+    ) -> Option<&'a Mapped> {
+        let expected = Expected::outbox(&s.policy, p, s.capacity, false);
+        view(&s.outboxes, views, &self.outboxes, p, expected)
+    }
+
+    /// Party `p`'s inbox, as [`Unmapped::outbox`].
+    fn inbox<'a>(&self, s: &'a RingShared, views: &'a mut Views, p: PartyId) -> Option<&'a Mapped> {
+        let expected = Expected::inbox(&s.policy, p, false);
+        view(&s.inboxes, views, &self.inboxes, p, expected)
+    }
+}
+
+/// Party `p`'s region from `mapped`, else from `views`, where a read-only view of its bare
+/// descriptor is made the first time.
+fn view<'a>(
+    mapped: &'a [Option<Mapped>],
+    views: &'a mut Views,
+    bare: &[Option<OwnedFd>],
+    p: PartyId,
+    expected: Expected,
+) -> Option<&'a Mapped> {
+    if let Some(m) = &mapped[p as usize] {
+        return Some(m);
+    }
+    if views[p as usize].is_none() {
+        let fd = bare[p as usize].as_ref()?;
+        let ro = region::reopen_readonly(fd.as_fd()).ok()?;
+        views[p as usize] = Some(attach_region(ro, expected).ok()?);
+    }
+    views[p as usize].as_ref()
+}
+
+/// The first index [`Transport::published`] reads, for a queue last seen at `seen` whose
+/// tail is now `tail`: `seen`, or the oldest of the last `capacity - 1` entries when more
+/// were published since (the ring holds no more, and the slot of the entry at
+/// `tail - capacity` is the one the sender writes next).
+fn published_from(seen: u32, tail: u32, capacity: u32) -> u32 {
+    if tail.wrapping_sub(seen) >= capacity {
+        tail.wrapping_sub(capacity - 1)
+    } else {
+        seen
+    }
+}
+
+/// How many entries from index `start` on the sender may have overwritten (or be writing)
+/// by the time its tail reads `now`: index `j` shares its place with `j + capacity`, which
+/// the sender writes once its tail reached `j + capacity`. A tail that moved back counts as
+/// everything overwritten.
+fn overwritten(start: u32, now: u32, capacity: u32) -> usize {
+    let ahead = now.wrapping_sub(start);
+    if ahead > u32::MAX / 2 {
+        return usize::MAX;
+    }
+    (ahead + 1).saturating_sub(capacity) as usize
+}
+
 /// The agent's descriptor of party `p`'s region: it holds every region, mapped or bare.
 fn held<'a>(
     mapped: &'a [Option<Mapped>],
@@ -435,61 +501,92 @@ impl Transport for RingTransport {
         let s = &self.shared;
         let mut views = unmapped.views.lock().unwrap_or_else(|p| p.into_inner());
         let (out_views, in_views) = &mut *views;
-        // A word of party `p`'s region: from the agent's own mapping, else from a read-only
-        // view made once (0 if it cannot be made).
-        let word = |mapped: &[Option<Mapped>],
-                    views: &mut [Option<Mapped>],
-                    bare: &[Option<OwnedFd>],
-                    p: PartyId,
-                    expected: Expected,
-                    offset: usize| {
-            if let Some(m) = &mapped[p as usize] {
-                // SYNC POINT: Acquire pairs with the Release stores of tails and heads in
-                // `Spsc`; a snapshot, any value is input.
-                return Some(m.word32(offset).load(Ordering::Acquire));
-            }
-            if views[p as usize].is_none() {
-                let fd = bare[p as usize].as_ref()?;
-                let ro = region::reopen_readonly(fd.as_fd()).ok()?;
-                views[p as usize] = Some(attach_region(ro, expected).ok()?);
-            }
-            // SYNC POINT: as above.
-            Some(
-                views[p as usize]
-                    .as_ref()?
-                    .word32(offset)
-                    .load(Ordering::Acquire),
-            )
+        let Some(inbox) = unmapped.inbox(s, in_views, party) else {
+            return 0;
         };
         let mut total = 0usize;
         for (in_, sender) in s.policy.senders(party).into_iter().enumerate() {
             let Some(out) = s.policy.target_index(sender, party) else {
                 continue;
             };
-            let tail = word(
-                &s.outboxes,
-                out_views,
-                &unmapped.outboxes,
-                sender,
-                Expected::outbox(&s.policy, sender, s.capacity, false),
-                HEADER + out * queue_stride(s.capacity),
-            );
-            let head = word(
-                &s.inboxes,
-                in_views,
-                &unmapped.inboxes,
-                party,
-                Expected::inbox(&s.policy, party, false),
-                HEADER + LINE + in_ * LINE,
-            );
-            if let (Some(tail), Some(head)) = (tail, head) {
-                let lag = tail.wrapping_sub(head);
-                if lag <= s.capacity {
-                    total += lag as usize;
-                }
+            let Some(outbox) = unmapped.outbox(s, out_views, sender) else {
+                continue;
+            };
+            // SYNC POINT: Acquire pairs with the Release stores of tails and heads in
+            // `Spsc`; a snapshot, any value is input.
+            let tail = outbox
+                .word32(HEADER + out * queue_stride(s.capacity))
+                .load(Ordering::Acquire);
+            // SYNC POINT: as above.
+            let head = inbox
+                .word32(HEADER + LINE + in_ * LINE)
+                .load(Ordering::Acquire);
+            let lag = tail.wrapping_sub(head);
+            if lag <= s.capacity {
+                total += lag as usize;
             }
         }
         total
+    }
+
+    fn published(
+        &self,
+        sender: PartyId,
+        seen: &mut Vec<u32>,
+        out: &mut Vec<(PartyId, Descriptor)>,
+    ) -> bool {
+        let (Ok(()), Some(unmapped)) = (self.check(sender), &self.unmapped) else {
+            return false;
+        };
+        let s = &self.shared;
+        let mut views = unmapped.views.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(outbox) = unmapped.outbox(s, &mut views.0, sender) else {
+            return false;
+        };
+        let targets = s.policy.targets(sender);
+        let fresh = seen.len() != targets.len();
+        if fresh {
+            seen.clear();
+        }
+        let cap = s.capacity;
+        for (i, &receiver) in targets.iter().enumerate() {
+            let q = HEADER + i * queue_stride(cap);
+            let tail_word = outbox.word32(q);
+            // SYNC POINT: Acquire pairs with the producer's Release store of its tail in
+            // `Spsc`: entries below it were written before. Any value is input.
+            let tail = tail_word.load(Ordering::Acquire);
+            if fresh {
+                seen.push(tail);
+                continue;
+            }
+            let new = tail.wrapping_sub(seen[i]);
+            let start = published_from(seen[i], tail, cap);
+            seen[i] = tail;
+            if new == 0 || new > u32::MAX / 2 {
+                // Nothing new, or the tail moved back (the sender's own queue garbled).
+                continue;
+            }
+            let entries = outbox.words64(q + LINE, cap as usize * 2);
+            let first = out.len();
+            let mut at = start;
+            while at != tail {
+                let e = (at & (cap - 1)) as usize * 2;
+                out.push((
+                    receiver,
+                    Descriptor::from_words([
+                        entries[e].load(Ordering::Relaxed),
+                        entries[e + 1].load(Ordering::Relaxed),
+                    ]),
+                ));
+                at = at.wrapping_add(1);
+            }
+            // SYNC POINT: Acquire, as above: the sender may have moved on while we read, and
+            // an entry it has begun to overwrite may be torn; those are left out.
+            let now = tail_word.load(Ordering::Acquire);
+            let torn = overwritten(start, now, cap).min(out.len() - first);
+            out.drain(first..first + torn);
+        }
+        true
     }
 
     fn act_only_as(&mut self, parties: &[PartyId]) -> Result<(), TransportError> {
@@ -594,5 +691,77 @@ mod tests {
         // Once a handle exists the mappings are in use and stay.
         let _rx = t.receiver(0).expect("receiver");
         assert!(t.act_only_as(&[]).is_err());
+    }
+
+    #[test]
+    fn the_agent_reads_what_a_sender_published_and_no_more() {
+        // Gateway 0 -> f0 (party 1) -> f1 (party 2) -> gateway.
+        let policy = Policy::new(
+            vec![GATEWAY_FN, 0, 1],
+            [(GATEWAY_FN, 0), (0, 1), (1, GATEWAY_FN)],
+        )
+        .expect("policy");
+        let opts = Options {
+            queue_capacity: 8,
+            ..Options::default()
+        };
+        let mut t = RingTransport::create("published", &policy, opts.clone()).expect("create");
+        t.act_only_as(&[0]).expect("act only as the gateway");
+        let attach = |p| RingTransport::attach(&policy, p, t.fds_for(p).unwrap(), opts.clone());
+        let (one, two) = (attach(1).expect("party 1"), attach(2).expect("party 2"));
+        let tx = one.sender(1).expect("sender");
+        let mut rx = two.receiver(2).expect("receiver");
+        let desc = |request| Descriptor {
+            slot: 1,
+            len: 2,
+            request,
+            generation: 3,
+            next: 1,
+        };
+        // A predecessor's entries, before the agent first looks: never read.
+        tx.try_send(2, desc(100)).expect("send");
+        let (mut seen, mut out) = (Vec::new(), Vec::new());
+        assert!(t.published(1, &mut seen, &mut out));
+        assert!(out.is_empty(), "a fresh look only learns the tails");
+        assert_eq!(seen.len(), 1, "one queue (to party 2)");
+        for r in 0..3 {
+            tx.try_send(2, desc(r)).expect("send");
+        }
+        assert!(t.published(1, &mut seen, &mut out));
+        assert_eq!(out, [(2, desc(0)), (2, desc(1)), (2, desc(2))]);
+        // More than the ring holds since the last look (the receiver drains): the last
+        // capacity - 1 only.
+        for r in 3..40 {
+            while tx.try_send(2, desc(r)).is_err() {
+                rx.recv();
+            }
+        }
+        out.clear();
+        assert!(t.published(1, &mut seen, &mut out));
+        let got: Vec<u32> = out.iter().map(|(_, d)| d.request).collect();
+        assert_eq!(got, (33..40).collect::<Vec<_>>());
+        out.clear();
+        assert!(t.published(1, &mut seen, &mut out));
+        assert!(out.is_empty(), "nothing new");
+        assert!(!t.published(9, &mut seen, &mut out), "no such party");
+    }
+
+    #[test]
+    fn only_entries_the_sender_cannot_be_overwriting_are_read() {
+        // Capacity 8: from a look at 10 with the tail at 30, the last 7 (23..30).
+        assert_eq!(published_from(10, 30, 8), 23);
+        assert_eq!(published_from(10, 17, 8), 10, "7 new: all of them");
+        assert_eq!(published_from(10, 18, 8), 11, "8 new: the last 7");
+        assert_eq!(
+            published_from(u32::MAX - 2, 2, 8),
+            u32::MAX - 2,
+            "across the wrap"
+        );
+        // Read from 23; the tail still at 30: none overwritten. At 31 the sender may write
+        // index 31, whose place is 23's.
+        assert_eq!(overwritten(23, 30, 8), 0);
+        assert_eq!(overwritten(23, 31, 8), 1);
+        assert_eq!(overwritten(23, 40, 8), 10);
+        assert_eq!(overwritten(23, 5, 8), usize::MAX, "the tail moved back");
     }
 }
