@@ -47,13 +47,16 @@ struct Fixture {
 impl Fixture {
     fn new() -> Self {
         let pool = Arc::new(
-            Pool::create("fuzz-descriptor", &PoolGeometry {
-                slots: SLOTS,
-                first_slot: 0,
-                slot_size: 256,
-                max_parties: 4,
-                hugepages: false,
-            })
+            Pool::create(
+                "fuzz-descriptor",
+                &PoolGeometry {
+                    slots: SLOTS,
+                    first_slot: 0,
+                    slot_size: 256,
+                    max_parties: 4,
+                    hugepages: false,
+                },
+            )
             .expect("create the pool"),
         );
         let fd = pool.fd().try_clone_to_owned().expect("dup the pool memfd");

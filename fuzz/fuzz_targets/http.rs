@@ -78,13 +78,16 @@ impl Chain {
     fn start() -> Self {
         let plan = plan();
         let pool = Arc::new(
-            Pool::create("fuzz-http", &PoolGeometry {
-                slots: 8,
-                first_slot: 0,
-                slot_size: 8192,
-                max_parties: 2,
-                hugepages: false,
-            })
+            Pool::create(
+                "fuzz-http",
+                &PoolGeometry {
+                    slots: 8,
+                    first_slot: 0,
+                    slot_size: 8192,
+                    max_parties: 2,
+                    hugepages: false,
+                },
+            )
             .expect("create the pool"),
         );
         let policy = Arc::new(plan.policy().expect("policy"));

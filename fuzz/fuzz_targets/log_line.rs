@@ -22,6 +22,9 @@ use zerohop_agent::logs::{
     escape, is_escaped, terminal_line, text_of, Splitter, CUT_MARKER, ESCAPE_GROWTH,
 };
 
+/// The time every line is printed with (as the agent makes it, `rfc3339`).
+const TIME: &str = "2024-02-29T12:34:56.789Z";
+
 /// What the splitter must find, from the whole output at once.
 fn model(max: usize, out: &[u8]) -> Vec<(Vec<u8>, bool)> {
     let mut lines = Vec::new();
@@ -59,41 +62,45 @@ fuzz_target!(|data: &[u8]| {
     split.finish(|l, cut| lines.push((l.to_vec(), cut)));
     assert_eq!(lines, model(max, out), "the reads changed the lines");
 
+    // The function names lines are printed with: the first 0 to 7 bytes of the output (line
+    // `i` gets name `i % 8`), each escaped once here, not once per line.
+    let functions: Vec<(String, String)> = (0..lines.len().min(8))
+        .map(|n| {
+            let function = String::from_utf8_lossy(out.get(..n).unwrap_or_default()).into_owned();
+            let escaped = escape(&function).into_owned();
+            assert!(!escaped.chars().any(is_escaped), "{escaped:?}");
+            (function, escaped)
+        })
+        .collect();
+
     for (i, (bytes, cut)) in lines.iter().enumerate() {
         assert!(bytes.len() <= max);
         let text = text_of(bytes, *cut);
         assert!(!text.chars().any(is_escaped), "{text:?}");
         assert_eq!(escape(&text), text.as_str(), "escaping twice differs");
         assert!(text.len() <= ESCAPE_GROWTH * 3 * max + CUT_MARKER.len());
-        if !cut && !String::from_utf8_lossy(bytes).chars().any(is_escaped) {
-            assert_eq!(text, String::from_utf8_lossy(bytes));
+        let raw = String::from_utf8_lossy(bytes);
+        if !cut && !raw.chars().any(is_escaped) {
+            assert_eq!(text, raw);
         }
         if *cut {
             assert!(text.ends_with(CUT_MARKER));
         }
 
         // Printed, with a function name and stream that may be anything too.
-        let function = String::from_utf8_lossy(out.get(..i % 8).unwrap_or_default());
+        let (function, escaped) = &functions[i % 8];
         let instance = i as u16;
-        let line = terminal_line(
-            "2024-02-29T12:34:56.789Z",
-            &function,
-            instance,
-            "stdout",
-            &text,
-        );
-        let prefix = format!(
-            "2024-02-29T12:34:56.789Z {}/{instance} stdout: ",
-            escape(&function)
-        );
+        let line = terminal_line(TIME, function, instance, "stdout", &text);
+        let prefix = format!("{TIME} {escaped}/{instance} stdout: ");
         let body = line
             .strip_prefix(prefix.as_str())
             .and_then(|l| l.strip_suffix('\n'))
             .expect("a printed line is its prefix, its text and a newline");
         assert_eq!(body, text, "the text changed in print");
-        assert!(!line[..line.len() - 1].chars().any(is_escaped), "{line:?}");
+        // So the line holds no character a terminal acts on but its last: its prefix is the
+        // time, the escaped function name (checked above), digits and the stream, its body
+        // the text (checked above).
         // The raw line printed as is: the same, since the text is escaped already.
-        let raw = String::from_utf8_lossy(bytes);
         let printed = terminal_line("t", "f", 0, "stderr", &raw);
         assert_eq!(printed.matches('\n').count(), 1);
         assert!(printed.ends_with('\n'));

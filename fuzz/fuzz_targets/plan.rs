@@ -23,13 +23,16 @@ fn pool() -> &'static Arc<Pool> {
     static POOL: OnceLock<Arc<Pool>> = OnceLock::new();
     POOL.get_or_init(|| {
         Arc::new(
-            Pool::create("fuzz-plan", &PoolGeometry {
-                slots: 1,
-                first_slot: 0,
-                slot_size: 128,
-                max_parties: 4,
-                hugepages: false,
-            })
+            Pool::create(
+                "fuzz-plan",
+                &PoolGeometry {
+                    slots: 1,
+                    first_slot: 0,
+                    slot_size: 128,
+                    max_parties: 4,
+                    hugepages: false,
+                },
+            )
             .expect("create the pool"),
         )
     })
