@@ -705,9 +705,9 @@ mod tests {
             queue_capacity: 8,
             ..Options::default()
         };
-        let mut t = RingTransport::create("published", &policy, opts.clone()).expect("create");
+        let mut t = RingTransport::create("published", &policy, opts).expect("create");
         t.act_only_as(&[0]).expect("act only as the gateway");
-        let attach = |p| RingTransport::attach(&policy, p, t.fds_for(p).unwrap(), opts.clone());
+        let attach = |p| RingTransport::attach(&policy, p, t.fds_for(p).unwrap(), opts);
         let (one, two) = (attach(1).expect("party 1"), attach(2).expect("party 2"));
         let tx = one.sender(1).expect("sender");
         let mut rx = two.receiver(2).expect("receiver");
