@@ -28,8 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
-use zerohop_gateway::META_RESERVE;
-use zerohop_pool::SLOT_HEADER_LEN;
+use zerohop_pool::{META_RESERVE, SLOT_HEADER_LEN};
 use zerohop_transport::{JoinPolicy, StatePlan};
 
 /// Default number of slots in a chain's pool.

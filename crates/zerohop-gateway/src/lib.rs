@@ -72,8 +72,7 @@ use zerohop_transport::{PartyId, Picker, Plan, RequestIds, Sender};
 use crate::egress::Outcome;
 use crate::router::Router;
 
-/// Bytes of a slot reserved for request metadata (headers the functions asked for).
-pub const META_RESERVE: usize = 1024;
+pub use zerohop_pool::META_RESERVE;
 
 /// Gateway settings from the chain spec.
 #[derive(Clone, Debug)]

@@ -51,7 +51,7 @@ pub use owner::{Owner, OwnerTable, OwnerWord, OwnershipError};
 pub use pool::{
     latency_bucket, latency_bucket_bound_us, monotonic_ms, monotonic_ns, OwnedSlot, PartyRecord,
     PartyState, PartyStats, Pool, PoolGeometry, Rejected, SlotHeader, TakeError, HEADER_MAGIC,
-    LATENCY_BUCKETS, PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
+    LATENCY_BUCKETS, META_RESERVE, PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
 };
 #[cfg(not(loom))]
 pub use pools::Pools;
