@@ -97,10 +97,22 @@ func start(t *testing.T, dir, spec string) *chain {
 	return c
 }
 
+// post sends body to url and returns the answer; it fails the test on an error, so call it
+// from the test's goroutine only (tryPost from others).
 func post(t *testing.T, url, body string, header ...string) (int, string) {
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	t.Helper()
+	s, b, err := tryPost(url, body, header...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return s, b
+}
+
+// tryPost sends body to url (within 30 s) and returns the answer or what went wrong.
+func tryPost(url, body string, header ...string) (int, string, error) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
 	}
 	if len(header) == 2 {
 		req.Header.Set(header[0], header[1])
@@ -108,11 +120,14 @@ func post(t *testing.T, url, body string, header ...string) (int, string) {
 	client := http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
+		return 0, "", fmt.Errorf("POST %s: %w", url, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", fmt.Errorf("POST %s: reading the answer: %w", url, err)
+	}
+	return resp.StatusCode, string(b), nil
 }
 
 func fn(bin, name, mode, env, fields string) string {
@@ -195,17 +210,53 @@ func instances(t *testing.T, pid int) []int {
 	return out
 }
 
-// cpuTicks is utime + stime of pid, in clock ticks.
+// cpuTicks is utime + stime of pid, in clock ticks; a stat it cannot read fails the test
+// (a parse error must not read as "no CPU used").
 func cpuTicks(t *testing.T, pid int) int {
+	t.Helper()
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(stat)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	u, _ := strconv.Atoi(fields[11])
-	k, _ := strconv.Atoi(fields[12])
-	return u + k
+	ticks, err := parseTicks(string(stat))
+	if err != nil {
+		t.Fatalf("/proc/%d/stat: %v", pid, err)
+	}
+	return ticks
+}
+
+// parseTicks is utime + stime of a /proc/PID/stat line.
+func parseTicks(stat string) (int, error) {
+	end := strings.LastIndexByte(stat, ')')
+	if end < 0 || end+2 > len(stat) {
+		return 0, fmt.Errorf("no ')' closing the command name in %q", stat)
+	}
+	fields := strings.Fields(stat[end+2:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13: %q", len(fields), stat)
+	}
+	u, err := strconv.Atoi(fields[11])
+	if err != nil {
+		return 0, fmt.Errorf("utime: %w", err)
+	}
+	k, err := strconv.Atoi(fields[12])
+	if err != nil {
+		return 0, fmt.Errorf("stime: %w", err)
+	}
+	return u + k, nil
+}
+
+func TestParseTicks(t *testing.T) {
+	// pid (comm with ") ") state ppid ... utime=7 stime=5 ...
+	line := "42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 100 0 0"
+	if got, err := parseTicks(line); err != nil || got != 12 {
+		t.Errorf("parseTicks: got %d, %v; want 12", got, err)
+	}
+	for _, bad := range []string{"", "42 (a) S 1", "42 (a) S 1 42 42 0 -1 4194560 100 0 0 0 x 5 0"} {
+		if got, err := parseTicks(bad); err == nil {
+			t.Errorf("parseTicks(%q) = %d, want an error", bad, got)
+		}
+	}
 }
 
 func TestIdleAndKilled(t *testing.T) {
@@ -228,19 +279,29 @@ func TestIdleAndKilled(t *testing.T) {
 	type answer struct {
 		status int
 		body   string
+		err    error
 	}
+	// The request's goroutine reports back; only this one may end the test.
 	got := make(chan answer, 1)
 	go func() {
-		s, b := post(t, c.url+"/slow", "late")
-		got <- answer{s, b}
+		s, b, err := tryPost(c.url+"/slow", "late")
+		got <- answer{s, b, err}
 	}()
 	time.Sleep(500 * time.Millisecond)
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	a := <-got
-	if a.status != 502 {
-		t.Errorf("killed mid-request: got %d %q, want 502", a.status, a.body)
+	// tryPost gives up after 30 s; this guard only keeps a hang from lasting the whole run.
+	select {
+	case a := <-got:
+		if a.err != nil {
+			t.Fatalf("killed mid-request: %v", a.err)
+		}
+		if a.status != 502 {
+			t.Errorf("killed mid-request: got %d %q, want 502", a.status, a.body)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("killed mid-request: no answer within 60 s")
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
