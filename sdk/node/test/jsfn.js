@@ -23,17 +23,24 @@
 //   gone      keeps the request; the next request answers what using it throws
 //   busy      starts a call and, without awaiting it, reads req.body: what that throws
 //   block     busy-waits JSFN_SLEEP_MS (default 2000) on the event loop, then upper-cases
+//   gather    holds each request until JSFN_GATHER of them are in flight in this instance
+//             together (at most JSFN_GATHER_MS, default 20000, then lets the group go), then
+//             upper-cases the body and appends " together=N": how many were held at once
 
 const zerohop = require('../index.js');
 
 const MODE = process.env.JSFN_MODE || 'upper';
 const CALLS = (process.env.JSFN_CALLS || '').split(',').filter(Boolean);
 const SLEEP_MS = Number(process.env.JSFN_SLEEP_MS || (MODE === 'block' ? 2000 : 300));
+const GATHER = Number(process.env.JSFN_GATHER || 1);
+const GATHER_MS = Number(process.env.JSFN_GATHER_MS || 20_000);
 
 let kept = null;
 let keptReq = null;
 let inFlight = 0;
 let most = 0;
+// The requests `gather` holds: { n, done (resolves when n reaches GATHER), release }.
+let group = null;
 
 function listed(names, answers) {
   let out = '';
@@ -123,6 +130,31 @@ const handlers = {
     } finally {
       inFlight--;
     }
+  },
+  async gather(req) {
+    if (group === null) {
+      let release;
+      const done = new Promise((r) => {
+        release = r;
+      });
+      group = { n: 0, done, release };
+    }
+    const g = group;
+    g.n++;
+    if (g.n >= GATHER) {
+      group = null;
+      g.release();
+    }
+    let timer;
+    const late = new Promise((r) => {
+      timer = setTimeout(r, GATHER_MS);
+    });
+    await Promise.race([g.done, late]);
+    clearTimeout(timer);
+    // Given up waiting: the next requests start a group of their own.
+    if (group === g) group = null;
+    upper(req.body);
+    req.extend(` together=${g.n}`);
   },
   keep(req) {
     const before = kept === null ? 'none' : String(kept.length);
