@@ -20,8 +20,8 @@ use anyhow::{bail, Context, Result};
 pub enum Probe {
     /// A program of this name on `PATH`.
     Program(&'static str),
-    /// A file at this path (a header, or an interpreter the chains' uids must be able to run
-    /// from where every user can reach it).
+    /// A file at this path (a header; an interpreter the chains' uids must be able to run
+    /// from where every user can reach it; a program a test starts by its full path).
     File(&'static str),
     /// `python3 -m pip` runs with the interpreter at this path.
     Pip(&'static str),
@@ -120,10 +120,12 @@ pub const REQUIREMENTS: &[Requirement] = &[
         "builds the Node.js SDK's addon",
         Need::Tests,
     ),
+    // The benchmark starts this path, not whatever `nginx` is first on PATH (bench/src/
+    // systems.rs `NGINX`): another nginx on PATH must not stop the install.
     req(
-        Probe::Program("nginx"),
+        Probe::File("/usr/sbin/nginx"),
         "nginx-light",
-        "the benchmark's broker baseline (its smoke test)",
+        "the benchmark's broker baseline (its smoke and systems tests)",
         Need::Tests,
     ),
     req(
@@ -480,7 +482,7 @@ mod tests {
 
     #[test]
     fn a_toolchain_apt_cannot_give_is_refused_even_as_root() {
-        let m = named(&["go", "nginx"]);
+        let m = named(&["go", "/usr/sbin/nginx"]);
         let Plan::Refuse(lines) = plan(&m, ROOT_APT) else {
             panic!("not refused")
         };
@@ -512,6 +514,18 @@ mod tests {
                 r.probe
             );
         }
+    }
+
+    /// The benchmark's tests start `/usr/sbin/nginx` and fail without it: an `nginx`
+    /// elsewhere on PATH must not count as installed.
+    #[test]
+    fn nginx_is_the_file_the_benchmark_starts_not_any_on_path() {
+        let nginx: Vec<_> = REQUIREMENTS
+            .iter()
+            .filter(|r| r.package == Some("nginx-light"))
+            .collect();
+        assert_eq!(nginx.len(), 1);
+        assert_eq!(nginx[0].probe, Probe::File("/usr/sbin/nginx"));
     }
 
     #[test]
