@@ -17,8 +17,8 @@
 //!   the Node.js addon) and the polyglot example's functions, runs every test binary of the
 //!   workspace (side by side where they do not compete, see `testrun`), the doc tests, the Go
 //!   SDK's tests (`go test` in `sdk/go`), the Node.js SDK's (`node --test`) and the Python
-//!   SDK's (pytest), then the loom model checks of the allocator and the ring, and prints where
-//!   the time went (`phases`).
+//!   SDK's (pytest), then the loom model checks of the allocator and the ring (failing if the
+//!   filter ran none), and prints where the time went (`phases`).
 //! * `cargo xtask lint`: installs what the build needs (clang and libbpf's headers for the
 //!   eBPF programs), then `cargo fmt --check` and `cargo clippy -D warnings` over the
 //!   workspace and the Python and Node.js SDK crates.
@@ -165,6 +165,34 @@ fn run(step: &str, cmd: &mut Command) -> Result<()> {
         bail!("{step} failed ({status})");
     }
     Ok(())
+}
+
+/// Runs `cmd` as [`run`] does, its standard output echoed as it comes and returned.
+fn run_echoed(step: &str, cmd: &mut Command) -> Result<String> {
+    use std::io::BufRead;
+    eprintln!("xtask: {step}");
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {cmd:?}"))?;
+    let mut out = String::new();
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = Vec::new();
+    while lines
+        .read_until(b'\n', &mut line)
+        .context("reading its output")?
+        > 0
+    {
+        let text = String::from_utf8_lossy(&line);
+        print!("{text}");
+        out.push_str(&text);
+        line.clear();
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("{step} failed ({status})");
+    }
+    Ok(out)
 }
 
 /// The Kubernetes release the tests run against: `xtask/kube/go.mod` pins the same.
@@ -749,30 +777,38 @@ fn test_phases(extra: &[String], ph: &mut phases::Phases) -> Result<()> {
         )
     });
     suite("the Python SDK's tests", r);
-    let r = ph.time("tests: loom", || {
-        run(
-            "loom model checks of the slot allocator and the ring",
-            cargo()
-                .args([
-                    "test",
-                    "--release",
-                    "-p",
-                    "zerohop-pool",
-                    "-p",
-                    "zerohop-transport",
-                    "--lib",
-                    "loom",
-                ])
-                .env("RUSTFLAGS", "--cfg loom")
-                .env("CARGO_TARGET_DIR", "target/loom"),
-        )
-    });
+    let r = ph.time("tests: loom", || loom("loom"));
     suite("the loom checks", r);
     if !failed.is_empty() {
         bail!("failed: {}", failed.join("; "));
     }
     eprintln!("xtask: all tests passed");
     Ok(())
+}
+
+/// The loom model checks of the slot allocator and the ring: the tests of zerohop-pool's and
+/// zerohop-transport's libraries whose names contain `filter`, built with `--cfg loom`. Fails
+/// when either library ran none (a filter that matches nothing passes in cargo).
+fn loom(filter: &str) -> Result<()> {
+    let out = run_echoed(
+        "loom model checks of the slot allocator and the ring",
+        cargo()
+            .args([
+                "test",
+                "--release",
+                "-p",
+                "zerohop-pool",
+                "-p",
+                "zerohop-transport",
+                "--lib",
+                filter,
+            ])
+            .env("RUSTFLAGS", "--cfg loom")
+            .env("CARGO_TARGET_DIR", "target/loom"),
+    )?;
+    testrun::each_ran_tests(&testrun::passed_counts(&out), 2).with_context(|| {
+        format!("the loom run filtered by `{filter}` (the tests are in `mod loom_tests`)")
+    })
 }
 
 /// `cargo xtask lint`: what the build needs (clang for the eBPF programs), then `cargo fmt

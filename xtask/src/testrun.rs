@@ -207,6 +207,34 @@ pub fn run(bins: &[TestBin], extra_args: &[String], phases: &mut Phases) -> Resu
     Ok(())
 }
 
+/// How many tests each `test result:` line of a `cargo test` output says passed, in order
+/// (one line per test binary that ran).
+pub fn passed_counts(output: &str) -> Vec<u64> {
+    output
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("test result:"))
+        .map(|rest| {
+            rest.split(';')
+                .find_map(|part| part.trim().rsplit_once(' ').filter(|(_, w)| *w == "passed"))
+                .and_then(|(n, _)| n.rsplit(' ').next()?.parse().ok())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Whether `binaries` test binaries ran and each passed at least one test: a run whose name
+/// filter matches nothing reports `ok. 0 passed`, which must not count as checked.
+pub fn each_ran_tests(counts: &[u64], binaries: usize) -> Result<()> {
+    if counts.len() != binaries || counts.contains(&0) {
+        bail!(
+            "expected {binaries} test binaries each passing at least one test, got {} with \
+             {counts:?} passed: the filter matched no test (renamed?)",
+            counts.len()
+        );
+    }
+    Ok(())
+}
+
 /// How one binary ended.
 struct Outcome {
     ok: bool,
@@ -326,6 +354,27 @@ mod tests {
             let file = root.join(dir).join("tests").join(format!("{target}.rs"));
             assert!(file.is_file(), "{name}: no {}", file.display());
         }
+    }
+
+    #[test]
+    fn a_filtered_run_counts_only_when_every_binary_ran_a_test() {
+        let out = "running 2 tests\ntest a::loom_tests::x ... ok\n\n\
+                   test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 40 filtered out; \
+                   finished in 3.10s\n\nrunning 0 tests\n\n\
+                   test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 12 filtered out; \
+                   finished in 0.00s\n";
+        assert_eq!(passed_counts(out), vec![2, 0]);
+        assert!(
+            each_ran_tests(&passed_counts(out), 2).is_err(),
+            "0 ran in one"
+        );
+        assert!(each_ran_tests(&[2, 1], 2).is_ok());
+        assert!(each_ran_tests(&[3], 2).is_err(), "one binary missing");
+        assert!(each_ran_tests(&[], 2).is_err(), "nothing ran");
+        assert_eq!(
+            passed_counts("test result: FAILED. 1 passed; 1 failed; 0 ignored"),
+            vec![1]
+        );
     }
 
     #[test]
