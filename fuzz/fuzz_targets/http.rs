@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use zerohop_gateway::{Gateway, GatewayConfig, Receiving};
 use zerohop_pool::{Descriptor, PartyState, Pool, PoolGeometry};
 use zerohop_transport::{
-    Backend, Endpoint, FunctionPlan, Plan, RoutePlan, Sender, Transport, GATEWAY_FN,
+    Backend, Endpoint, FunctionPlan, Plan, PlanExt, RoutePlan, Sender, Transport, GATEWAY_FN,
 };
 
 const MAX_BODY: usize = 4096;

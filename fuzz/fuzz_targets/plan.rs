@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use zerohop_pool::{Pool, PoolGeometry};
-use zerohop_transport::{Hop, Picker, Plan, PolicyError, GATEWAY_FN};
+use zerohop_transport::{Hop, Picker, Plan, PlanExt, PolicyError, GATEWAY_FN};
 
 fn pool() -> &'static Arc<Pool> {
     static POOL: OnceLock<Arc<Pool>> = OnceLock::new();

@@ -15,7 +15,7 @@ use libfuzzer_sys::fuzz_target;
 use zerohop_agent::spec::{self, MAX_CONCURRENCY, MAX_FUNCTIONS, MAX_INSTANCES};
 use zerohop_gateway::META_RESERVE;
 use zerohop_pool::SLOT_HEADER_LEN;
-use zerohop_transport::{Plan, GATEWAY_FN};
+use zerohop_transport::{Plan, PlanExt, GATEWAY_FN};
 
 const FILE: &str = "fuzz.yaml";
 

@@ -21,6 +21,7 @@ use crate::supervise::{
     self, Fingerprint, FunctionRun, Instance, InstanceSpec, PartyControl, Shared, Want,
 };
 use crate::watchdog;
+use zerohop_transport::PlanExt;
 
 /// How to bring a chain up.
 #[derive(Clone, Debug)]

@@ -94,6 +94,7 @@ fn relayed(f: &FunctionSpec, peer: SocketAddr) -> FunctionSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zerohop_transport::PlanExt;
 
     fn spec(text: &str) -> ChainSpec {
         crate::spec::parse(std::path::Path::new("/tmp/chain.yaml"), text).expect("valid spec")

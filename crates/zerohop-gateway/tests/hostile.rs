@@ -20,8 +20,8 @@ use zerohop_gateway::{Gateway, GatewayConfig, Receiving};
 use zerohop_pool::{Descriptor, Pool, PoolGeometry, SlotHeader};
 use zerohop_test_support::wait_until;
 use zerohop_transport::{
-    Backend, Delivery, Endpoint, FunctionPlan, Plan, Policy, RoutePlan, Sender, Stop, Transport,
-    GATEWAY_FN,
+    Backend, Delivery, Endpoint, FunctionPlan, Plan, PlanExt, Policy, RoutePlan, Sender, Stop,
+    Transport, GATEWAY_FN,
 };
 
 const SLOTS: u32 = 8;

@@ -15,6 +15,7 @@ use zerohop_transport::{
 use crate::call::{Calls, Pending};
 use crate::request::{HandlerError, Next, Request};
 use crate::{env, logging, sys, Handler};
+use zerohop_transport::PlanExt;
 
 /// Why an instance could not start.
 #[derive(Debug, thiserror::Error)]

@@ -61,17 +61,15 @@ pub use endpoint::{Delivery, Endpoint, EndpointStats, RECV_BUDGET};
 #[cfg(not(loom))]
 pub use pick::Picker;
 pub use plan::{
-    handover, Domain, FunctionPlan, Hop, JoinPolicy, Plan, PoolPlan, RequestIds, RoutePlan,
-    StatePlan,
+    handover, Domain, FunctionPlan, Hop, JoinPolicy, Plan, PlanExt, PoolPlan, RequestIds,
+    RoutePlan, StatePlan,
 };
 pub use policy::{Policy, PolicyError, GATEWAY_FN};
 #[cfg(not(loom))]
 pub use sockmap::KernelCounters;
 use zerohop_pool::Descriptor;
 
-/// Party index: first the gateway's parties (one per gateway thread, see
-/// [`Plan::gateways`]), then the function instances.
-pub type PartyId = u16;
+pub use zerohop_spec::PartyId;
 
 /// Which backend moves descriptors.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

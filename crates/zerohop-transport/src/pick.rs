@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use zerohop_pool::{PartyState, Pool};
 
+use crate::PlanExt;
 use crate::{PartyId, Plan};
 
 /// Round-robin instance choice, shared by the threads of one party.

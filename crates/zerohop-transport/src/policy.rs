@@ -2,12 +2,9 @@
 
 use std::collections::HashSet;
 
-use zerohop_pool::Descriptor;
-
 use crate::PartyId;
 
-/// The gateway's function index in edges (same value as [`Descriptor::GATEWAY`]).
-pub const GATEWAY_FN: u8 = Descriptor::GATEWAY;
+pub use zerohop_spec::GATEWAY_FN;
 
 /// Instances of the next function each instance may send to, at least. With many
 /// instances on both sides of a hop a full mesh would give every instance a queue to and

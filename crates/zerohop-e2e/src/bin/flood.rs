@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use zerohop_pool::{Descriptor, Pool};
 use zerohop_runtime::{run, HandlerError, Next, Request};
+use zerohop_transport::PlanExt;
 use zerohop_transport::{handover, Plan, Sender};
 
 /// What this instance was handed, duplicated for its own abuse.
