@@ -828,7 +828,8 @@ mod tests {
     }
 
     /// Every mode this host has: limits land in the files `limits` names, usage reads
-    /// back, and every folder goes with the chain.
+    /// back, and every folder goes with the chain. A mode the host refuses is skipped with
+    /// its reason printed; as root at least one mode must have been checked.
     #[test]
     fn limits_are_written_and_usage_read_on_this_host() {
         let limits = ResourceSpec {
@@ -836,8 +837,11 @@ mod tests {
             memory: Some(64 << 20),
             pids: Some(8),
         };
+        let mut checked = Vec::new();
+        let mut skipped = Vec::new();
         for mode in [CgroupMode::Auto, CgroupMode::V1, CgroupMode::V2] {
             let Some(c) = chain(&format!("{mode:?}"), mode) else {
+                skipped.push((mode, "no cgroup for this user (why: above)".to_owned()));
                 continue;
             };
             let chain_dirs: Vec<PathBuf> = c.groups.iter().map(|g| g.dir.clone()).collect();
@@ -851,7 +855,7 @@ mod tests {
                         "{mode:?}: {msg}"
                     );
                     assert!(msg.starts_with("resources.cpu 100m needs the cpu"), "{msg}");
-                    eprintln!("{mode:?}: {msg}");
+                    skipped.push((mode, msg));
                     continue;
                 }
             };
@@ -888,6 +892,17 @@ mod tests {
             for d in chain_dirs {
                 assert!(!d.exists(), "{mode:?}: {} left behind", d.display());
             }
+            checked.push(mode);
+        }
+        eprintln!("checked: {checked:?}");
+        for (mode, why) in &skipped {
+            eprintln!("skipped {mode:?}: {why}");
+        }
+        if is_root() {
+            assert!(
+                !checked.is_empty(),
+                "as root no cgroup mode could be checked on this host: {skipped:?}"
+            );
         }
     }
 
