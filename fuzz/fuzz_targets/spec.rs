@@ -12,9 +12,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use zerohop_agent::spec::{self, MAX_CONCURRENCY, MAX_FUNCTIONS, MAX_INSTANCES};
-use zerohop_gateway::META_RESERVE;
-use zerohop_pool::SLOT_HEADER_LEN;
+use zerohop_pool::{META_RESERVE, SLOT_HEADER_LEN};
+use zerohop_spec::{self as spec, MAX_CONCURRENCY, MAX_FUNCTIONS, MAX_INSTANCES};
 use zerohop_transport::{Plan, PlanExt, GATEWAY_FN};
 
 const FILE: &str = "fuzz.yaml";

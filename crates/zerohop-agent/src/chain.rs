@@ -15,7 +15,7 @@ use zerohop_transport::{Backend, Endpoint, TransportError};
 
 use crate::confine::{CgroupMode, Domain, Program, UidRange};
 use crate::logs::LogBook;
-use crate::plan::plan_from_spec;
+use crate::spec::plan_from_spec;
 use crate::spec::{ChainSpec, MqttSpec, SpecError, MAX_GATEWAY_THREADS, MAX_PARTIES};
 use crate::supervise::{
     self, Fingerprint, FunctionRun, Instance, InstanceSpec, PartyControl, Shared, Want,
@@ -695,7 +695,7 @@ pub async fn up_with(
         .or(spec.gateway_threads)
         .unwrap_or_else(auto_gateway_threads)
         .clamp(1, MAX_GATEWAY_THREADS);
-    let instances: usize = spec.functions.iter().map(crate::plan::reserved).sum();
+    let instances: usize = spec.functions.iter().map(crate::spec::reserved).sum();
     if usize::from(gateway_threads) + instances > MAX_PARTIES {
         return Err(AgentError::Spec(SpecError {
             file: spec.file.display().to_string(),

@@ -1,6 +1,7 @@
 //! `zerohop-agent`: runs chains on one node.
 //!
-//! Parses and validates the chain spec ([`spec`]), turns it into a routing plan, creates the
+//! Reads the chain spec (with `zerohop-spec`, re-exported as [`spec`]), turns it into a
+//! routing plan, creates the
 //! chain's pools (one per security domain) and transport, starts the gateway, spawns the
 //! function instances (handing each the pools of its function's domains and its transport
 //! ends as inherited file descriptors, never as a path another chain could open),
@@ -31,10 +32,8 @@ pub mod confine;
 pub mod daemon;
 pub mod logs;
 mod offence;
-mod plan;
 pub mod relay;
 mod scale;
-pub mod spec;
 pub mod split;
 mod status;
 mod supervise;
@@ -43,5 +42,6 @@ mod watchdog;
 
 pub use chain::{up, up_with, AgentError, Inherit, Running, UpOptions};
 pub use confine::{CgroupMode, UidRange};
-pub use plan::plan_from_spec;
 pub use status::ChainView;
+pub use zerohop_spec as spec;
+pub use zerohop_spec::plan_from_spec;

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use zerohop_agent::{spec, up, UidRange, UpOptions};
+use zerohop_agent::{up, UidRange, UpOptions};
+use zerohop_spec as spec;
 use zerohop_transport::Backend;
 
 #[derive(Parser)]

@@ -241,8 +241,8 @@ mod tests {
             assert_eq!(seen, template(*lang).files.len());
             let spec = dir.join("chain.yaml");
             let text = std::fs::read_to_string(&spec).unwrap();
-            let chain = zerohop_agent::spec::parse(&spec, &text)
-                .unwrap_or_else(|e| panic!("{lang:?}: {e}"));
+            let chain =
+                zerohop_spec::parse(&spec, &text).unwrap_or_else(|e| panic!("{lang:?}: {e}"));
             assert_eq!(chain.name, "my_fn");
             assert_eq!(chain.functions[0].name, "my_fn");
             assert!(text.contains("/my_fn"));

@@ -51,6 +51,8 @@ pub(crate) const PACKET_HEADROOM: usize = 16 * 1024;
 /// A PUBLISH whose topic or response topic has more is refused (MQTT 5: DISCONNECT 0x90
 /// "topic name invalid"), a SUBSCRIBE filter with more gets a SUBACK failure (0x8F / 0x80).
 pub const MAX_TOPIC_LEVELS: usize = 32;
+// A route's topic the spec accepts is one this broker can match.
+const _: () = assert!(MAX_TOPIC_LEVELS == zerohop_spec::MAX_TOPIC_LEVELS);
 
 /// The metadata name under which a request carries its topic (for functions that list it
 /// in their `headers`).

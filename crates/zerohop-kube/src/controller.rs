@@ -909,7 +909,7 @@ impl World {
 pub fn validate(namespace: &str, chain: &Chain) -> Option<String> {
     let local = local_name(namespace, &chain.name_any(), 0);
     let text = chain_text(&local, &chain.spec.chain);
-    if let Err(e) = zerohop_agent::spec::parse(Path::new("/chain.yaml"), &text) {
+    if let Err(e) = zerohop_spec::parse(Path::new("/chain.yaml"), &text) {
         return Some(spec_error(&e));
     }
     let functions = chain

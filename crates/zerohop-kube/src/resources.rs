@@ -262,7 +262,7 @@ pub fn chain_text(local: &str, template: &Map<String, Value>) -> String {
 /// A spec error of a Chain's template, its field as a path of the Chain:
 /// `spec.routes[0].sequence[1]: unknown function ...` (the generated text's file and line
 /// mean nothing to the Chain's author).
-pub fn spec_error(e: &zerohop_agent::spec::SpecError) -> String {
+pub fn spec_error(e: &zerohop_spec::SpecError) -> String {
     format!("spec.{}: {}", e.field, e.message)
 }
 
@@ -317,7 +317,7 @@ mod tests {
         }))
         .unwrap();
         let text = chain_text("default_hello_0", &template);
-        let spec = zerohop_agent::spec::parse(std::path::Path::new("/x/hello.yaml"), &text)
+        let spec = zerohop_spec::parse(std::path::Path::new("/x/hello.yaml"), &text)
             .expect("the JSON a part carries is a valid spec");
         assert_eq!(spec.name, "default_hello_0");
         assert_eq!(spec.functions[0].instances, 2);

@@ -3,7 +3,15 @@
 //! ([`Plan`]). No system calls and no async runtime: the agent, the CLI, the Kubernetes
 //! controller and the fuzz targets read and check specs with this crate alone.
 
+mod backend;
+pub mod derive;
 pub mod plan;
+mod read;
+pub mod syscalls;
+
+pub use backend::Backend;
+pub use derive::{plan_from_spec, reserved};
+pub use read::*;
 
 pub use plan::{
     Domain, FunctionPlan, Hop, JoinPolicy, Plan, PoolPlan, RequestIds, RoutePlan, StatePlan,

@@ -27,9 +27,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::plan::{JoinPolicy, StatePlan};
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 use zerohop_pool::{META_RESERVE, SLOT_HEADER_LEN};
-use zerohop_transport::{JoinPolicy, StatePlan};
 
 /// Default number of slots in a chain's pool.
 pub const DEFAULT_SLOTS: u32 = 1024;
@@ -132,7 +132,7 @@ pub struct FunctionSpec {
     /// CPU, memory and process limits of each instance (cgroups).
     pub resources: ResourceSpec,
     /// Set when the function runs on a peer node (a chain split over nodes, see
-    /// [`crate::split`]): the peer daemon's address. Its instances are then played by the
+    /// the agent's `split`): the peer daemon's address. Its instances are then played by the
     /// agent itself, relaying each request to the peer; `command` is never run.
     pub relay: Option<std::net::SocketAddr>,
 }
@@ -213,8 +213,8 @@ pub struct RouteSpec {
     pub coap: String,
     /// Functions, in order.
     pub sequence: Vec<String>,
-    /// Set on the routes [`crate::split`] adds for hops a peer node relays (no trigger; see
-    /// `zerohop_transport::RoutePlan::relay_of`): the index of the route they stand for.
+    /// Set on the routes the agent's `split` adds for hops a peer node relays (no trigger; see
+    /// [`RoutePlan::relay_of`](crate::RoutePlan::relay_of)): the index of the route they stand for.
     pub relay_of: Option<usize>,
 }
 
@@ -354,11 +354,8 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         None => "ring".to_owned(),
         Some(n) => {
             let t = cx.string(n, "transport")?;
-            if t.parse::<zerohop_transport::Backend>().is_err() {
-                let names: Vec<&str> = zerohop_transport::Backend::ALL
-                    .iter()
-                    .map(|b| b.name())
-                    .collect();
+            if t.parse::<crate::Backend>().is_err() {
+                let names: Vec<&str> = crate::Backend::ALL.iter().map(|b| b.name()).collect();
                 return Err(cx.err(
                     line(n),
                     "transport",
@@ -495,7 +492,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         ));
     }
     let parties: usize = usize::from(gateway_threads.unwrap_or(1))
-        + functions.iter().map(crate::plan::reserved).sum::<usize>();
+        + functions.iter().map(crate::derive::reserved).sum::<usize>();
     if parties > MAX_PARTIES {
         return Err(cx.err(
             line(cx.required(root, &top, "functions", "")?),
@@ -1043,7 +1040,7 @@ impl Cx {
                     let names = self.strings(n, &format!("{p}syscalls"))?;
                     let items = self.sequence(n, &format!("{p}syscalls"))?;
                     for (i, (name, node)) in names.iter().zip(items).enumerate() {
-                        if crate::confine::seccomp::number(name).is_none() {
+                        if crate::syscalls::number(name).is_none() {
                             return Err(self.err(
                                 line(node),
                                 &format!("{p}syscalls[{i}]"),
@@ -1699,8 +1696,8 @@ impl Cx {
     }
 }
 
-// `check_topic`'s message names the gateway's limit.
-const _: () = assert!(zerohop_gateway::MAX_TOPIC_LEVELS == 32);
+/// Most levels of an MQTT topic name or filter (the gateway's broker holds the same bound).
+pub const MAX_TOPIC_LEVELS: usize = 32;
 
 /// Checks an MQTT topic name, or a filter when `filter` (`+` a whole level, `#` the whole
 /// last level).
@@ -1712,7 +1709,7 @@ pub fn check_topic(t: &str, filter: bool) -> Result<(), &'static str> {
         return Err("it is longer than 65535 bytes or holds a NUL");
     }
     let levels: Vec<&str> = t.split('/').collect();
-    if levels.len() > zerohop_gateway::MAX_TOPIC_LEVELS {
+    if levels.len() > MAX_TOPIC_LEVELS {
         // The gateway refuses deeper topics and filters: such a route could never match.
         return Err("it has more than 32 levels (`/`-separated), the gateway's limit");
     }
