@@ -17,8 +17,9 @@
 //!   the Node.js addon) and the polyglot example's functions, runs every test binary of the
 //!   workspace (side by side where they do not compete, see `testrun`), the doc tests, the Go
 //!   SDK's tests (`go test` in `sdk/go`), the Node.js SDK's (`node --test`) and the Python
-//!   SDK's (pytest), then the loom model checks of the allocator and the ring (failing if the
-//!   filter ran none), and prints where the time went (`phases`).
+//!   SDK's (pytest), zerohop-pool's and zerohop-transport's tests once more in debug (their
+//!   `debug_assert!`s and overflow checks), then the loom model checks of the allocator and the
+//!   ring (failing if the filter ran none), and prints where the time went (`phases`).
 //! * `cargo xtask lint`: installs what the build needs (clang and libbpf's headers for the
 //!   eBPF programs), then `cargo fmt --check` and `cargo clippy -D warnings` over the
 //!   workspace and the Python and Node.js SDK crates.
@@ -668,8 +669,8 @@ fn polyglot(extra: &[String]) -> Result<()> {
 /// `cargo xtask test`: the README's test command. Installs what the tests need (or stops
 /// before building, saying what is missing), builds everything once (the control plane from
 /// Go beside the Rust builds), runs every test binary of the workspace (side by side where
-/// they do not compete, see [`testrun`]), the Go, Node.js and Python SDKs' tests and the
-/// loom model checks, and prints where the time went.
+/// they do not compete, see [`testrun`]), the Go, Node.js and Python SDKs' tests, the pool's
+/// and transport's tests in debug and the loom model checks, and prints where the time went.
 fn test(extra: &[String]) -> Result<()> {
     let mut phases = phases::Phases::new(&workspace_root(), "test");
     let result = test_phases(extra, &mut phases);
@@ -777,6 +778,25 @@ fn test_phases(extra: &[String], ph: &mut phases::Phases) -> Result<()> {
         )
     });
     suite("the Python SDK's tests", r);
+    // Every run above is a release build, without debug_assert! and overflow checks: the two
+    // crates whose unsafe shared-memory code states its invariants in them run their library
+    // and integration tests once more in debug, where those checks are on.
+    let r = ph.time("tests: pool, transport in debug", || {
+        run(
+            "zerohop-pool's and zerohop-transport's tests in debug (debug_assert!, overflow \
+             checks on)",
+            cargo().args([
+                "test",
+                "-p",
+                "zerohop-pool",
+                "-p",
+                "zerohop-transport",
+                "--lib",
+                "--tests",
+            ]),
+        )
+    });
+    suite("the debug tests of zerohop-pool and zerohop-transport", r);
     let r = ph.time("tests: loom", || loom("loom"));
     suite("the loom checks", r);
     if !failed.is_empty() {
