@@ -1,12 +1,12 @@
 //! From a validated spec to the routing plan every party receives.
 
 use crate::plan::{FunctionPlan, Plan, PoolPlan, RoutePlan};
-use crate::read::ChainSpec;
+use crate::ChainSpec;
 use crate::GATEWAY_FN;
 
 /// Parties a function has in the plan: one per instance it may scale to, and one more, so
 /// that a live update can start a new instance before it drains an old one.
-pub fn reserved(f: &crate::read::FunctionSpec) -> usize {
+pub fn reserved(f: &crate::FunctionSpec) -> usize {
     usize::from(f.scale.max.max(f.instances)) + 1
 }
 

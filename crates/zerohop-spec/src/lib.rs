@@ -5,13 +5,24 @@
 
 mod backend;
 pub mod derive;
+mod functions;
+mod graph;
 pub mod plan;
 mod read;
+mod routes;
+mod storage;
 pub mod syscalls;
+#[cfg(test)]
+mod tests;
+mod types;
+mod units;
 
 pub use backend::Backend;
 pub use derive::{plan_from_spec, reserved};
-pub use read::*;
+pub use read::{load, parse};
+pub use routes::{check_topic, MAX_TOPIC_LEVELS};
+pub use types::*;
+pub use units::{parse_cpu, parse_duration, parse_size};
 
 pub use plan::{
     Domain, FunctionPlan, Hop, JoinPolicy, Plan, PoolPlan, RequestIds, RoutePlan, StatePlan,

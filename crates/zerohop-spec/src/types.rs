@@ -1,0 +1,257 @@
+//! The chain spec's types: what a validated spec holds, its defaults and bounds.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::plan::{JoinPolicy, StatePlan};
+
+/// Default number of slots in a chain's pool.
+pub const DEFAULT_SLOTS: u32 = 1024;
+/// Default slot size (including the slot header).
+pub const DEFAULT_SLOT_SIZE: u32 = 64 * 1024;
+/// Default answer deadline of a request.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time a client has to send a request body.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default cap on the gateway's open client connections.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 4096;
+/// Keys a state store holds unless the spec says.
+pub const DEFAULT_STATE_ENTRIES: u32 = 4096;
+/// Largest state value unless the spec says.
+pub const DEFAULT_STATE_VALUE: u32 = 4096;
+/// Most parties (gateway threads and instances) a chain may have.
+pub const MAX_PARTIES: usize = 1024;
+/// Most gateway threads a chain may have.
+pub const MAX_GATEWAY_THREADS: u16 = 64;
+/// Most instances one function may have.
+pub const MAX_INSTANCES: u16 = 64;
+/// Most handler threads one instance may run.
+pub const MAX_CONCURRENCY: u16 = 1024;
+/// Default quiet period before an instance beyond the load's needs is parked.
+pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(30);
+/// Default time without requests before a `min: 0` function scales to zero.
+pub const DEFAULT_ZERO_AFTER: Duration = Duration::from_secs(60);
+/// What `runtime: node` runs (`node -e LOADER FILE [EXPORT]`): loads the handler file,
+/// takes its export (`EXPORT`, else the module itself if it is a function, else its
+/// `handler`) and runs it with the `zerohop` package found from the handler's folder, so
+/// both share one copy of the package.
+pub const NODE_LOADER: &str = "const [file, name] = process.argv.slice(1); \
+const m = require(file); \
+const h = name ? m[name] : typeof m === 'function' ? m : m.handler; \
+if (typeof h !== 'function') { console.error(`zerohop: ${file} exports no function ${name || 'handler'}`); process.exit(2); } \
+require('module').createRequire(file)('zerohop').run(h);";
+
+/// Most functions in one chain (the descriptor's `next` is one byte, 0xFF is the gateway).
+pub const MAX_FUNCTIONS: usize = 254;
+
+/// A spec error: where, which field, what is wrong and what to do.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}: {field}: {message}")]
+pub struct SpecError {
+    /// The spec file as given.
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+    /// Path of the field, e.g. `functions.upper.command`.
+    pub field: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// The chain's pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// Number of slots.
+    pub slots: u32,
+    /// Bytes per slot, including the 32-byte slot header.
+    pub slot_size: u32,
+    /// Back the pool with 2 MiB huge pages.
+    pub hugepages: bool,
+}
+
+/// One function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionSpec {
+    /// Name (the key in `functions`).
+    pub name: String,
+    /// Line of its entry.
+    pub line: usize,
+    /// Program and arguments; a program path with a `/` is resolved against the spec's
+    /// folder.
+    pub command: Vec<String>,
+    /// Processes it comes up with (`scale.initial`).
+    pub instances: u16,
+    /// Handler threads per process.
+    pub concurrency: u16,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// Request headers (lower case) the function wants to read.
+    pub headers: Vec<String>,
+    /// Functions it may forward to by dynamic routing.
+    pub next: Vec<String>,
+    /// Functions it may call (`Request::call`); never itself, and no cycle.
+    pub calls: Vec<String>,
+    /// System calls allowed beyond the default seccomp allow-list (validated names).
+    pub syscalls: Vec<String>,
+    /// Whether its instances map the chain's state store.
+    pub state: bool,
+    /// Branches of a static fan-out (a route's `{ fan_out: [..], join: THIS }`) that the
+    /// runtime calls before this function's handler joins their outputs; also in `calls`.
+    pub fan_out: Vec<String>,
+    /// What a failed branch means.
+    pub join: JoinPolicy,
+    /// How many instances it runs and when that changes (`instances: N` alone is a fixed
+    /// count: `min = max = N`).
+    pub scale: ScaleSpec,
+    /// CPU, memory and process limits of each instance (cgroups).
+    pub resources: ResourceSpec,
+    /// Set when the function runs on a peer node (a chain split over nodes, see
+    /// the agent's `split`): the peer daemon's address. Its instances are then played by the
+    /// agent itself, relaying each request to the peer; `command` is never run.
+    pub relay: Option<std::net::SocketAddr>,
+}
+
+/// A function's autoscaling bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScaleSpec {
+    /// Fewest active instances (0: scales to zero when idle).
+    pub min: u16,
+    /// Most instances; the chain reserves this many parties for the function.
+    pub max: u16,
+    /// Instances active when the chain comes up (between `min` and `max`).
+    pub initial: u16,
+    /// Requests in flight per instance the scaler aims for.
+    pub target: u16,
+    /// Started processes kept waiting, beyond the active ones, so activation needs no
+    /// `fork`/`exec` (at most `max` minus the active ones).
+    pub parked: u16,
+    /// Low load this long parks an instance beyond what the load needs.
+    pub cooldown: Duration,
+    /// No request at all this long scales a `min: 0` function to zero.
+    pub zero_after: Duration,
+}
+
+impl ScaleSpec {
+    /// A fixed count of `n`: no scaling.
+    pub fn fixed(n: u16, concurrency: u16) -> Self {
+        Self {
+            min: n,
+            max: n,
+            initial: n,
+            target: concurrency,
+            parked: 0,
+            cooldown: DEFAULT_COOLDOWN,
+            zero_after: DEFAULT_ZERO_AFTER,
+        }
+    }
+
+    /// Whether the instance count can change at all.
+    pub fn scales(&self) -> bool {
+        self.min != self.max
+    }
+}
+
+/// Per-instance resource limits; `None` is unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceSpec {
+    /// CPU time per second of wall time, in thousandths of a core (`500m` = half a core).
+    pub cpu_millis: Option<u32>,
+    /// Memory in bytes.
+    pub memory: Option<u64>,
+    /// Processes and threads.
+    pub pids: Option<u32>,
+}
+
+impl ResourceSpec {
+    /// Whether any limit is set.
+    pub fn any(&self) -> bool {
+        self.cpu_millis.is_some() || self.memory.is_some() || self.pids.is_some()
+    }
+}
+
+/// One route into the chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// Line of its entry.
+    pub line: usize,
+    /// HTTP method, upper case (empty: no HTTP trigger).
+    pub method: String,
+    /// HTTP path, starting with `/` (empty: no HTTP trigger).
+    pub path: String,
+    /// MQTT topic filter whose messages enter by this route (empty: none).
+    pub mqtt: String,
+    /// Topic the output of an MQTT request is published to (empty: the MQTT 5 response
+    /// topic of the message, if it has one).
+    pub mqtt_reply: String,
+    /// CoAP path (POST and PUT) that enters by this route (empty: none).
+    pub coap: String,
+    /// Functions, in order.
+    pub sequence: Vec<String>,
+    /// Set on the routes the agent's `split` adds for hops a peer node relays (no trigger; see
+    /// [`RoutePlan::relay_of`](crate::RoutePlan::relay_of)): the index of the route they stand for.
+    pub relay_of: Option<usize>,
+}
+
+/// How the gateway speaks MQTT.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MqttSpec {
+    /// Devices connect to the gateway itself, which acts as their broker.
+    Listen(SocketAddr),
+    /// The gateway connects to an existing broker as a client and subscribes to the
+    /// routes' topic filters.
+    Broker {
+        /// `host:port` of the broker.
+        addr: String,
+        /// The client id it connects with.
+        client_id: String,
+    },
+}
+
+/// A validated chain spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainSpec {
+    /// The file it came from (for messages).
+    pub file: PathBuf,
+    /// Chain name.
+    pub name: String,
+    /// Transport name (`ring` unless set).
+    pub transport: String,
+    /// The pool.
+    pub pool: PoolSpec,
+    /// Largest accepted request body in bytes.
+    pub max_body: u64,
+    /// How long a request may take end to end (also bounds the 502 after a crash).
+    pub timeout: Duration,
+    /// How long a client may take to send a request body once its headers are in (408).
+    pub body_timeout: Duration,
+    /// Most client connections the gateway serves at once.
+    pub max_connections: u32,
+    /// Gateway threads; `None` (`auto`): one per core the agent may run on.
+    pub gateway_threads: Option<u16>,
+    /// Functions, in spec order.
+    pub functions: Vec<FunctionSpec>,
+    /// Routes, in spec order.
+    pub routes: Vec<RouteSpec>,
+    /// MQTT ingress, if any route has an `mqtt` topic.
+    pub mqtt: Option<MqttSpec>,
+    /// CoAP ingress address, if any route has a `coap` path.
+    pub coap: Option<SocketAddr>,
+    /// The chain's state store, if any function has `state: true`.
+    pub state: Option<StatePlan>,
+    /// Where the HTTP gateway listens (`zerohop up --listen` and `zerohop apply --listen`
+    /// override it; `None`: 127.0.0.1:8080 for `up`, a free port for `apply`).
+    pub listen: Option<SocketAddr>,
+    /// The chain's data folder (`data:`), if it has one.
+    pub data: Option<DataSpec>,
+}
+
+/// Where a chain keeps the files its functions write (`data:` in the spec): a folder the
+/// agent creates and gives to the chain's uid, named to functions by `$ZEROHOP_DATA`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataSpec {
+    /// `data: true`: the default place (`/var/lib/zerohop/chains/NAME` as root).
+    Default,
+    /// `data: PATH`: this folder (a relative path is resolved against the spec's folder).
+    At(PathBuf),
+}
