@@ -22,6 +22,10 @@ use zerohop_test_support::{
 /// one test's load does not slow another's scaler.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// How long an awaited change of scale may take before a test calls it missing: a guard
+/// against a scaler that never acts, not a measure (a loaded machine is slow, not wrong).
+const GUARD: Duration = Duration::from_secs(60);
+
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -318,12 +322,14 @@ fn scales_out_under_a_load_step_and_back_in() {
     let mut out = Timeline::new();
     let step_ns = zerohop_pool::monotonic_ns();
     let load = Load::start(&format!("{url}/go"), 5);
-    let at_max = watch(&d, "step", "a", &mut out, Duration::from_secs(3), |s| {
-        s.ready == 4
-    });
+    // The event is reaching max under the load; how soon depends on the machine's load (the
+    // time is printed, not asserted), the guard only ends a scaler that never scales out.
+    let at_max = watch(&d, "step", "a", &mut out, GUARD, |s| s.ready == 4);
     let took = out.start.elapsed();
     out.print("step: load on");
-    let at_max = at_max.expect("under five clients, a scales out to its max of 4 within 3 s");
+    let at_max = at_max.unwrap_or_else(|| {
+        panic!("under five clients, a never scaled out to its max of 4 (guard {GUARD:?})")
+    });
     // The scaler's own stamps: when it decided each activation, after the step began.
     let decided: Vec<String> = at_max
         .activated_ns
@@ -374,7 +380,7 @@ fn scales_out_under_a_load_step_and_back_in() {
     // Back in after the cooldown (2 s), not before it.
     let mut back = Timeline::new();
     let mut first_drop: Option<Duration> = None;
-    let one = watch(&d, "step", "a", &mut back, Duration::from_secs(12), |s| {
+    let one = watch(&d, "step", "a", &mut back, GUARD, |s| {
         if s.desired < 4 && first_drop.is_none() {
             first_drop = Some(stopped.elapsed());
         }
@@ -384,8 +390,8 @@ fn scales_out_under_a_load_step_and_back_in() {
     back.print("step: load off");
     let one = one.unwrap_or_else(|| {
         panic!(
-            "12 s after the load stopped, a is not back to one ready and one parked (cooldown \
-             2 s): an idle scaler must look again after a partial scale-in"
+            "{GUARD:?} after the load stopped, a is not back to one ready and one parked \
+             (cooldown 2 s): an idle scaler must look again after a partial scale-in"
         )
     });
     let first_drop = first_drop.expect("scaled in");

@@ -77,8 +77,9 @@ fn hello_load(url: &str, workers: u32, n: u32) -> Vec<JoinHandle<()>> {
 }
 
 /// Two clients sending to the hostile route at `url` until `done` is set (at least 30
-/// requests each); each thread panics on an answer that is not an HTTP status within the
-/// timeout. Answers are counted by status class (`0xx..5xx`) in `statuses`.
+/// requests each); each thread panics when a request gets no HTTP status (the client gives
+/// up after 30 s, far past the chain's 2 s timeout: a guard, not a measure). Answers are
+/// counted by status class (`0xx..5xx`) in `statuses`.
 fn hostile_load(
     url: &str,
     done: &Arc<AtomicBool>,
@@ -92,16 +93,19 @@ fn hostile_load(
                 let mut i = 0;
                 while i < 30 || !done.load(Ordering::Relaxed) {
                     i += 1;
-                    let started = Instant::now();
-                    let a = post(&agent, &url, &format!("chaos {i}"));
-                    // Within the chain's timeout (2 s), plus generous slack for a loaded VM.
-                    assert!(
-                        started.elapsed() < Duration::from_secs(12),
-                        "an answer within the timeout"
-                    );
-                    assert!((200..600).contains(&a.status), "{a:?}");
-                    if statuses[(a.status / 100) as usize].fetch_add(1, Ordering::Relaxed) < 3 {
-                        eprintln!("hostile route answered {}: {}", a.status, a.body.trim_end());
+                    let (status, body) = match agent.post(&url).send_string(&format!("chaos {i}")) {
+                        Ok(r) | Err(ureq::Error::Status(_, r)) => {
+                            (r.status(), r.into_string().unwrap_or_default())
+                        }
+                        Err(e) => panic!(
+                            "hostile request {i} got no HTTP answer (the gateway must \
+                                 answer every request, at the latest when the chain's 2 s \
+                                 timeout passes): {e}"
+                        ),
+                    };
+                    assert!((200..600).contains(&status), "{status} {body}");
+                    if statuses[(status / 100) as usize].fetch_add(1, Ordering::Relaxed) < 3 {
+                        eprintln!("hostile route answered {status}: {}", body.trim_end());
                     }
                 }
             })

@@ -9,7 +9,7 @@ use std::io::BufRead;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::{client, post, runtime};
 use crate::up::Agent;
@@ -17,6 +17,10 @@ use zerohop_agent::{spec, up, CgroupMode, UpOptions};
 use zerohop_test_support::{
     alive, instances, signal_pid, target_bin, wait_until, ChildGuard, Signal, TempDir,
 };
+
+/// How long an awaited event may take before a test calls it missing: a guard against a
+/// hang, not a measure (a loaded machine is slow, not wrong).
+const GUARD: Duration = Duration::from_secs(60);
 
 const EPERM: &str = "1";
 const ESRCH: &str = "3";
@@ -554,14 +558,13 @@ fn hung_instance_is_killed_answered_and_restarted() {
     ));
     let before = agent.instances();
     assert_eq!(agent.call("stuck", "ping").body, "alive\n");
-    let started = Instant::now();
     let a = agent.call("stuck", "hang");
     assert!(
         [502, 504].contains(&a.status),
         "the hung request is answered: {a:?}"
     );
-    // timeout 1s + grace 1s, noticed within one idle check (1 s) and one sample (0.3 s),
-    // plus slack for a loaded machine.
+    // The events: the log says the instance hung (timeout 1s + grace 1s, then the next idle
+    // check), it is replaced. How soon depends on the machine's load: the waits are guards.
     let line = agent
         .log_line(
             &[
@@ -569,18 +572,20 @@ fn hung_instance_is_killed_answered_and_restarted() {
                 " hung: its handler thread ",
                 "in one request for ",
             ],
-            Duration::from_secs(8),
+            GUARD,
         )
-        .expect("the log names the hung function and for how long");
+        .unwrap_or_else(|| {
+            panic!("within {GUARD:?} the log never named the hung function and for how long")
+        });
     assert!(line.contains("chain timeout 1s"), "{line}");
     assert!(
-        wait_until(Duration::from_secs(5), || {
+        wait_until(GUARD, || {
             let now = agent.instances();
             now.len() == 1 && now != before
         }),
-        "restarted"
+        "the hung instance {before:?} was not replaced within {GUARD:?}: {:?}",
+        agent.instances()
     );
-    assert!(started.elapsed() < Duration::from_secs(12));
     assert!(!alive(before[0]), "the hung instance is gone");
     let agent_ref = &agent;
     assert!(
