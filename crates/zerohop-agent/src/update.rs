@@ -151,89 +151,138 @@ fn structural(old: &ChainSpec, new: &ChainSpec) -> Option<String> {
     None
 }
 
+/// The decision [`ChainView::plan_update`] makes, before any program is opened.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// In place: the lines to report, the functions (by index) whose instances are rolled,
+    /// and whether scaling bounds change.
+    InPlace {
+        changes: Vec<String>,
+        roll: Vec<usize>,
+        rescale: bool,
+    },
+    /// By a new chain replacing this one; says why.
+    Replace(String),
+}
+
+/// Decides how `new` is applied over `old`, given the parties the running chain reserved
+/// for each function (`reserved[i]`, one more than its most instances) and whether each
+/// function's program file is another build than the one running (`rebuilt[i]`). `Err`:
+/// it cannot be applied at all (see [`replaceable`]). A pure function of its arguments.
+pub(crate) fn decide(
+    old: &ChainSpec,
+    new: &ChainSpec,
+    reserved: &[usize],
+    rebuilt: &[bool],
+) -> Result<Decision, String> {
+    let replace = |why: String| replaceable(old, new).map(|()| Decision::Replace(why));
+    if let Some(why) = structural(old, new) {
+        return replace(why);
+    }
+    let mut changes = Vec::new();
+    let mut roll = Vec::new();
+    let mut rescale = false;
+    for (i, (a, b)) in old.functions.iter().zip(&new.functions).enumerate() {
+        let reserved = reserved.get(i).copied().unwrap_or(0);
+        if usize::from(b.scale.max.max(b.instances)) + 1 > reserved {
+            return replace(format!(
+                "function '{}' would run up to {} instances, beyond the {} the chain \
+                 reserved parties for when it came up",
+                b.name,
+                b.scale.max.max(b.instances),
+                reserved.saturating_sub(1)
+            ));
+        }
+        let mut what = Vec::new();
+        if a.command != b.command {
+            what.push("command");
+        }
+        if rebuilt.get(i).copied().unwrap_or(false) && a.command.first() == b.command.first() {
+            what.push("binary");
+        }
+        if a.env != b.env {
+            what.push("environment");
+        }
+        if a.syscalls != b.syscalls {
+            what.push("system calls");
+        }
+        if a.resources != b.resources {
+            what.push("resources");
+        }
+        if !what.is_empty() {
+            changes.push(format!(
+                "function '{}': new {}; rolling its instances",
+                b.name,
+                what.join(", ")
+            ));
+            roll.push(i);
+        }
+        if a.scale != b.scale {
+            let (x, y) = (a.scale, b.scale);
+            let mut what = Vec::new();
+            let mut field = |name: &str, from: String, to: String| {
+                if from != to {
+                    what.push(format!("{name} {from} -> {to}"));
+                }
+            };
+            field("min", x.min.to_string(), y.min.to_string());
+            field("max", x.max.to_string(), y.max.to_string());
+            field("target", x.target.to_string(), y.target.to_string());
+            field("parked", x.parked.to_string(), y.parked.to_string());
+            field(
+                "cooldown",
+                format!("{:?}", x.cooldown),
+                format!("{:?}", y.cooldown),
+            );
+            field(
+                "zero_after",
+                format!("{:?}", x.zero_after),
+                format!("{:?}", y.zero_after),
+            );
+            changes.push(format!("function '{}': scale {}", b.name, what.join(", ")));
+            rescale = true;
+        }
+    }
+    Ok(Decision::InPlace {
+        changes,
+        roll,
+        rescale,
+    })
+}
+
 impl ChainView {
     /// What applying `new` over `old` (the spec this chain runs) would do: in place, with
     /// the new programs opened and checked, or by replacing the chain (and why); `Err` says
-    /// why it cannot be done at all.
+    /// why it cannot be done at all. The choice is [`decide`]'s.
     pub(crate) fn plan_update(
         &self,
         old: &ChainSpec,
         new: &ChainSpec,
         paths: &[std::path::PathBuf],
     ) -> Result<Change, String> {
-        let replace = |why: String| replaceable(old, new).map(|()| Change::Replace(why));
-        if let Some(why) = structural(old, new) {
-            return replace(why);
-        }
         let s = &self.shared;
         let plan = s.gateways.plan();
-        let mut changes = Vec::new();
+        let reserved: Vec<usize> = (0..old.functions.len())
+            .map(|i| plan.parties_of(i as u8).len())
+            .collect();
+        let prints: Vec<Option<Fingerprint>> = paths.iter().map(|p| Fingerprint::of(p)).collect();
+        let rebuilt: Vec<bool> = (0..old.functions.len().min(prints.len()))
+            .map(|i| prints[i] != s.function(i).fingerprint)
+            .collect();
+        let (changes, to_roll, rescale) = match decide(old, new, &reserved, &rebuilt)? {
+            Decision::Replace(why) => return Ok(Change::Replace(why)),
+            Decision::InPlace {
+                changes,
+                roll,
+                rescale,
+            } => (changes, roll, rescale),
+        };
         let mut roll = Vec::new();
-        let mut rescale = false;
-        for (i, (a, b)) in old.functions.iter().zip(&new.functions).enumerate() {
-            let reserved = plan.parties_of(i as u8).len();
-            if usize::from(b.scale.max.max(b.instances)) + 1 > reserved {
-                return replace(format!(
-                    "function '{}' would run up to {} instances, beyond the {} the chain \
-                     reserved parties for when it came up",
-                    b.name,
-                    b.scale.max.max(b.instances),
-                    reserved - 1
-                ));
-            }
-            let current = s.function(i);
-            let print = Fingerprint::of(&paths[i]);
-            let mut what = Vec::new();
-            if a.command != b.command {
-                what.push("command");
-            }
-            if print != current.fingerprint && a.command[0] == b.command[0] {
-                what.push("binary");
-            }
-            if a.env != b.env {
-                what.push("environment");
-            }
-            if a.syscalls != b.syscalls {
-                what.push("system calls");
-            }
-            if a.resources != b.resources {
-                what.push("resources");
-            }
-            if !what.is_empty() {
-                let program = Program::open(&paths[i], &b.syscalls, &s.domain)
-                    .map_err(|e| format!("function '{}': {e}", b.name))?;
-                changes.push(format!(
-                    "function '{}': new {}; rolling its instances",
-                    b.name,
-                    what.join(", ")
-                ));
-                roll.push((i, program, print));
-            }
-            if a.scale != b.scale {
-                let (x, y) = (a.scale, b.scale);
-                let mut what = Vec::new();
-                let mut field = |name: &str, from: String, to: String| {
-                    if from != to {
-                        what.push(format!("{name} {from} -> {to}"));
-                    }
-                };
-                field("min", x.min.to_string(), y.min.to_string());
-                field("max", x.max.to_string(), y.max.to_string());
-                field("target", x.target.to_string(), y.target.to_string());
-                field("parked", x.parked.to_string(), y.parked.to_string());
-                field(
-                    "cooldown",
-                    format!("{:?}", x.cooldown),
-                    format!("{:?}", y.cooldown),
-                );
-                field(
-                    "zero_after",
-                    format!("{:?}", x.zero_after),
-                    format!("{:?}", y.zero_after),
-                );
-                changes.push(format!("function '{}': scale {}", b.name, what.join(", ")));
-                rescale = true;
-            }
+        for i in to_roll {
+            let b = &new.functions[i];
+            let program = Program::open(&paths[i], &b.syscalls, &s.domain)
+                .map_err(|e| format!("function '{}': {e}", b.name))?;
+            roll.push((i, program, prints[i]));
         }
         Ok(Change::InPlace(Plan {
             changes,
@@ -424,5 +473,124 @@ async fn wait_stopped(s: &Shared, party: u16) {
     while s.parties.get(party as usize).is_some_and(|c| c.pgid() != 0) && Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "name: c\nfunctions:\n  upper: { command: [/bin/upper] }\n  \
+                        exclaim: { command: [/bin/exclaim], scale: { min: 1, max: 2 } }\n\
+                        routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n";
+
+    fn spec(text: &str) -> ChainSpec {
+        crate::spec::parse(std::path::Path::new("/tmp/c.yaml"), text).expect("valid spec")
+    }
+
+    /// What applying `new` over [`BASE`] decides, with `exclaim` rebuilt or not; the running
+    /// chain reserved 2 parties for `upper` (1 instance) and 3 for `exclaim` (max 2).
+    fn over_base(new: &str, rebuilt: bool) -> Result<Decision, String> {
+        decide(&spec(BASE), &spec(new), &[2, 3], &[false, rebuilt])
+    }
+
+    fn in_place(changes: &[&str], roll: &[usize], rescale: bool) -> Result<Decision, String> {
+        Ok(Decision::InPlace {
+            changes: changes.iter().map(|c| c.to_string()).collect(),
+            roll: roll.to_vec(),
+            rescale,
+        })
+    }
+
+    #[test]
+    fn what_no_other_party_sees_changes_in_place() {
+        assert_eq!(over_base(BASE, false), in_place(&[], &[], false), "nothing");
+        assert_eq!(
+            over_base(BASE, true),
+            in_place(
+                &["function 'exclaim': new binary; rolling its instances"],
+                &[1],
+                false
+            ),
+            "a rebuilt program at the same path"
+        );
+        let env = BASE.replace("[/bin/upper] }", "[/bin/upper], env: { K: v } }");
+        assert_eq!(
+            over_base(&env, false),
+            in_place(
+                &["function 'upper': new environment; rolling its instances"],
+                &[0],
+                false
+            )
+        );
+        let cmd = BASE.replace("[/bin/exclaim]", "[/bin/exclaim, -v]");
+        assert_eq!(
+            over_base(&cmd, true),
+            in_place(
+                &["function 'exclaim': new command, binary; rolling its instances"],
+                &[1],
+                false
+            ),
+            "same program path: a new build is named too"
+        );
+        let other = BASE.replace("[/bin/exclaim]", "[/bin/shout]");
+        assert_eq!(
+            over_base(&other, true),
+            in_place(
+                &["function 'exclaim': new command; rolling its instances"],
+                &[1],
+                false
+            ),
+            "another program: its build is no news"
+        );
+        let scale = BASE.replace("max: 2", "max: 1");
+        assert_eq!(
+            over_base(&scale, false),
+            in_place(
+                &["function 'exclaim': scale max 2 -> 1, parked 1 -> 0"],
+                &[],
+                true
+            ),
+            "scaling alone rolls nothing"
+        );
+    }
+
+    #[test]
+    fn what_is_in_every_instances_plan_replaces_the_chain() {
+        let routes = BASE.replace("POST /hello", "POST /hi");
+        assert_eq!(
+            over_base(&routes, false),
+            Ok(Decision::Replace("its routes change".into()))
+        );
+        let timeout = format!("{BASE}timeout: 3s\n");
+        assert_eq!(
+            over_base(&timeout, false),
+            Ok(Decision::Replace("its timeout changes".into()))
+        );
+        let renamed = BASE.replace("upper", "lower");
+        assert!(matches!(
+            over_base(&renamed, false),
+            Ok(Decision::Replace(why)) if why.starts_with("its functions change")
+        ));
+        let beyond = BASE.replace("max: 2", "max: 3");
+        assert!(matches!(
+            over_base(&beyond, false),
+            Ok(Decision::Replace(why)) if why.contains("beyond the 2 the chain reserved")
+        ));
+    }
+
+    #[test]
+    fn a_chain_that_cannot_be_replaced_says_why() {
+        let mqtt = BASE.replace(
+            "  - http: POST /hello\n",
+            "  - http: POST /hello\n    mqtt: a/b\n",
+        ) + "mqtt: { listen: \"127.0.0.1:0\" }\n";
+        let with_mqtt = spec(&mqtt);
+        let routes = mqtt.replace("POST /hello", "POST /hi");
+        let got = decide(&with_mqtt, &spec(&routes), &[2, 3], &[false, false]);
+        assert!(
+            matches!(&got, Err(why) if why.contains("MQTT ingress")),
+            "{got:?}"
+        );
     }
 }
