@@ -5,28 +5,38 @@
 
 mod backend;
 pub mod derive;
+#[cfg(feature = "reader")]
 mod functions;
+#[cfg(feature = "reader")]
 mod graph;
 pub mod plan;
+#[cfg(feature = "reader")]
 mod read;
+#[cfg(feature = "reader")]
 mod routes;
+#[cfg(feature = "reader")]
 mod storage;
 pub mod syscalls;
-#[cfg(test)]
+#[cfg(all(test, feature = "reader"))]
 mod tests;
 mod types;
 mod units;
 
 pub use backend::Backend;
 pub use derive::{plan_from_spec, reserved};
+#[cfg(feature = "reader")]
 pub use read::{load, parse};
-pub use routes::{check_topic, MAX_TOPIC_LEVELS};
+#[cfg(feature = "reader")]
+pub use routes::check_topic;
 pub use types::*;
 pub use units::{parse_cpu, parse_duration, parse_size};
 
 pub use plan::{
     Domain, FunctionPlan, Hop, JoinPolicy, Plan, PoolPlan, RequestIds, RoutePlan, StatePlan,
 };
+
+/// Most levels of an MQTT topic name or filter (the gateway's broker holds the same bound).
+pub const MAX_TOPIC_LEVELS: usize = 32;
 
 /// A party's index in its chain: the gateway's threads first, then every instance.
 pub type PartyId = u16;

@@ -395,9 +395,6 @@ impl Cx {
     }
 }
 
-/// Most levels of an MQTT topic name or filter (the gateway's broker holds the same bound).
-pub const MAX_TOPIC_LEVELS: usize = 32;
-
 /// Checks an MQTT topic name, or a filter when `filter` (`+` a whole level, `#` the whole
 /// last level).
 pub fn check_topic(t: &str, filter: bool) -> Result<(), &'static str> {
