@@ -166,9 +166,9 @@ pub(crate) fn condemned(seen: &[Seen], limit: u64) -> Vec<PartyId> {
         .collect()
 }
 
-/// Runs until `stop` turns true: each time a party's count reaches the limit, and after
-/// each [`look`] (every [`SCAN`] while requests are in flight), kills the instances
-/// [`condemned`] names.
+/// Runs until `stop` turns true: each time a party's count reaches the limit (by the
+/// agent's endpoints, or by a [`look`] every [`SCAN`] while requests are in flight), kills
+/// the instances [`condemned`] names.
 pub(crate) async fn enforce(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let offences = shared.offences.clone();
     let mut killed: HashMap<PartyId, u32> = HashMap::new();
@@ -181,7 +181,12 @@ pub(crate) async fn enforce(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
             _ = offences.reached.notified() => {}
             // Idle: no timer at all until a request enters the chain.
             _ = shared.gateways.busy(), if readable && !busy => continue,
-            _ = tokio::time::sleep(SCAN), if busy => readable = look(&shared, &mut sent),
+            // A count that reached the limit in the look has woken `reached` (its permit
+            // waits for the next turn of the loop): nothing to decide here.
+            _ = tokio::time::sleep(SCAN), if busy => {
+                readable = look(&shared, &mut sent);
+                continue;
+            }
             r = stop.changed() => if r.is_err() || *stop.borrow() { return },
         }
         let gateways = usize::from(shared.gateways.plan().gateways());
