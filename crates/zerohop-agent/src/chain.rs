@@ -13,7 +13,7 @@ use zerohop_gateway::{Gateway, GatewayConfig, Gateways, MqttIngress};
 use zerohop_pool::{PartyState, Pool, PoolError, Pools};
 use zerohop_transport::{Backend, Endpoint, TransportError};
 
-use crate::confine::{CgroupMode, Domain, Program, UidRange};
+use crate::confine::{CgroupMode, Jail, Program, UidRange};
 use crate::logs::LogBook;
 use crate::spec::plan_from_spec;
 use crate::spec::{ChainSpec, MqttSpec, SpecError, MAX_GATEWAY_THREADS, MAX_PARTIES};
@@ -270,7 +270,7 @@ impl Running {
 
     /// The uid the chain's instances run as (seen from outside their namespace).
     pub fn uid(&self) -> u32 {
-        self.shared.domain.uid()
+        self.shared.jail.uid()
     }
 
     /// Pid of party `party`'s running instance (it leads its own process group), from the
@@ -298,7 +298,7 @@ impl Running {
 
     /// One line: who instances run as, and their cgroup.
     pub fn confinement(&self) -> String {
-        self.shared.domain.describe()
+        self.shared.jail.describe()
     }
 
     /// Stops accepting, lets open requests finish (up to the chain timeout), stops every
@@ -659,7 +659,7 @@ pub async fn up_with(
             std::env::var_os("HOME").as_deref().map(Path::new),
         ),
     });
-    let domain = Domain::new(
+    let jail = Jail::new(
         &spec.name,
         opts.uid_range,
         opts.cgroups,
@@ -672,7 +672,7 @@ pub async fn up_with(
         .iter()
         .zip(&paths)
         .map(|(f, path)| {
-            Program::open(path, &f.syscalls, &domain).map_err(|message| AgentError::Program {
+            Program::open(path, &f.syscalls, &jail).map_err(|message| AgentError::Program {
                 function: f.name.clone(),
                 message,
             })
@@ -897,14 +897,14 @@ pub async fn up_with(
         }
     }
     let mut receiving = Some(gateways.iter().next().expect("one").start_receiving(first));
-    tracing::info!(chain = %spec.name, "{}", domain.describe());
+    tracing::info!(chain = %spec.name, "{}", jail.describe());
     let shared = Arc::new(Shared {
         party_pools,
         transport,
         gateways,
         offences,
         plan_json,
-        domain,
+        jail,
         functions: spec
             .functions
             .iter()

@@ -9,7 +9,8 @@
 //! 502, the instance restarted with backoff), and on shutdown stops everything with nothing
 //! left behind.
 //!
-//! Every instance is confined by the agent before its program runs ([`confine`]): a uid
+//! Every instance is confined by the agent before its program runs (`zerohop-confine`,
+//! re-exported as [`confine`]): a uid
 //! of the chain's own (or a user namespace), no supplementary groups, `no_new_privs`, not
 //! dumpable, a seccomp allow-list, an allow-listed environment, only the hand-over
 //! descriptors, its own process group and cgroup, and a parent-death signal; a watchdog
@@ -17,18 +18,13 @@
 //!
 //! The gateway runs inside the agent process, so crash handling needs no extra hop.
 //!
-//! `unsafe` is denied everywhere except `confine::sys`: the forks of the reaper and the
-//! spawner processes, what a child runs between `fork` and `execve`, `close_range`, pidfds
-//! and registering one with the runtime. Needs Linux 5.3 for pidfds, 5.11 for
-//! `close_range` (older kernels fall back to one `fcntl` per descriptor) and 5.14 for
-//! `cgroup.kill` (else v1 or no cgroups).
+//! No `unsafe` here: the system calls that confine an instance are `zerohop-confine`'s.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod api;
 mod chain;
-pub mod confine;
 pub mod daemon;
 pub mod logs;
 mod offence;
@@ -43,5 +39,6 @@ mod watchdog;
 pub use chain::{up, up_with, AgentError, Inherit, Running, UpOptions};
 pub use confine::{CgroupMode, UidRange};
 pub use status::ChainView;
+pub use zerohop_confine as confine;
 pub use zerohop_spec as spec;
 pub use zerohop_spec::plan_from_spec;

@@ -314,7 +314,7 @@ impl ChainView {
             listeners: self.listeners.clone(),
             metrics_url: None,
             transport: plan.transport.clone(),
-            confinement: s.domain.describe(),
+            confinement: s.jail.describe(),
             uptime_s: self.uptime_s(),
             gateway: GatewayCounters {
                 accepted: total(|s| &s.accepted),

@@ -15,8 +15,8 @@ use zerohop_gateway::Gateways;
 use zerohop_pool::{Owner, PartyRecord, PartyState, Pool, Pools, Progress};
 use zerohop_transport::{handover, FunctionPlan, PartyId, Transport};
 
-use crate::confine::cgroup::InstanceCgroup;
-use crate::confine::{self, Child, Domain, Program};
+use crate::confine::InstanceCgroup;
+use crate::confine::{self, Child, Jail, Program};
 use crate::spec::{ResourceSpec, ScaleSpec};
 
 /// What all supervisors of a chain share.
@@ -29,7 +29,7 @@ pub(crate) struct Shared {
     /// Invalid descriptors each party sent to the agent's own parties.
     pub offences: Arc<crate::offence::Offences>,
     pub plan_json: String,
-    pub domain: Domain,
+    pub jail: Jail,
     /// Per function, in spec order: what its instances run (replaced by a live update).
     pub functions: Vec<RwLock<Arc<FunctionRun>>>,
     /// Per function: its scaling bounds now (`zerohop scale` and live updates change them).
@@ -230,7 +230,7 @@ pub(crate) struct PartyControl {
     /// Times the instance was restarted.
     pub restarts: AtomicU32,
     /// Reads the running instance's CPU and memory from its cgroups (`None` without one).
-    pub usage: Mutex<Option<crate::confine::cgroup::UsageProbe>>,
+    pub usage: Mutex<Option<crate::confine::UsageProbe>>,
     /// What the scaler wants; the party's supervisor follows it.
     pub want: watch::Sender<Want>,
     /// Times a parked instance of this party was activated.
@@ -343,7 +343,7 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
         (handover::FDS, fds.len().to_string()),
         (handover::AGENT_PID, std::process::id().to_string()),
     ];
-    if let Some(dir) = shared.domain.data_dir() {
+    if let Some(dir) = shared.jail.data_dir() {
         handover_env.push((confine::data::ENV, dir.display().to_string()));
     }
     let env = confine::environment(&run.env, &handover_env);
@@ -351,7 +351,7 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
     // left queued.
     shared.offences.forgive(inst.party);
     let cgroup = shared
-        .domain
+        .jail
         .instance_cgroup(&inst.function, inst.party, &run.resources)?;
     // Its standard output and error: pipes whose read ends only the agent keeps.
     let (out_r, out_w) = crate::logs::pipe()?;
@@ -365,7 +365,7 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
         },
     );
     let child = confine::start(
-        &shared.domain,
+        &shared.jail,
         &run.program,
         &run.command[1..],
         env,
@@ -379,7 +379,7 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
     let pid = child.id();
     shared.records(inst.party).for_each(|r| r.set_pid(pid));
     // The child leads its own group (process_group(0)): pgid = pid.
-    shared.domain.started(pid);
+    shared.jail.started(pid);
     if let Some(c) = shared.parties.get(inst.party as usize) {
         // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
         c.pgid.store(pid, Ordering::Release);
@@ -421,7 +421,7 @@ async fn kill_rest(shared: &Shared, party: PartyId, inst: &mut Instance) {
         let _ = tokio::task::spawn_blocking(move || drop(cg)).await;
     }
     if inst.pgid != 0 {
-        shared.domain.gone(inst.pgid);
+        shared.jail.gone(inst.pgid);
         inst.pgid = 0;
     }
     if let Some(c) = shared.parties.get(party as usize) {

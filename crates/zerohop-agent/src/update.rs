@@ -280,7 +280,7 @@ impl ChainView {
         let mut roll = Vec::new();
         for i in to_roll {
             let b = &new.functions[i];
-            let program = Program::open(&paths[i], &b.syscalls, &s.domain)
+            let program = Program::open(&paths[i], &b.syscalls, &s.jail)
                 .map_err(|e| format!("function '{}': {e}", b.name))?;
             roll.push((i, program, prints[i]));
         }
@@ -327,7 +327,7 @@ impl ChainView {
             } else {
                 None
             },
-            data: s.domain.keep_data(),
+            data: s.jail.keep_data(),
         })
     }
 

@@ -9,6 +9,7 @@ pub mod derive;
 mod functions;
 #[cfg(feature = "reader")]
 mod graph;
+pub mod handover;
 pub mod plan;
 #[cfg(feature = "reader")]
 mod read;

@@ -8,22 +8,7 @@ pub use zerohop_spec::plan::{
 use crate::policy::GATEWAY_FN;
 use crate::{Options, Policy, PolicyError};
 
-/// How the agent hands a chain to an instance process: environment variables plus inherited
-/// descriptors starting at [`FIRST_FD`](handover::FIRST_FD) (the pool, then the transport's).
-pub mod handover {
-    /// The chain's plan, JSON.
-    pub const PLAN: &str = "ZEROHOP_PLAN";
-    /// This instance's party index.
-    pub const PARTY: &str = "ZEROHOP_PARTY";
-    /// Number of inherited descriptors starting at [`FIRST_FD`].
-    pub const FDS: &str = "ZEROHOP_FDS";
-    /// Pid of the agent; the instance exits when the agent goes away.
-    pub const AGENT_PID: &str = "ZEROHOP_AGENT_PID";
-    // Descriptors, in order: the pools of the function's security domains, then the chain's
-    // state store if the function has `state`, then the transport's.
-    /// First inherited descriptor.
-    pub const FIRST_FD: i32 = 3;
-}
+pub use zerohop_spec::handover;
 
 /// What the transport derives from a [`Plan`].
 pub trait PlanExt {

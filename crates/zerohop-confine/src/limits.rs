@@ -12,9 +12,7 @@
 //! `20000`). The spec keeps `cpu` at 10m or more, so the quota is never below the kernel's
 //! 1 ms minimum.
 
-use crate::spec::ResourceSpec;
-
-use super::cgroup::Version;
+use zerohop_spec::ResourceSpec;
 
 /// The CFS period every quota is given in, microseconds.
 pub(crate) const CPU_PERIOD_US: u64 = 100_000;
@@ -104,6 +102,15 @@ fn size(b: u64) -> String {
 /// The CPU quota of `millis` thousandths of a core, in microseconds per [`CPU_PERIOD_US`].
 pub(crate) fn cpu_quota_us(millis: u32) -> u64 {
     u64::from(millis) * CPU_PERIOD_US / 1000
+}
+
+/// The version of a group's hierarchy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// The unified hierarchy: `cgroup.kill`, `cpu.max`, `memory.max`.
+    V2,
+    /// A v1 hierarchy: signal every pid in `cgroup.procs`; `cpu.cfs_quota_us`, ...
+    V1,
 }
 
 /// The files `version` needs written for `r`, in order.

@@ -36,8 +36,8 @@ use std::time::Duration;
 use procfs::process::MountInfo;
 use procfs::ProcessCGroup;
 
-use super::limits::{self, Controller, Source, Usage};
-use crate::spec::ResourceSpec;
+use super::limits::{self, Controller, Source, Usage, Version};
+use zerohop_spec::ResourceSpec;
 
 /// Which cgroup version to use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,15 +61,6 @@ impl CgroupMode {
     fn v1(self) -> bool {
         matches!(self, CgroupMode::Auto | CgroupMode::V1)
     }
-}
-
-/// The version of a group's hierarchy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Version {
-    /// The unified hierarchy: `cgroup.kill`, `cpu.max`, `memory.max`.
-    V2,
-    /// A v1 hierarchy: signal every pid in `cgroup.procs`; `cpu.cfs_quota_us`, ...
-    V1,
 }
 
 /// Why an instance's group could not be made with the limits it needs.
@@ -229,7 +220,7 @@ struct InstanceGroup {
 /// One instance's groups (the first is the one it is killed through). Killed and removed on
 /// drop.
 #[derive(Debug)]
-pub(crate) struct InstanceCgroup {
+pub struct InstanceCgroup {
     groups: Vec<InstanceGroup>,
     /// `cgroup.procs` of each group.
     procs: Vec<File>,
@@ -239,7 +230,7 @@ pub(crate) struct InstanceCgroup {
 /// Reads an instance's [`Usage`] from its groups; cheap to clone, and valid as long as the
 /// instance's groups exist (afterwards every figure is `None`).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct UsageProbe {
+pub struct UsageProbe {
     files: Vec<(Source, PathBuf)>,
 }
 

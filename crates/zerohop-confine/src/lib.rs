@@ -1,7 +1,8 @@
-//! Confinement: a chain is a security domain, enforced by the agent when it starts an
-//! instance (the function itself is never trusted to do any of it).
+//! `zerohop-confine`: what makes an instance a jail. A chain is a security domain, enforced
+//! by the agent when it starts an instance (the function itself is never trusted to do any
+//! of it); this crate is how, and the agent (`zerohop-agent`) is its only user.
 //!
-//! Per chain (`Domain`): an identity (`identity`: a uid of its own when the agent is
+//! Per chain (`Jail`): an identity (`identity`: a uid of its own when the agent is
 //! root, a user namespace otherwise; as root, what the uid's last holder left in the host's
 //! scratch folders and SysV IPC is removed first, `leftovers`), a cgroup folder where the host allows one
 //! (`cgroup`), and a `reaper` that kills every instance's process group if the agent
@@ -18,7 +19,16 @@
 //! descriptor but 0-2 and the hand-over set close-on-exec, and the seccomp filter last. The
 //! environment is rebuilt from an allow-list (`environment`), and the instance leads a
 //! session and process group of its own, with no controlling terminal. Its standard input is `/dev/null`; its standard output and
-//! error are pipes whose read ends the agent keeps (`crate::logs`).
+//! error are pipes whose read ends the agent keeps (its `logs`).
+//!
+//! `unsafe` is denied everywhere except `sys`: the forks of the reaper and the spawner
+//! processes, what a child runs between `fork` and `execve`, `close_range`, pidfds and
+//! registering one with the async runtime. Needs Linux 5.3 for pidfds, 5.11 for
+//! `close_range` (older kernels fall back to one `fcntl` per descriptor) and 5.14 for
+//! `cgroup.kill` (else v1 or no cgroups); Landlock scopes (6.12) are used where present.
+
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
 
 pub(crate) mod cgroup;
 pub mod data;
@@ -39,6 +49,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use cgroup::CgroupMode;
+pub use cgroup::{InstanceCgroup, UsageProbe};
 pub use identity::{no_userns_message, IdentityError, UidRange};
 pub use limits::Usage;
 
@@ -50,14 +61,15 @@ pub fn batch_scheduling() -> std::io::Result<()> {
     sys::sched_batch()
 }
 
-use self::cgroup::{ChainCgroup, InstanceCgroup, Version};
+use self::cgroup::ChainCgroup;
 use self::identity::Identity;
+use self::limits::Version;
 use self::reaper::Reaper;
 use self::seccomp::Filters;
 use self::spawner::{Request, Spawner};
 use self::sys::ChildIds;
-pub(crate) use spawner::Child;
-pub(crate) use sys::async_fd;
+pub use spawner::Child;
+pub use sys::async_fd;
 
 /// Variables passed from the agent's environment when set (`LC_*` by prefix).
 pub const ENV_ALLOWED: &[&str] = &[
@@ -71,9 +83,10 @@ pub const ENV_ALLOWED: &[&str] = &[
 /// `PATH` when the agent has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// The chain's security domain; lives as long as the chain.
+/// What confines every instance of one chain (its security domain): identity, cgroup folder,
+/// reaper and spawner; lives as long as the chain.
 #[derive(Debug)]
-pub(crate) struct Domain {
+pub struct Jail {
     /// Shared with a chain replacing this one when the chain has a data folder (the folder
     /// belongs to one uid).
     identity: Arc<Identity>,
@@ -89,7 +102,7 @@ pub(crate) struct Domain {
     scope: String,
 }
 
-/// How [`describe`](Domain::describe) starts when instances are scoped.
+/// How [`describe`](Jail::describe) starts when instances are scoped.
 const SCOPED: &str = "signals and abstract sockets scoped to each instance";
 
 /// What the log says about signal scoping, given the kernel's Landlock ABI (or why there
@@ -109,8 +122,8 @@ fn signal_scope(abi: Result<i64, nix::errno::Errno>) -> String {
     }
 }
 
-impl Domain {
-    /// Sets up the domain of chain `name`, with its data folder at `data` if it has one.
+impl Jail {
+    /// Sets up the jail of chain `name`, with its data folder at `data` if it has one.
     /// `kept`: the data folder and identity of the chain this one replaces; kept when the
     /// folder stays the same (the new version's instances run under the same uid, which
     /// owns the folder).
@@ -120,7 +133,7 @@ impl Domain {
         cgroups: CgroupMode,
         data: Option<&Path>,
         kept: Option<KeptData>,
-    ) -> Result<Domain, String> {
+    ) -> Result<Jail, String> {
         let kept = kept.filter(|k| Some(k.dir.path()) == data);
         let fresh = kept.is_none();
         let identity = match &kept {
@@ -189,7 +202,7 @@ impl Domain {
         if !scope.starts_with(SCOPED) {
             tracing::warn!(chain = name, "{scope}");
         }
-        Ok(Domain {
+        Ok(Jail {
             identity,
             data,
             cgroup,
@@ -247,7 +260,7 @@ impl Domain {
         &self,
         function: &str,
         party: u16,
-        limits: &crate::spec::ResourceSpec,
+        limits: &zerohop_spec::ResourceSpec,
     ) -> std::io::Result<Option<InstanceCgroup>> {
         let made = match &self.cgroup {
             Some(c) => c.instance(function, party, limits),
@@ -283,7 +296,7 @@ impl Domain {
 }
 
 /// A chain's data folder and the identity that owns it, handed to the chain that replaces it
-/// (see [`Domain::new`]).
+/// (see [`Jail::new`]).
 #[derive(Debug, Clone)]
 pub struct KeptData {
     identity: Arc<Identity>,
@@ -292,7 +305,7 @@ pub struct KeptData {
 
 /// A function's program, opened once, and its compiled filter.
 #[derive(Debug)]
-pub(crate) struct Program {
+pub struct Program {
     /// The path as given (arg0, messages).
     pub path: PathBuf,
     /// `O_PATH` descriptor of the program file as opened (ELF only: a `#!` script's
@@ -309,12 +322,12 @@ pub(crate) struct Program {
 
 impl Program {
     /// Opens `path` (as the agent) and compiles the filter widened by `syscalls`.
-    pub fn open(path: &Path, syscalls: &[String], domain: &Domain) -> Result<Program, String> {
+    pub fn open(path: &Path, syscalls: &[String], jail: &Jail) -> Result<Program, String> {
         let filters = seccomp::build(syscalls).map_err(|e| e.to_string())?;
         let mut head = [0u8; 2];
         let mut f = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let script = f.read_exact(&mut head).is_ok() && head == *b"#!";
-        let unreachable = unreachable_dir(path, domain);
+        let unreachable = unreachable_dir(path, jail);
         let exec_fd = match unreachable {
             None if script => None,
             Some(dir) if script => {
@@ -322,7 +335,7 @@ impl Program {
                     "the chain's uid {} cannot reach the script {}: {} is not searchable by \
                      others (o+x), and a `#!` script is reopened by name by its interpreter; \
                      move the script or open up that folder",
-                    domain.uid(),
+                    jail.uid(),
                     path.display(),
                     dir.display()
                 ));
@@ -366,8 +379,8 @@ impl Program {
 
 /// The first ancestor folder of `path` that the chain's uid cannot search (only checked as
 /// root: in a user namespace the instances keep the agent's uid).
-fn unreachable_dir(path: &Path, domain: &Domain) -> Option<PathBuf> {
-    unreachable_by(path, &domain.identity)
+fn unreachable_dir(path: &Path, jail: &Jail) -> Option<PathBuf> {
+    unreachable_by(path, &jail.identity)
 }
 
 /// [`unreachable_dir`] for `identity`.
@@ -392,7 +405,7 @@ fn unreachable_by(path: &Path, identity: &Identity) -> Option<PathBuf> {
 /// The environment an instance starts with: the allow-listed variables of the agent's
 /// (`PATH`, `LANG`, `LANGUAGE`, `LC_*`, `TZ`, `RUST_LOG`, `RUST_BACKTRACE`), `HOME=/`, then
 /// the spec's `env`, then `handover` (the `ZEROHOP_*` variables).
-pub(crate) fn environment(
+pub fn environment(
     spec_env: &[(String, String)],
     handover: &[(&str, String)],
 ) -> Vec<(OsString, OsString)> {
@@ -411,14 +424,14 @@ pub(crate) fn environment(
     env
 }
 
-/// Starts one instance of `program` through the domain's spawner, confined: descriptors
+/// Starts one instance of `program` through the jail's spawner, confined: descriptors
 /// `fds` at 3, 4, ..., then the program's own descriptor and each cgroup's `cgroup.procs`
 /// above them (both closed at `execve`); `stdio` (write ends of the instance's output
 /// pipes) at 1 and 2, or the agent's own standard output and error when `None`. Every
 /// descriptor passed in is closed in the agent and in the spawner by the time this returns,
 /// so the instance (and what it starts) holds the only write ends.
-pub(crate) fn start(
-    domain: &Domain,
+pub fn start(
+    jail: &Jail,
     program: &Program,
     args: &[String],
     env: Vec<(OsString, OsString)>,
@@ -426,7 +439,7 @@ pub(crate) fn start(
     stdio: Option<[OwnedFd; 2]>,
     cgroup: Option<&InstanceCgroup>,
 ) -> std::io::Result<Child> {
-    let first = zerohop_transport::handover::FIRST_FD;
+    let first = zerohop_spec::handover::FIRST_FD;
     let handed = fds.len() as i32;
     let mut next = first + handed;
     let exec_path = match program.exec_through_fd() {
@@ -443,7 +456,7 @@ pub(crate) fn start(
         cgroup_procs.push(next);
         next += 1;
     }
-    let ids = match &*domain.identity {
+    let ids = match &*jail.identity {
         Identity::Uid { uid, gid, .. } => ChildIds::Uid {
             uid: *uid,
             gid: *gid,
@@ -458,7 +471,7 @@ pub(crate) fn start(
     let argv = std::iter::once(program.path.as_os_str())
         .chain(args.iter().map(std::ffi::OsStr::new))
         .collect();
-    domain.spawner.spawn(Request {
+    jail.spawner.spawn(Request {
         program: &exec_path,
         argv,
         env: &env,
@@ -466,14 +479,14 @@ pub(crate) fn start(
         stdio,
         ids: &ids,
         cgroup_procs,
-        agent_pid: domain.agent_pid,
+        agent_pid: jail.agent_pid,
         first_private_fd: (first + handed) as u32,
         filters: &program.filters,
     })
 }
 
 /// Turns a spawn error into one that says which confinement step failed, when it was one.
-pub(crate) fn explain(e: std::io::Error) -> std::io::Error {
+pub fn explain(e: std::io::Error) -> std::io::Error {
     match e.raw_os_error().and_then(sys::decode) {
         Some((sys::Step::Unshare, what, os)) => std::io::Error::other(format!(
             "{what}: {os}; {}",

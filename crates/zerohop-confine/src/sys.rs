@@ -512,7 +512,7 @@ fn launch_child(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
 ) -> std::io::Result<std::convert::Infallible> {
-    let first = zerohop_transport::handover::FIRST_FD;
+    let first = zerohop_spec::handover::FIRST_FD;
     let above = first + raw.len() as RawFd;
     let mut scope_high: RawFd = -1;
     // SAFETY: descriptor moves on this child's own table. The error pipe, the Landlock
@@ -603,7 +603,7 @@ pub(crate) fn exit_now(code: i32) -> ! {
 }
 
 /// Registers `fd` with the runtime's reactor, for readability.
-pub(crate) fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+pub fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
     // SAFETY: an OwnedFd keeps its descriptor open, and returns the same number, until it
     // is dropped, which the AsyncFd does only when it is dropped itself.
     Ok(unsafe {

@@ -435,7 +435,7 @@ fn decode(payload: &[u8], mut fds: Vec<OwnedFd>) -> Option<Launch> {
 /// A started instance's leader: a child of the agent, waited for through its pidfd. Killed
 /// (and reaped) when dropped before it was waited for.
 #[derive(Debug)]
-pub(crate) struct Child {
+pub struct Child {
     pid: u32,
     pidfd: AsyncFd<OwnedFd>,
     status: Option<ExitStatus>,
