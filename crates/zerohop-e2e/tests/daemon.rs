@@ -640,3 +640,69 @@ fn a_handshake_reflected_between_the_daemons_own_connections_fails() {
     assert!(!log.contains("stolen"), "{log}");
     assert_eq!(d.stop(), Some(0));
 }
+
+/// The sum of every function's restarts in a `zerohop status --json`.
+fn restarts(status: &Value) -> u64 {
+    status["functions"]
+        .as_array()
+        .expect("functions")
+        .iter()
+        .map(|f| f["restarts"].as_u64().expect("restarts"))
+        .sum()
+}
+
+/// A chain split over two daemons: `h` (hostile) runs on the first, `up` on the second, and
+/// the first daemon plays `up`'s instance itself (a relay, in the daemon's own process, as
+/// root). `h` rewrites its pool's `slot_count`, `slot_size` and `slots_offset` and passes
+/// the request on alive, so the relay takes it from the poisoned header. The relay reads and
+/// writes the slot by the plan's geometry: the answer is right, nobody crashes or restarts,
+/// and the route goes on answering while the header stays poisoned.
+#[test]
+fn a_poisoned_pool_header_moves_no_relay_of_a_split_chain() {
+    let (mut a, a_peer) = peer_daemon();
+    let (mut b, b_peer) = peer_daemon();
+    let spec = format!(
+        "name: relayed\npool: {{ slots: 64, slot_size: 16KiB }}\ntimeout: 5s\nfunctions:\n  \
+         h: {{ command: [\"{}\"], env: {{ HOSTILE_MODE: header }} }}\n{}\
+         routes:\n  - http: POST /go\n    sequence: [h, up]\n",
+        target_bin("zerohop-hostile").display(),
+        func("up", "upper", "", ""),
+    );
+    let part = |d: &Daemon, here: &str, peer: String| {
+        let file = d.write("relayed", &spec);
+        d.json(&[
+            "apply",
+            file.to_str().expect("UTF-8"),
+            "--here",
+            here,
+            "--peer",
+            &peer,
+        ])
+    };
+    part(&b, "up", format!("h={a_peer}"));
+    let applied = part(&a, "h", format!("up={b_peer}"));
+    let url = format!("{}/go", url_of(&applied["status"]));
+    let c = client();
+    let go = |body: &str| {
+        let r = post(&c, &url, body);
+        (r.status, r.body)
+    };
+    assert_eq!(go("hello"), (200, "HELLO".to_owned()), "through the hop");
+
+    assert_eq!(
+        go("poison"),
+        (200, "POISON".to_owned()),
+        "the relay took the request by the plan's geometry, not the header's"
+    );
+    for i in 0..20 {
+        let body = format!("after {i}");
+        assert_eq!(go(&body), (200, body.to_uppercase()));
+    }
+    assert!(alive(a.pid()), "the daemon that runs the relay is alive");
+    let (sa, sb) = (a.status("relayed"), b.status("relayed"));
+    assert_eq!((restarts(&sa), restarts(&sb)), (0, 0), "{sa}\n{sb}");
+    let log = std::fs::read_to_string(a.log()).expect("the agent's log");
+    assert!(!log.contains("panicked"), "{log}");
+    assert_eq!(a.stop(), Some(0));
+    assert_eq!(b.stop(), Some(0));
+}

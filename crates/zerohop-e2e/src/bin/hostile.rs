@@ -30,7 +30,9 @@
 //!
 //! * `header`: given the body `scribble`, rewrites its first pool's `slots_offset` (as a
 //!   later party reading it would put its slots outside the mapping) and aborts, so the agent
-//!   starts it again; given anything else, passes the request on unchanged.
+//!   starts it again; given `poison`, rewrites `slot_count`, `slot_size` and `slots_offset`
+//!   and passes the request on, alive (the next party takes it from a poisoned header);
+//!   given anything else, passes the request on unchanged.
 //!
 //! * `owners`: given the body `forge`, starts a thread that for `HOSTILE_FORGE_MS` (default
 //!   5000) keeps every other owner word of its first pool naming another party of the chain
@@ -618,6 +620,16 @@ fn main() {
                 // `slots_offset`, at 48 in the pool header (docs/protocol.md).
                 write_u64(base, 48, u64::MAX - 4095);
                 std::process::abort()
+            }
+            // Rewrites the geometry and passes the request on, alive: the next party (a relay
+            // in the agent, for a split chain) takes it with the header still poisoned.
+            "header" if req.body() == b"poison" => {
+                let base = header_pool.expect("the pool is mapped") as *mut u8;
+                // slot_count @12, slot_size @16, slots_offset @48 (docs/protocol.md).
+                write_u32(base, 12, u32::MAX);
+                write_u32(base, 16, u32::MAX & !63);
+                write_u64(base, 48, u64::MAX - 4095);
+                return Ok(Next::Continue);
             }
             "header" => return Ok(Next::Continue),
             "owners" if req.body() == b"forge" => {
