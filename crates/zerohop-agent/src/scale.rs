@@ -174,7 +174,8 @@ fn credit(queued: &[(bool, usize)], inflight: usize) -> Vec<usize> {
 }
 
 /// One look at every function; returns when the scaler must look again even if nothing
-/// happens (a cooldown or zero_after running out).
+/// happens (a cooldown or zero_after running out). Gathers what [`decide`] needs, then
+/// carries out what it decided.
 fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant> {
     let plan = shared.gateways.plan();
     let bounds: Vec<ScaleSpec> = shared
@@ -183,7 +184,6 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     let mut next: Option<Instant> = None;
-    let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
     let inflight = shared.gateways.inflight();
     for (f, (b, mem)) in bounds.iter().zip(memory.iter_mut()).enumerate() {
         if shared.rolling[f].load(Ordering::Relaxed) {
@@ -197,7 +197,7 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
             .get(f)
             .map_or(1, zerohop_transport::FunctionPlan::handler_threads);
         let mut seen = Vec::with_capacity(parties.len());
-        let mut demand = 0usize;
+        let mut busy = 0usize;
         for p in parties {
             let Some(c) = shared.parties.get(p as usize) else {
                 continue;
@@ -208,7 +208,7 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
                 c.pgid() != 0 && matches!(state, PartyState::Ready | PartyState::Draining);
             if serving {
                 // What the instance says about itself alone (see the module docs).
-                demand += busy_threads(shared, p, threads);
+                busy += busy_threads(shared, p, threads);
             }
             seen.push(Seen {
                 party: p,
@@ -227,113 +227,156 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
         );
         for (s, q) in seen.iter_mut().zip(believed) {
             s.queued = q;
-            demand += q;
         }
-        if demand > 0 {
-            mem.last_demand = Some(now);
+        let d = decide(b, mem, &seen, busy, now);
+        for &p in &d.activate {
+            activate(shared, p);
         }
-        let target = usize::from(b.target.max(1));
-        let needed = demand.div_ceil(target).min(usize::from(u16::MAX)) as u16;
-        let floor = if b.min > 0 {
-            b.min
-        } else {
-            match mem.last_demand {
-                Some(t) if now.duration_since(t) < b.zero_after => {
-                    at(t + b.zero_after);
-                    1
-                }
-                _ => 0,
-            }
+        for &(p, want) in &d.wants {
+            shared.set_want(p, want);
+        }
+        next = match (next, d.next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
-        let max = b.max.min(seen.len() as u16);
-        let wanted = needed.max(floor).min(max);
-        let serving = seen.iter().filter(|s| s.want == Want::Run).count() as u16;
-        // Parties with something queued and nobody to take it: activated whatever the count.
-        let stranded: Vec<PartyId> = seen
-            .iter()
-            .filter(|s| s.queued > 0 && s.want != Want::Run)
-            .map(|s| s.party)
-            .collect();
-        let mut count = serving;
-        if wanted > serving || !stranded.is_empty() {
-            mem.low = None;
-            let mut add = wanted.saturating_sub(serving).max(stranded.len() as u16);
-            for p in order_to_activate(&seen, &stranded) {
-                if add == 0 {
-                    break;
-                }
-                activate(shared, p);
-                add -= 1;
-                count += 1;
-            }
-        } else if wanted < serving {
-            let (since, most) = mem.low.get_or_insert((now, wanted));
-            *most = (*most).max(wanted);
-            let (since, most) = (*since, *most);
-            // To zero once `zero_after` said so, at once for a fixed count (`min == max`,
-            // changed by `zerohop scale` or an update) or above a lowered `max`; otherwise
-            // after a whole cooldown.
-            if wanted == 0
-                || !b.scales()
-                || serving > b.max
-                || now.duration_since(since) >= b.cooldown
-            {
-                let mut extra = serving - most.max(wanted);
-                // The highest parties go first, those with nothing queued.
-                for s in seen.iter().rev() {
-                    if extra == 0 {
-                        break;
-                    }
-                    if s.want == Want::Run && s.queued == 0 {
-                        shared.set_want(s.party, Want::Stop);
-                        extra -= 1;
-                        count -= 1;
-                    }
-                }
-                // Still more than wanted now (the last requests of a load kept the most
-                // wanted up): another cooldown from here, with its own deadline, so an idle
-                // chain gets there too.
-                if count > wanted {
-                    mem.low = Some((now, wanted));
-                    at(now + b.cooldown);
-                } else {
-                    mem.low = None;
-                }
-            } else {
-                at(since + b.cooldown);
-            }
-        } else {
-            mem.low = None;
-        }
-        // Parked instances: as many as asked, within what `max` leaves.
-        let parked_wanted = b.parked.min(max.saturating_sub(count));
-        let parked: Vec<PartyId> = seen
-            .iter()
-            .filter(|s| shared.want_of(s.party) == Want::Park)
-            .map(|s| s.party)
-            .collect();
-        let parked_count = parked.len() as u16;
-        if parked_count < parked_wanted {
-            let free = seen
-                .iter()
-                .filter(|s| shared.want_of(s.party) == Want::Stop && s.queued == 0)
-                .map(|s| s.party)
-                .take(usize::from(parked_wanted - parked_count))
-                .collect::<Vec<_>>();
-            for p in free {
-                shared.set_want(p, Want::Park);
-            }
-        } else if parked_count > parked_wanted {
-            for &p in parked
-                .iter()
-                .rev()
-                .take(usize::from(parked_count - parked_wanted))
-            {
-                shared.set_want(p, Want::Stop);
-            }
-        }
     }
     next
+}
+
+/// What one look decided for one function, carried out in this order.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Decision {
+    /// Parties to serve ([`activate`]), in order.
+    activate: Vec<PartyId>,
+    /// Parties whose want changes otherwise (to stop, to park, from parked to stop).
+    wants: Vec<(PartyId, Want)>,
+    /// When to look again even if nothing happens.
+    next: Option<Instant>,
+}
+
+/// The decision for one function at `now`: `seen` is each of its parties (queue depth
+/// already believed, see [`credit`]), `busy` the handler threads in a request on its serving
+/// instances, `b` its bounds, `mem` what the scaler remembers of it (updated here). The rules
+/// are the module's: out at once, in after `cooldown`, to zero after `zero_after`, parked
+/// instances kept within `max`.
+fn decide(b: &ScaleSpec, mem: &mut Memory, seen: &[Seen], busy: usize, now: Instant) -> Decision {
+    let mut d = Decision::default();
+    let mut at = |t: Instant| d.next = Some(d.next.map_or(t, |n: Instant| n.min(t)));
+    // Each party's want as this decision leaves it.
+    let mut want: Vec<Want> = seen.iter().map(|s| s.want).collect();
+    let demand = busy + seen.iter().map(|s| s.queued).sum::<usize>();
+    if demand > 0 {
+        mem.last_demand = Some(now);
+    }
+    let target = usize::from(b.target.max(1));
+    let needed = demand.div_ceil(target).min(usize::from(u16::MAX)) as u16;
+    let floor = if b.min > 0 {
+        b.min
+    } else {
+        match mem.last_demand {
+            Some(t) if now.duration_since(t) < b.zero_after => {
+                at(t + b.zero_after);
+                1
+            }
+            _ => 0,
+        }
+    };
+    let max = b.max.min(seen.len() as u16);
+    let wanted = needed.max(floor).min(max);
+    let serving = seen.iter().filter(|s| s.want == Want::Run).count() as u16;
+    // Parties with something queued and nobody to take it: activated whatever the count.
+    let stranded: Vec<PartyId> = seen
+        .iter()
+        .filter(|s| s.queued > 0 && s.want != Want::Run)
+        .map(|s| s.party)
+        .collect();
+    let mut count = serving;
+    let set = |want: &mut [Want], p: PartyId, w: Want, out: &mut Vec<(PartyId, Want)>| {
+        if let Some(i) = seen.iter().position(|s| s.party == p) {
+            want[i] = w;
+        }
+        out.push((p, w));
+    };
+    if wanted > serving || !stranded.is_empty() {
+        mem.low = None;
+        let mut add = wanted.saturating_sub(serving).max(stranded.len() as u16);
+        for p in order_to_activate(seen, &stranded) {
+            if add == 0 {
+                break;
+            }
+            if let Some(i) = seen.iter().position(|s| s.party == p) {
+                want[i] = Want::Run;
+            }
+            d.activate.push(p);
+            add -= 1;
+            count += 1;
+        }
+    } else if wanted < serving {
+        let (since, most) = mem.low.get_or_insert((now, wanted));
+        *most = (*most).max(wanted);
+        let (since, most) = (*since, *most);
+        // To zero once `zero_after` said so, at once for a fixed count (`min == max`,
+        // changed by `zerohop scale` or an update) or above a lowered `max`; otherwise
+        // after a whole cooldown.
+        if wanted == 0 || !b.scales() || serving > b.max || now.duration_since(since) >= b.cooldown
+        {
+            let mut extra = serving - most.max(wanted);
+            // The highest parties go first, those with nothing queued.
+            for s in seen.iter().rev() {
+                if extra == 0 {
+                    break;
+                }
+                if s.want == Want::Run && s.queued == 0 {
+                    set(&mut want, s.party, Want::Stop, &mut d.wants);
+                    extra -= 1;
+                    count -= 1;
+                }
+            }
+            // Still more than wanted now (the last requests of a load kept the most
+            // wanted up): another cooldown from here, with its own deadline, so an idle
+            // chain gets there too.
+            if count > wanted {
+                mem.low = Some((now, wanted));
+                at(now + b.cooldown);
+            } else {
+                mem.low = None;
+            }
+        } else {
+            at(since + b.cooldown);
+        }
+    } else {
+        mem.low = None;
+    }
+    // Parked instances: as many as asked, within what `max` leaves.
+    let parked_wanted = b.parked.min(max.saturating_sub(count));
+    let parked: Vec<PartyId> = seen
+        .iter()
+        .zip(&want)
+        .filter(|(_, &w)| w == Want::Park)
+        .map(|(s, _)| s.party)
+        .collect();
+    let parked_count = parked.len() as u16;
+    if parked_count < parked_wanted {
+        let free = seen
+            .iter()
+            .zip(&want)
+            .filter(|(s, &w)| w == Want::Stop && s.queued == 0)
+            .map(|(s, _)| s.party)
+            .take(usize::from(parked_wanted - parked_count))
+            .collect::<Vec<_>>();
+        for p in free {
+            set(&mut want, p, Want::Park, &mut d.wants);
+        }
+    } else if parked_count > parked_wanted {
+        for &p in parked
+            .iter()
+            .rev()
+            .take(usize::from(parked_count - parked_wanted))
+        {
+            set(&mut want, p, Want::Stop, &mut d.wants);
+        }
+    }
+    d
 }
 
 /// Handler threads of `party`'s instance in a request now, by its progress records (which
@@ -545,6 +588,163 @@ mod tests {
         for (what, queued, inflight, want) in cases {
             assert_eq!(credit(queued, inflight), want, "{what}");
         }
+    }
+
+    /// A function's bounds: `min`..=`max`, one request per instance, `parked` waiting,
+    /// a cooldown of 10 s and zero after 60 s.
+    fn bounds(min: u16, max: u16, parked: u16) -> ScaleSpec {
+        ScaleSpec {
+            min,
+            max,
+            initial: min,
+            target: 1,
+            parked,
+            cooldown: Duration::from_secs(10),
+            zero_after: Duration::from_secs(60),
+        }
+    }
+
+    /// Party `party` (1-based, as the gateway is 0) wanting `want`, in `state`, `queued`
+    /// descriptors believed.
+    fn party(party: PartyId, want: Want, state: PartyState, queued: usize) -> Seen {
+        Seen {
+            party,
+            want,
+            state,
+            queued,
+        }
+    }
+
+    fn memory(last_demand: Option<Instant>) -> Memory {
+        Memory {
+            low: None,
+            last_demand,
+        }
+    }
+
+    const S: Want = Want::Stop;
+    const R: Want = Want::Run;
+    const P: Want = Want::Park;
+
+    #[test]
+    fn out_at_once_the_stranded_party_first_then_the_parked_then_the_lowest() {
+        let t = Instant::now();
+        let seen = [
+            party(1, P, PartyState::Parked, 0),
+            party(2, S, PartyState::Empty, 2),
+            party(3, S, PartyState::Empty, 0),
+            party(4, S, PartyState::Empty, 0),
+        ];
+        let mut mem = memory(None);
+        // 2 queued + 1 busy: 3 wanted of 4; one parked kept with what `max` leaves.
+        let d = decide(&bounds(0, 4, 1), &mut mem, &seen, 1, t);
+        assert_eq!(d.activate, [2, 1, 3]);
+        assert_eq!(d.wants, [(4, P)]);
+        assert_eq!(mem.last_demand, Some(t));
+        assert_eq!(
+            d.next,
+            Some(t + Duration::from_secs(60)),
+            "zero_after's deadline"
+        );
+    }
+
+    #[test]
+    fn a_stranded_party_is_activated_even_when_enough_serve() {
+        let t = Instant::now();
+        let seen = [
+            party(1, R, PartyState::Ready, 0),
+            party(2, S, PartyState::Empty, 1),
+        ];
+        // One busy and one queued, max 1: wanted is 1 and 1 serves, but what waits in
+        // party 2's queue has nobody else to take it.
+        let d = decide(&bounds(1, 1, 0), &mut memory(Some(t)), &seen, 1, t);
+        assert_eq!(d.activate, [2]);
+    }
+
+    #[test]
+    fn in_after_a_whole_cooldown_down_to_the_most_wanted_meanwhile() {
+        let t0 = Instant::now();
+        let ready = |p| party(p, R, PartyState::Ready, 0);
+        let seen = [ready(1), ready(2), ready(3), ready(4)];
+        let b = bounds(1, 4, 0);
+        let mut mem = memory(Some(t0));
+        let s = Duration::from_secs;
+        // 1 busy: 1 wanted of 4 serving; nothing changes before the cooldown.
+        let d = decide(&b, &mut mem, &seen, 1, t0);
+        assert_eq!((d.activate.len(), d.wants.len()), (0, 0));
+        assert_eq!(d.next, Some(t0 + s(10)));
+        // 2 busy for a moment: the most wanted during the cooldown is 2.
+        assert_eq!(decide(&b, &mut mem, &seen, 2, t0 + s(5)).wants, []);
+        // The cooldown is over: down to 2, the highest parties first.
+        let d = decide(&b, &mut mem, &seen, 1, t0 + s(10));
+        assert_eq!(d.wants, [(4, S), (3, S)]);
+        // Still more than the 1 wanted now: another cooldown from here.
+        assert_eq!(mem.low, Some((t0 + s(10), 1)));
+        assert_eq!(d.next, Some(t0 + s(20)));
+    }
+
+    #[test]
+    fn a_party_with_something_queued_is_not_the_one_stopped() {
+        let t0 = Instant::now();
+        let seen = [
+            party(1, R, PartyState::Ready, 0),
+            party(2, R, PartyState::Ready, 1),
+            party(3, R, PartyState::Ready, 0),
+        ];
+        let b = bounds(1, 3, 0);
+        let mut mem = memory(Some(t0));
+        decide(&b, &mut mem, &seen, 0, t0);
+        let d = decide(&b, &mut mem, &seen, 0, t0 + Duration::from_secs(10));
+        // 1 queued: 1 wanted; the two stopped are those with nothing queued.
+        assert_eq!(d.wants, [(3, S), (1, S)]);
+    }
+
+    #[test]
+    fn to_zero_only_after_zero_after_without_demand() {
+        let t = Instant::now();
+        let seen = [party(1, R, PartyState::Ready, 0)];
+        let b = bounds(0, 1, 0);
+        let s = Duration::from_secs;
+        let d = decide(&b, &mut memory(Some(t - s(30))), &seen, 0, t);
+        assert_eq!(d.wants, [], "demand 30 s ago keeps one instance");
+        assert_eq!(d.next, Some(t + s(30)));
+        let d = decide(&b, &mut memory(Some(t - s(60))), &seen, 0, t);
+        assert_eq!(d.wants, [(1, S)], "none for zero_after: to zero at once");
+        let d = decide(&b, &mut memory(None), &seen, 0, t);
+        assert_eq!(d.wants, [(1, S)], "never any demand");
+    }
+
+    #[test]
+    fn a_fixed_count_or_a_lowered_max_applies_at_once() {
+        let t = Instant::now();
+        let ready = |p| party(p, R, PartyState::Ready, 0);
+        let seen = [ready(1), ready(2), ready(3)];
+        // `zerohop scale` made it 1: no cooldown.
+        let d = decide(&bounds(1, 1, 0), &mut memory(Some(t)), &seen, 3, t);
+        assert_eq!(d.wants, [(3, S), (2, S)]);
+        // A scaling function whose max fell to 2 under load.
+        let d = decide(&bounds(0, 2, 0), &mut memory(Some(t)), &seen, 3, t);
+        assert_eq!(d.wants, [(3, S)]);
+    }
+
+    #[test]
+    fn parked_instances_fill_what_max_leaves_and_no_more() {
+        let t = Instant::now();
+        let seen = [
+            party(1, R, PartyState::Ready, 0),
+            party(2, P, PartyState::Parked, 0),
+            party(3, P, PartyState::Parked, 0),
+            party(4, S, PartyState::Empty, 0),
+        ];
+        // 1 serving and 1 wanted; max 3 leaves 2 to park: as many as are parked.
+        let d = decide(&bounds(1, 3, 2), &mut memory(Some(t)), &seen, 1, t);
+        assert_eq!(d.wants, []);
+        // max 2 leaves 1: the highest parked goes.
+        let d = decide(&bounds(1, 2, 2), &mut memory(Some(t)), &seen, 1, t);
+        assert_eq!(d.wants, [(3, S)]);
+        // 3 asked, max 4 leaves 3: party 4 parks too.
+        let d = decide(&bounds(1, 4, 3), &mut memory(Some(t)), &seen, 1, t);
+        assert_eq!(d.wants, [(4, P)]);
     }
 
     #[test]
