@@ -1,4 +1,4 @@
-//! The peer connection's frames (`zerohop_agent::daemon::peer::frame`) on arbitrary bytes
+//! The peer connection's frames (`zerohop_link::frame`) on arbitrary bytes
 //! from an authenticated peer.
 //!
 //! The input is read as the connection's reader reads it: a length word checked by
@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zerohop_agent::daemon::peer::frame::{Frame, MAX_FRAME};
+use zerohop_link::frame::{Frame, MAX_FRAME};
 
 fn round_trip(body: &[u8]) {
     let Ok(frame) = Frame::decode(body) else {

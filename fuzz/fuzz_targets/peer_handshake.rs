@@ -1,4 +1,4 @@
-//! The peer handshake (`zerohop_agent::daemon::peer::auth`) against an attacker without the
+//! The peer handshake (`zerohop_link::auth`) against an attacker without the
 //! key who talks to two sessions of one node at once: one the node dialed (it is the
 //! client there), one it accepted (the server), as in the reflection attack of issue 30.
 //!
@@ -28,9 +28,7 @@ use std::task::{Context, Poll, Waker};
 
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{duplex, AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
-use zerohop_agent::daemon::peer::auth::{
-    authenticate, AuthFailure, Role, Secret, HELLO_LEN, MAGIC, TAG_LEN,
-};
+use zerohop_link::auth::{authenticate, AuthFailure, Role, Secret, HELLO_LEN, MAGIC, TAG_LEN};
 
 type Session<'a> = Pin<Box<dyn Future<Output = Result<(), AuthFailure>> + 'a>>;
 

@@ -2,7 +2,7 @@
 //! [`crate::split`]): the agent plays them itself, in its own process, attached to the
 //! chain like any instance (`zerohop_runtime::attach`). Each request such an instance takes
 //! goes to the peer daemon over the one connection between the two nodes
-//! (`daemon::peer`); the peer runs the function on it and the answer comes back into the
+//! (`zerohop_link`); the peer runs the function on it and the answer comes back into the
 //! request's slot here, so the rest of the route goes on as if the function had run here.
 //!
 //! No thread waits for a peer: the instance's receiving thread hands each request
@@ -14,10 +14,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use zerohop_link::{Answer, Call, Peers};
 use zerohop_runtime::{Deferred, HandlerError, Next, Request};
 
-use crate::daemon::peer::conn::Peers;
-use crate::daemon::peer::frame::{Answer, Call};
 use crate::supervise::{handover_fds, InstanceSpec, Shared};
 
 /// How an agent reaches the daemons of its peer nodes: shared by all its chains.

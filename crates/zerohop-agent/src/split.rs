@@ -2,7 +2,7 @@
 //!
 //! Every node of a split replica runs the whole chain's routes. A function placed here runs
 //! as usual; a function placed on a peer node is played by the agent itself (its instances
-//! relay each request to the peer daemon, see `daemon::peer`). For the hops a peer relays
+//! relay each request to the peer daemon, see `zerohop_link`). For the hops a peer relays
 //! here, the node has one extra route per (route, local function the route's requests may
 //! reach): no trigger, its sequence that one function, standing for the route it relays.
 //! Both nodes derive the same route numbering from the same chain spec, so a relayed hop

@@ -373,7 +373,7 @@ fn main() -> ExitCode {
                     );
                     None
                 }
-                Some(file) => match zerohop_agent::daemon::peer::auth::Secret::from_file(&file) {
+                Some(file) => match zerohop_link::Secret::from_file(&file) {
                     Ok(secret) => Some(zerohop_agent::daemon::PeerOptions {
                         listen: peer_listen.unwrap_or_else(|| {
                             SocketAddr::new(

@@ -469,9 +469,8 @@ fn rss_kib(pid: u32) -> u64 {
 /// after the write stall, says so in its log naming it, and goes on.
 #[test]
 fn a_peer_that_never_reads_is_dropped_and_the_daemon_stays_small() {
-    use zerohop_agent::daemon::peer::auth::{handshake, Role, Secret};
-    use zerohop_agent::daemon::peer::conn::WRITE_STALL;
-    use zerohop_agent::daemon::peer::frame::Frame;
+    use zerohop_link::auth::{handshake, Role};
+    use zerohop_link::{Frame, Secret, WRITE_STALL};
 
     let (mut d, peer) = peer_daemon();
     let pid = d.pid();
@@ -553,8 +552,8 @@ fn a_peer_that_never_reads_is_dropped_and_the_daemon_stays_small() {
 #[test]
 fn a_handshake_reflected_between_the_daemons_own_connections_fails() {
     use std::io::{Read, Write};
-    use zerohop_agent::daemon::peer::auth::{HELLO_LEN, TAG_LEN};
-    use zerohop_agent::daemon::peer::frame::{Call, Frame};
+    use zerohop_link::auth::{HELLO_LEN, TAG_LEN};
+    use zerohop_link::{Call, Frame};
 
     let (mut d, peer) = peer_daemon();
     let trap = std::net::TcpListener::bind("127.0.0.1:0").expect("a trap");

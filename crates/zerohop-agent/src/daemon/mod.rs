@@ -10,7 +10,6 @@
 
 pub mod admin;
 pub mod metrics;
-pub mod peer;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -40,13 +39,13 @@ pub struct DaemonOptions {
     pub peer: Option<PeerOptions>,
 }
 
-/// How daemons of a cluster reach each other (see [`peer`]).
+/// How daemons of a cluster reach each other (see [`zerohop_link`]).
 #[derive(Clone, Debug)]
 pub struct PeerOptions {
     /// The address peer daemons connect to.
     pub listen: SocketAddr,
     /// What they authenticate each other with.
-    pub secret: Arc<peer::auth::Secret>,
+    pub secret: Arc<zerohop_link::Secret>,
 }
 
 /// The admin socket when none is given: `/run/zerohop/admin.sock` as root, else
@@ -350,8 +349,8 @@ impl Daemon {
     }
 
     /// Answers a hop a peer daemon relays to chain `call.chain` of this node.
-    async fn relayed(&self, call: peer::frame::Call) -> peer::frame::Answer {
-        use peer::frame::Answer;
+    async fn relayed(&self, call: zerohop_link::Call) -> zerohop_link::Answer {
+        use zerohop_link::Answer;
         let view = self.table().get(&call.chain).map(|h| h.view.clone());
         let Some(view) = view else {
             return Answer {
@@ -729,18 +728,18 @@ where
         let rt = PeerRuntime::start()
             .map_err(|e| DaemonError::Internal(format!("cannot start the peer thread: {e}")))?;
         let _ = daemon.link.set(crate::relay::Link::new(
-            Arc::new(peer::conn::Peers::new(p.secret.clone())),
+            Arc::new(zerohop_link::Peers::new(p.secret.clone())),
             rt.handle.clone(),
         ));
         let d = daemon.clone();
-        let handler = peer::conn::handler(move |call| {
+        let handler = zerohop_link::handler(move |call| {
             let d = d.clone();
             async move { d.relayed(call).await }
         });
         let secret = p.secret.clone();
         peer_server = Some(rt.handle.spawn(async move {
             match tokio::net::TcpListener::from_std(l) {
-                Ok(l) => peer::conn::serve(l, secret, handler, peer_stop_rx).await,
+                Ok(l) => zerohop_link::serve(l, secret, handler, peer_stop_rx).await,
                 Err(e) => tracing::error!("peer listener: {e}"),
             }
         }));

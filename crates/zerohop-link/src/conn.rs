@@ -1,5 +1,5 @@
 //! The peer connections: one persistent TCP connection per pair of nodes, authenticated
-//! ([`super::auth`]), carrying many calls at once ([`super::frame`]).
+//! ([`crate::auth`]), carrying many calls at once ([`crate::frame`]).
 //!
 //! ```text
 //!  Peers::call ──┐                                        ┌─► handler(call) ─┐ (a task each,
@@ -53,8 +53,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
-use super::auth::{self, AuthError, Role, Secret};
-use super::frame::{Answer, Call, Frame, FrameError, MAX_FRAME};
+use crate::auth::{self, AuthError, Role, Secret};
+use crate::frame::{Answer, Call, Frame, FrameError, MAX_FRAME};
 
 /// How often a client pings a quiet connection ([`Peers::new`]).
 pub const PING_INTERVAL: Duration = Duration::from_secs(5);
