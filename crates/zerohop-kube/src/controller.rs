@@ -11,7 +11,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,11 +26,12 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::placement::{self, Decision, Existing, NodeInfo, Want};
+pub use crate::desired::validate;
+use crate::desired::{self, parts_of, Heartbeat};
+use crate::placement::{self, Decision};
 use crate::resources::{
-    chain_text, local_name, spec_error, Chain, ChainPart, ChainPartSpec, ChainStatus, Condition,
-    PartEndpoint, Peer, ReplicaEndpoint, ANNOTATION_ADDRESS, ANNOTATION_PEER,
-    CONTROLLER_FIELD_MANAGER, LABEL_CHAIN, LABEL_NODE, LABEL_REPLICA, MANAGER, NODE_LEASE_PREFIX,
+    Chain, ChainPart, Condition, ReplicaEndpoint, ANNOTATION_ADDRESS, ANNOTATION_PEER,
+    CONTROLLER_FIELD_MANAGER, LABEL_CHAIN, NODE_LEASE_PREFIX,
 };
 
 /// How the controller runs.
@@ -246,15 +246,6 @@ pub async fn run(
     }
 }
 
-/// A node's heartbeat as the controller reads it.
-#[derive(Clone, Debug, Default)]
-struct Heartbeat {
-    /// Where its gateways listen.
-    address: String,
-    /// Where its daemon takes peer connections.
-    peer: String,
-}
-
 /// What the leader works with.
 struct World {
     client: Client,
@@ -440,7 +431,6 @@ impl World {
         let name = chain.name_any();
         let generation = chain.metadata.generation.unwrap_or(0);
         let key = format!("{ns}/{name}");
-        let mut conditions = Vec::new();
         // 1. Is the spec valid? The API server checked its shape; zerohop's own parser checks
         //    the rest (names in sequences, cycles of calls, sizes that fit).
         let uid = chain.uid().unwrap_or_default();
@@ -452,35 +442,16 @@ impl World {
                 v
             }
         };
-        conditions.push(match &invalid {
-            None => condition("Valid", true, "SpecValid", "the chain spec is valid"),
-            Some(m) => condition("Valid", false, "InvalidSpec", m),
-        });
-        let mine = parts_of(chain, all_parts.iter().cloned());
-        let nparts = 1 + chain.spec.placement.parts.len() as u32;
-        let part_functions = split_functions(chain);
+        let mut conditions = vec![desired::valid_condition(invalid.as_deref())];
+        let want = desired::want(chain);
         if invalid.is_none() {
             // 2. Where do the parts go?
-            let nodes = self.node_infos(chain, alive, all_parts, placed_now);
-            let existing: Vec<Existing> = mine
-                .iter()
-                .map(|p| Existing {
-                    name: p.name_any(),
-                    replica: p.spec.replica,
-                    part: p.spec.part,
-                    node: p.spec.node.clone(),
-                    port: p.spec.port,
-                })
-                .collect();
-            let want = Want {
-                replicas: chain.spec.replicas,
-                parts: nparts,
-                port: chain.spec.port,
-                max_per_node: chain.spec.placement.max_per_node,
-            };
+            let mine = parts_of(chain, all_parts.iter().cloned());
+            let nodes = self.caches.nodes.state();
+            let nodes = desired::node_infos(chain, &nodes, alive, all_parts, placed_now);
+            let existing = desired::existing(&mine);
             let decision = placement::place(&want, &nodes, &existing, self.opts.ports.clone());
-            self.apply_decision(chain, &decision, alive, &mine, &part_functions)
-                .await?;
+            self.apply_decision(chain, &decision, alive, &mine).await?;
             placed_now.extend(
                 decision
                     .placed
@@ -488,110 +459,28 @@ impl World {
                     .filter(|p| p.existing.is_none())
                     .map(|p| (p.node.clone(), p.port)),
             );
-            // Replicas with every part on a node.
-            let waiting: BTreeSet<u32> = decision.unplaced.iter().map(|u| u.0).collect();
-            let placed = want.replicas - waiting.len() as u32;
-            conditions.push(if decision.unplaced.is_empty() {
-                condition(
-                    "Placed",
-                    true,
-                    "AllPlaced",
-                    &format!("{} of {} replicas placed", placed, want.replicas),
-                )
-            } else {
-                condition(
-                    "Placed",
-                    false,
-                    "Unschedulable",
-                    &format!(
-                        "{placed} of {} replicas placed; no node can take {}: it needs a node \
-                         whose zerohop daemon is alive, that is Ready and schedulable{}{}{}",
-                        want.replicas,
-                        decision
-                            .unplaced
-                            .iter()
-                            .map(|(r, p)| format!("replica {r} part {p}"))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        if chain.spec.placement.node_selector.is_empty() {
-                            String::new()
-                        } else {
-                            ", matches the node selector".into()
-                        },
-                        if nparts > 1 {
-                            ", holds no other part of the same replica"
-                        } else {
-                            ""
-                        },
-                        match (chain.spec.port, chain.spec.placement.max_per_node) {
-                            (Some(p), _) => format!(", has port {p} free"),
-                            (None, Some(m)) => format!(", runs fewer than {m} of its parts"),
-                            (None, None) => String::new(),
-                        }
-                    ),
-                )
-            });
+            conditions.push(desired::placed_condition(chain, &decision));
         }
         // 3. Status, Service and endpoints from the parts as they are now.
         let mine_now = parts_of(chain, self.caches.parts.state());
-        let endpoints = endpoints(chain, &mine_now, alive, nparts);
-        let ready = endpoints.iter().filter(|e| e.ready).count() as u32;
-        let placed = endpoints.len() as u32;
-        conditions.push(if ready == chain.spec.replicas && invalid.is_none() {
-            condition(
-                "Ready",
-                true,
-                "AllReady",
-                &format!("{ready} of {} replicas ready", chain.spec.replicas),
-            )
-        } else {
-            let why = mine_now
-                .iter()
-                .filter_map(|p| p.status.as_ref())
-                .find(|s| s.phase == "Failed")
-                .map(|s| format!("; {}", s.message))
-                .unwrap_or_default();
-            condition(
-                "Ready",
-                false,
-                if invalid.is_some() {
-                    "InvalidSpec"
-                } else if why.is_empty() {
-                    "Starting"
-                } else {
-                    "PartFailed"
-                },
-                &format!("{ready} of {} replicas ready{why}", chain.spec.replicas),
-            )
-        });
+        let endpoints = desired::endpoints(chain, &mine_now, alive, want.parts);
+        conditions.push(desired::ready_condition(
+            chain,
+            invalid.is_some(),
+            &endpoints,
+            &mine_now,
+        ));
         // The status is written even when the Service cannot be.
         let published = self.publish_service(chain, &endpoints).await;
         let old = chain.status.clone().unwrap_or_default();
-        let conditions = carry_times(&old.conditions, conditions, generation);
-        let status = ChainStatus {
-            observed_generation: Some(generation),
-            replicas: placed,
-            ready_replicas: ready,
-            conditions: conditions.clone(),
-            endpoints,
-        };
+        let status = desired::status(chain, &old, conditions, endpoints, jiff::Timestamp::now());
         // Warnings once per change of a condition.
-        let before = self
-            .last
-            .get(&key)
-            .cloned()
-            .unwrap_or(old.conditions.clone());
-        for c in &conditions {
-            let changed = before
-                .iter()
-                .find(|b| b.type_ == c.type_)
-                .is_none_or(|b| b.status != c.status || b.reason != c.reason);
-            if changed && c.status == "False" && c.reason != "Starting" {
-                self.event(chain, EventType::Warning, &c.reason, c.message.clone())
-                    .await;
-            }
+        let before = self.last.get(&key).unwrap_or(&old.conditions);
+        for c in desired::warnings(before, &status.conditions) {
+            self.event(chain, EventType::Warning, &c.reason, c.message.clone())
+                .await;
         }
-        self.last.insert(key, conditions);
+        self.last.insert(key, status.conditions.clone());
         if status != old {
             let api: Api<Chain> = Api::namespaced(self.client.clone(), &ns);
             let patch = json!({
@@ -609,65 +498,6 @@ impl World {
         published
     }
 
-    /// Nodes as placement sees them for `chain`.
-    fn node_infos(
-        &self,
-        chain: &Chain,
-        alive: &BTreeMap<String, Heartbeat>,
-        all_parts: &[Arc<ChainPart>],
-        placed_now: &[(String, Option<u16>)],
-    ) -> Vec<NodeInfo> {
-        let mut infos: Vec<NodeInfo> = self
-            .caches
-            .nodes
-            .state()
-            .iter()
-            .map(|n| {
-                let name = n.name_any();
-                let labels = n.labels();
-                let selected = chain
-                    .spec
-                    .placement
-                    .node_selector
-                    .iter()
-                    .all(|(k, v)| labels.get(k) == Some(v));
-                let schedulable = !n
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.unschedulable)
-                    .unwrap_or(false);
-                // A node whose kubelet reports NotReady, or stopped reporting (Unknown), is
-                // lost even if the daemon's heartbeat still reaches the API server.
-                let ready = n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-                    .is_none_or(|c| c.status == "True");
-                NodeInfo {
-                    eligible: selected && schedulable && ready && alive.contains_key(&name),
-                    parts: 0,
-                    ports: BTreeSet::new(),
-                    name,
-                }
-            })
-            .collect();
-        infos.sort_by(|a, b| a.name.cmp(&b.name));
-        let taken = all_parts
-            .iter()
-            .map(|p| (&p.spec.node, p.spec.port))
-            .chain(placed_now.iter().map(|(n, p)| (n, *p)));
-        for (node, port) in taken {
-            if let Some(n) = infos.iter_mut().find(|n| &n.name == node) {
-                n.parts += 1;
-                if let Some(port) = port {
-                    n.ports.insert(port);
-                }
-            }
-        }
-        infos
-    }
-
     /// Deletes, creates and updates ChainParts as `decision` says.
     async fn apply_decision(
         &self,
@@ -675,107 +505,31 @@ impl World {
         decision: &Decision,
         alive: &BTreeMap<String, Heartbeat>,
         mine: &[Arc<ChainPart>],
-        part_functions: &[Vec<String>],
     ) -> Result<(), kube::Error> {
         let ns = chain.namespace().unwrap_or_default();
         let name = chain.name_any();
         for e in &decision.delete {
-            let why = if !alive.contains_key(&e.node) {
-                format!(
-                    "replica {} part {} leaves node {}: its zerohop daemon's heartbeat stopped",
-                    e.replica, e.part, e.node
-                )
-            } else if e.replica >= chain.spec.replicas {
-                format!("replica {} part {} removed: scaled down", e.replica, e.part)
-            } else {
-                format!(
-                    "replica {} part {} leaves node {}: the node no longer qualifies",
-                    e.replica, e.part, e.node
-                )
-            };
+            let (type_, why) = desired::why_deleted(chain, e, alive);
             tracing::info!(chain = %name, "{why}");
-            self.event(
-                chain,
-                if alive.contains_key(&e.node) {
-                    EventType::Normal
-                } else {
-                    EventType::Warning
-                },
-                "Moved",
-                why,
-            )
-            .await;
+            self.event(chain, type_, "Moved", why).await;
             self.delete::<ChainPart>(&ns, &e.name).await?;
         }
         let api: Api<ChainPart> = Api::namespaced(self.client.clone(), &ns);
-        let generation = chain.metadata.generation.unwrap_or(0);
+        let part_functions = desired::split_functions(chain);
         for p in &decision.placed {
-            let peers: Vec<Peer> = decision
-                .placed
-                .iter()
-                .filter(|o| o.replica == p.replica && o.part != p.part)
-                .map(|o| Peer {
-                    part: o.part,
-                    node: o.node.clone(),
-                    address: alive
-                        .get(&o.node)
-                        .map(|h| h.peer.clone())
-                        .unwrap_or_default(),
-                    functions: part_functions[o.part as usize].clone(),
-                })
-                .collect();
-            let spec = ChainPartSpec {
-                chain: name.clone(),
-                chain_generation: generation,
-                replica: p.replica,
-                part: p.part,
-                node: p.node.clone(),
-                port: p.port,
-                functions: part_functions[p.part as usize].clone(),
-                peers,
-                template: chain.spec.chain.clone(),
-            };
-            let object = format!("{name}-{}-{}", p.replica, p.part);
+            let spec = desired::part_spec(chain, decision, p, alive, &part_functions);
             let current = mine.iter().find(|m| Some(m.name_any()) == p.existing);
             if current.is_some_and(|c| c.spec == spec) {
                 continue;
             }
             if p.existing.is_none() {
-                let why = format!(
-                    "replica {} part {} placed on node {}{}",
-                    p.replica,
-                    p.part,
-                    p.node,
-                    p.port
-                        .map_or(String::new(), |port| format!(", port {port}"))
-                );
+                let why = desired::placed_note(p);
                 tracing::info!(chain = %name, "{why}");
                 self.event(chain, EventType::Normal, "Placed", why).await;
             }
-            let owner = chain
-                .controller_owner_ref(&())
-                .expect("a Chain from the API has a uid");
-            let body = json!({
-                "apiVersion": "zerohop.dev/v1alpha1",
-                "kind": "ChainPart",
-                "metadata": {
-                    "name": p.existing.clone().unwrap_or(object),
-                    "namespace": ns,
-                    "labels": {
-                        LABEL_CHAIN: name,
-                        LABEL_NODE: p.node,
-                        LABEL_REPLICA: p.replica.to_string(),
-                    },
-                    "ownerReferences": [owner],
-                },
-                "spec": spec,
-            });
-            let target = body["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
+            let body = desired::part_object(chain, p, &spec);
             api.patch(
-                &target,
+                &desired::part_name(chain, p),
                 &PatchParams::apply(CONTROLLER_FIELD_MANAGER).force(),
                 &Patch::Apply(&body),
             )
@@ -784,8 +538,8 @@ impl World {
         Ok(())
     }
 
-    /// The Chain's Service (selector-less, port 80 or the Chain's port) and one
-    /// EndpointSlice per gateway port its replicas use.
+    /// The Chain's Service and its EndpointSlices, written where they differ from the
+    /// caches.
     async fn publish_service(
         &self,
         chain: &Chain,
@@ -793,22 +547,7 @@ impl World {
     ) -> Result<(), kube::Error> {
         let ns = chain.namespace().unwrap_or_default();
         let name = chain.name_any();
-        let owner = chain
-            .controller_owner_ref(&())
-            .expect("a Chain from the API has a uid");
-        let labels = json!({
-            LABEL_CHAIN: name,
-            "app.kubernetes.io/managed-by": "zerohop",
-        });
-        let service = json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": { "name": name, "namespace": ns, "labels": labels, "ownerReferences": [owner] },
-            "spec": {
-                "type": "ClusterIP",
-                "ports": [{ "name": "http", "protocol": "TCP", "port": chain.spec.port.unwrap_or(80) }],
-            },
-        });
+        let service = desired::service(chain);
         let current = self
             .caches
             .services
@@ -821,7 +560,7 @@ impl World {
             .and_then(|s| s.ports.as_ref())
             .and_then(|p| p.first())
             .map(|p| p.port);
-        if port_now != Some(i32::from(chain.spec.port.unwrap_or(80))) {
+        if port_now != Some(i32::from(desired::service_port(chain))) {
             Api::<Service>::namespaced(self.client.clone(), &ns)
                 .patch(
                     &name,
@@ -830,42 +569,7 @@ impl World {
                 )
                 .await?;
         }
-        // One slice per (gateway port, address family).
-        let mut wanted: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-        let mut groups: BTreeMap<(u16, &str), Vec<&ReplicaEndpoint>> = BTreeMap::new();
-        for e in endpoints.iter().filter(|e| !e.address.is_empty()) {
-            let family = if e.address.contains(':') {
-                "IPv6"
-            } else {
-                "IPv4"
-            };
-            groups.entry((e.port, family)).or_default().push(e);
-        }
-        for ((port, family), eps) in groups {
-            let slice = format!("{name}-{port}-{}", family.to_ascii_lowercase());
-            let body = json!({
-                "apiVersion": "discovery.k8s.io/v1",
-                "kind": "EndpointSlice",
-                "metadata": {
-                    "name": slice,
-                    "namespace": ns,
-                    "labels": {
-                        "kubernetes.io/service-name": name,
-                        "endpointslice.kubernetes.io/managed-by": MANAGER,
-                        LABEL_CHAIN: name,
-                    },
-                    "ownerReferences": [owner],
-                },
-                "addressType": family,
-                "ports": [{ "name": "http", "protocol": "TCP", "port": port }],
-                "endpoints": eps.iter().map(|e| json!({
-                    "addresses": [e.address],
-                    "conditions": { "ready": e.serving, "serving": e.serving, "terminating": false },
-                    "nodeName": e.node,
-                })).collect::<Vec<_>>(),
-            });
-            wanted.insert(slice, body);
-        }
+        let wanted = desired::slices(chain, endpoints);
         let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &ns);
         let existing: Vec<Arc<EndpointSlice>> = self
             .caches
@@ -904,159 +608,7 @@ impl World {
     }
 }
 
-/// Checks a Chain's spec with zerohop's own parser; `None` when valid, else one line
-/// naming the field as a path of the Chain (`spec.routes[0].sequence[1]: ...`).
-pub fn validate(namespace: &str, chain: &Chain) -> Option<String> {
-    let local = local_name(namespace, &chain.name_any(), 0);
-    let text = chain_text(&local, &chain.spec.chain);
-    if let Err(e) = zerohop_spec::parse(Path::new("/chain.yaml"), &text) {
-        return Some(spec_error(&e));
-    }
-    let functions = chain
-        .spec
-        .chain
-        .get("functions")
-        .and_then(|f| f.as_object())
-        .map(|f| f.keys().cloned().collect::<BTreeSet<_>>())
-        .unwrap_or_default();
-    let mut seen = BTreeSet::new();
-    for (i, part) in chain.spec.placement.parts.iter().enumerate() {
-        for (j, f) in part.iter().enumerate() {
-            if !functions.contains(f) {
-                return Some(format!(
-                    "spec.placement.parts[{i}][{j}]: unknown function `{f}`"
-                ));
-            }
-            if !seen.insert(f.clone()) {
-                return Some(format!(
-                    "spec.placement.parts[{i}][{j}]: function `{f}` is in two parts; a function runs in one"
-                ));
-            }
-        }
-    }
-    None
-}
-
 /// The Chain an object the controller made belongs to (its label).
 fn chain_label<K: Resource>(o: &K) -> String {
     o.labels().get(LABEL_CHAIN).cloned().unwrap_or_default()
-}
-
-/// The parts of `chain` among `parts`.
-fn parts_of(chain: &Chain, parts: impl IntoIterator<Item = Arc<ChainPart>>) -> Vec<Arc<ChainPart>> {
-    let ns = chain.namespace();
-    let name = chain.name_any();
-    parts
-        .into_iter()
-        .filter(|p| p.namespace() == ns && p.spec.chain == name)
-        .collect()
-}
-
-/// Per part number, the functions it runs: part 0 what no `placement.parts` list names.
-fn split_functions(chain: &Chain) -> Vec<Vec<String>> {
-    let all: Vec<String> = chain
-        .spec
-        .chain
-        .get("functions")
-        .and_then(|f| f.as_object())
-        .map(|f| f.keys().cloned().collect())
-        .unwrap_or_default();
-    let listed: BTreeSet<&String> = chain.spec.placement.parts.iter().flatten().collect();
-    let mut parts = vec![all
-        .iter()
-        .filter(|f| !listed.contains(f))
-        .cloned()
-        .collect()];
-    parts.extend(chain.spec.placement.parts.iter().cloned());
-    parts
-}
-
-/// The replicas as the status shows them: every replica with a gateway part.
-fn endpoints(
-    chain: &Chain,
-    parts: &[Arc<ChainPart>],
-    alive: &BTreeMap<String, Heartbeat>,
-    nparts: u32,
-) -> Vec<ReplicaEndpoint> {
-    let generation = chain.metadata.generation.unwrap_or(0);
-    // Serving: its daemon runs it, whatever spec (a node applies a change while the spec
-    // before goes on answering, so an edit or a scale costs the Service no endpoint).
-    let serving = |p: &ChainPart| {
-        p.status.as_ref().is_some_and(|s| s.ready) && alive.contains_key(&p.spec.node)
-    };
-    // Current: running the Chain's spec of now.
-    let current = |p: &ChainPart| {
-        serving(p)
-            && p.spec.chain_generation == generation
-            && p.status.as_ref().is_some_and(|s| {
-                s.phase == "Running" && s.observed_generation == p.metadata.generation
-            })
-    };
-    let mut by_replica: BTreeMap<u32, Vec<&ChainPart>> = BTreeMap::new();
-    for p in parts {
-        if p.metadata.deletion_timestamp.is_none() {
-            by_replica.entry(p.spec.replica).or_default().push(p);
-        }
-    }
-    let mut out = Vec::new();
-    for (replica, mut ps) in by_replica {
-        ps.sort_by_key(|p| p.spec.part);
-        let Some(gw) = ps.iter().find(|p| p.spec.part == 0) else {
-            continue;
-        };
-        let whole = ps.len() as u32 == nparts;
-        let ready = whole && ps.iter().all(|p| current(p));
-        out.push(ReplicaEndpoint {
-            replica,
-            node: gw.spec.node.clone(),
-            address: alive
-                .get(&gw.spec.node)
-                .map(|h| h.address.clone())
-                .unwrap_or_default(),
-            port: gw.spec.port.unwrap_or(0),
-            ready,
-            serving: whole && ps.iter().all(|p| serving(p)),
-            parts: if nparts > 1 {
-                ps.iter()
-                    .map(|p| PartEndpoint {
-                        node: p.spec.node.clone(),
-                        functions: p.spec.functions.clone(),
-                        ready: current(p),
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            },
-        });
-    }
-    out
-}
-
-fn condition(type_: &str, ok: bool, reason: &str, message: &str) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message: message.into(),
-        observed_generation: None,
-        last_transition_time: None,
-    }
-}
-
-/// Sets each condition's generation, and its transition time: kept from `old` when the
-/// status did not change, now otherwise.
-fn carry_times(old: &[Condition], new: Vec<Condition>, generation: i64) -> Vec<Condition> {
-    let now = jiff::Timestamp::now().to_string();
-    new.into_iter()
-        .map(|mut c| {
-            c.observed_generation = Some(generation);
-            c.last_transition_time = Some(
-                old.iter()
-                    .find(|o| o.type_ == c.type_ && o.status == c.status)
-                    .and_then(|o| o.last_transition_time.clone())
-                    .unwrap_or_else(|| now.clone()),
-            );
-            c
-        })
-        .collect()
 }

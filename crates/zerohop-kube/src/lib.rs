@@ -9,6 +9,9 @@
 //! - [`placement`]: where parts go, as a pure function of nodes and existing parts.
 //! - [`controller`]: `zerohop controller`, which places parts, moves them off lost nodes,
 //!   publishes each Chain's Service and EndpointSlices and reports status and events.
+//! - `desired`: what the controller decides besides placement (node eligibility, each
+//!   part's spec and why one goes, the Chain's conditions and status, its Service's
+//!   endpoints, which events to raise), as pure functions of what it read.
 //! - [`node`]: the node daemon's side, `zerohop agent --kube-node NODE`: heartbeat, running
 //!   the parts placed on its node as `zerohop apply` does, their status.
 //!
@@ -19,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod controller;
+mod desired;
 pub mod node;
 pub mod placement;
 pub mod resources;
