@@ -46,6 +46,8 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use zerohop_transport::Backend;
 
+use crate::percentile::nearest_rank;
+
 /// One measured floor.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Floor {
@@ -67,12 +69,12 @@ impl Floor {
     /// A floor from raw nanosecond samples; `bytes` per sample gives `gb_per_s`.
     fn from_samples(name: &str, what: String, samples: &mut [u64], bytes: Option<usize>) -> Self {
         samples.sort_unstable();
-        let p50_ns = percentile(samples, 50.0);
+        let p50_ns = ns(nearest_rank(samples, 0.5));
         Floor {
             name: name.to_owned(),
             what,
             p50_ns,
-            p99_ns: percentile(samples, 99.0),
+            p99_ns: ns(nearest_rank(samples, 0.99)),
             samples: samples.len() as u64,
             // bytes per nanosecond = GB/s.
             gb_per_s: bytes.map(|b| b as f64 / p50_ns.max(1.0)),
@@ -80,13 +82,9 @@ impl Floor {
     }
 }
 
-/// Nearest-rank percentile of sorted samples (0 when empty).
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1] as f64
+/// A percentile of nanosecond samples as reported (0 when there were none).
+fn ns(sample: Option<u64>) -> f64 {
+    sample.map_or(0.0, |v| v as f64)
 }
 
 /// Pause before each round trip of the sleeping floors (not timed).

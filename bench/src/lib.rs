@@ -19,6 +19,7 @@
 
 pub mod floors;
 pub mod loadgen;
+pub mod percentile;
 pub mod procstat;
 pub mod report;
 pub mod systems;

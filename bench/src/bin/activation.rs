@@ -57,6 +57,7 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpStream, UnixStream};
+use zerohop_bench::percentile::nearest_rank;
 use zerohop_bench::report::Machine;
 use zerohop_pool::monotonic_ns;
 
@@ -226,7 +227,7 @@ impl Stats {
             return Self::default();
         }
         v.sort_by(f64::total_cmp);
-        let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        let rank = |q: f64| nearest_rank(&v, q).unwrap_or_default();
         Self {
             n: v.len(),
             median: rank(0.5),
