@@ -422,7 +422,7 @@ fn bench_hello(
         results.runs.push(median_p99(repeats));
     }
     for c in &sys.components {
-        if let Some((rss, shm)) = procstat::rss_kib(c.pid) {
+        if let Some((rss, shm)) = procstat::memory::rss_kib(c.pid) {
             results.memory.push(Memory {
                 system: name.clone(),
                 component: c.name.clone(),

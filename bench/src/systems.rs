@@ -39,7 +39,7 @@ use nix::unistd::Pid;
 use zerohop_test_support::{children, instances, wait_until};
 use zerohop_transport::Backend;
 
-use crate::procstat::ProcessId;
+use crate::procstat::{environ_var, ProcessId};
 use crate::{Component, Step};
 
 /// How long a system may take to answer its first request correctly.
@@ -717,17 +717,10 @@ fn zerohop_spec(
 /// `(function name, pid)` of every process under zerohop's `gateway` pid, named by
 /// [`FUNCTION_ENV`], by pid.
 pub fn zerohop_functions(gateway: u32) -> Vec<(String, u32)> {
-    let key = format!("{FUNCTION_ENV}=");
     let mut pids = instances(gateway);
     pids.sort_unstable();
     pids.into_iter()
-        .filter_map(|pid| {
-            let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-            let name = env
-                .split(|&b| b == 0)
-                .find_map(|v| v.strip_prefix(key.as_bytes()))?;
-            Some((String::from_utf8_lossy(name).into_owned(), pid))
-        })
+        .filter_map(|pid| Some((environ_var(pid, FUNCTION_ENV)?, pid)))
         .collect()
 }
 
