@@ -4,8 +4,12 @@
 //! by the same load generator ([`loadgen`]) in the same run; CPU and memory are read from
 //! `/proc` per component ([`procstat`]); the physical floors of this machine (cache-line
 //! ping-pong, futex, eventfd, unix socket, memcpy) and the transports' descriptor hops are
-//! measured next to them ([`floors`]). The report ([`report`]) is `results.json`,
+//! measured next to them ([`floors`]). The report ([`report::matrix`]) is `results.json`,
 //! `summary.md` (ratios against the baselines) and PNG plots.
+//!
+//! The other bench binaries (`src/bin/`) share the same pieces: one `/proc` sampler
+//! ([`procstat`]), one report writer ([`report`]: JSON, Markdown tables, where they go), one
+//! definition of percentiles ([`percentile`]).
 //!
 //! Systems ([`systems`]):
 //! * `zerohop-ring`, `zerohop-socket`: the real `zerohop up` with each transport;

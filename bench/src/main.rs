@@ -8,7 +8,8 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use zerohop_bench::loadgen::{self, BodyMix, Load};
 use zerohop_bench::procstat::{self, CpuSnapshot, LOADGEN};
-use zerohop_bench::report::{Idle, Machine, Memory, Results, Run};
+use zerohop_bench::report::matrix::{Idle, Memory, Results, Run};
+use zerohop_bench::report::Machine;
 use zerohop_bench::systems::{self, RunningSystem, StartOpts, SystemId};
 use zerohop_bench::{floors, passes, Step, HELLO};
 

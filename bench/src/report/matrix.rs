@@ -1,5 +1,6 @@
-//! The results of one benchmark run: `results.json` (every figure) and `summary.md` (tables
-//! with ratios against the baselines, and the targets met or missed, said plainly).
+//! The results of one run of the matrix (`zerohop-bench`): `results.json` (every figure)
+//! and `summary.md` (tables with ratios against the baselines, and the targets met or
+//! missed, said plainly).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,84 +8,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use super::{Machine, Table};
 use crate::floors::Floor;
 use crate::loadgen::RunResult;
-
-/// The machine the numbers come from.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Machine {
-    /// CPUs online.
-    pub cores: usize,
-    /// `uname -r`.
-    pub kernel: String,
-    /// CPU model from /proc/cpuinfo.
-    pub cpu_model: String,
-    /// Memory in KiB.
-    pub mem_kib: u64,
-    /// Seconds since the epoch when the run started.
-    pub started_unix: u64,
-}
-
-impl Machine {
-    /// Reads this machine.
-    pub fn read() -> Self {
-        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        let cpuinfo = read("/proc/cpuinfo");
-        let cpu_model = cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("model name"))
-            .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
-            .unwrap_or_else(|| "unknown".into());
-        let mem_kib = read("/proc/meminfo")
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0);
-        Self {
-            cores: crate::procstat::online_cpus(),
-            kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
-            cpu_model,
-            mem_kib,
-            started_unix: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        }
-    }
-}
-
-/// The load averages over 1, 5 and 15 minutes (`/proc/loadavg`), as `0.12 0.30 0.25`; empty
-/// when unreadable. A busy machine lengthens everything, so reports give it.
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// What a report binary leaves: `NAME.json` (every figure of `report`) and `NAME.md` (`md`)
-/// in `dir`; then `md` on stdout, and `summary` when given, after a blank line, as the last
-/// line of stdout (what a script or CI log reads).
-pub fn publish(
-    dir: &Path,
-    name: &str,
-    report: &impl serde::Serialize,
-    md: &str,
-    summary: Option<&str>,
-) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let json = dir.join(format!("{name}.json"));
-    let text = serde_json::to_string_pretty(report).context("serialising the report")?;
-    std::fs::write(&json, text).with_context(|| format!("writing {}", json.display()))?;
-    let md_file = dir.join(format!("{name}.md"));
-    std::fs::write(&md_file, md).with_context(|| format!("writing {}", md_file.display()))?;
-    print!("{md}");
-    if let Some(summary) = summary {
-        println!("\n{summary}");
-    }
-    Ok(())
-}
 
 /// One load run of one system.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -467,20 +393,17 @@ impl Results {
             let _ = writeln!(s);
         }
         let _ = writeln!(s, "## Targets\n");
-        let _ = writeln!(s, "| target | measured | bound | met |\n|---|---|---|---|");
+        let mut targets = Table::new(&["target", "measured", "bound", "met"]);
         for t in &self.targets {
             let cmp = if t.at_least { ">=" } else { "<=" };
-            let _ = writeln!(
-                s,
-                "| {} | {:.3} ({}) | {cmp} {:.3} | {} |",
-                t.name,
-                t.value,
-                t.note,
-                t.target,
-                if t.met { "yes" } else { "**NO**" }
-            );
+            targets.row(&[
+                t.name.clone(),
+                format!("{:.3} ({})", t.value, t.note),
+                format!("{cmp} {:.3}", t.target),
+                (if t.met { "yes" } else { "**NO**" }).to_owned(),
+            ]);
         }
-        let _ = writeln!(s);
+        let _ = writeln!(s, "{targets}");
         self.summary_concurrency(&mut s);
         self.summary_experiment(&mut s, "body", "Body size (hello chain)", |r| {
             format!("{} c={}", r.body, r.concurrency)
@@ -517,48 +440,44 @@ impl Results {
             )
         });
         let _ = writeln!(s, "## Idle (everything up, no traffic)\n");
-        let _ = writeln!(
-            s,
-            "| system | seconds | CPU seconds | share of one core |\n|---|---|---|---|"
-        );
+        let mut idle = Table::new(&["system", "seconds", "CPU seconds", "share of one core"]);
         for i in &self.idle {
-            let _ = writeln!(
-                s,
-                "| {} | {:.0} | {:.2} | {:.2}% |",
-                i.system,
-                i.seconds,
-                i.cpu_s.values().sum::<f64>(),
-                i.core_fraction * 100.0
-            );
+            idle.row(&[
+                i.system.clone(),
+                format!("{:.0}", i.seconds),
+                format!("{:.2}", i.cpu_s.values().sum::<f64>()),
+                format!("{:.2}%", i.core_fraction * 100.0),
+            ]);
         }
-        let _ = writeln!(s, "\n## Memory after the load (hello chain)\n");
-        let _ = writeln!(
-            s,
-            "| system | component | RSS KiB | of which shared KiB |\n|---|---|---|---|"
-        );
+        let _ = writeln!(s, "{idle}\n## Memory after the load (hello chain)\n");
+        let mut memory = Table::new(&["system", "component", "RSS KiB", "of which shared KiB"]);
         for mm in &self.memory {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} |",
-                mm.system, mm.component, mm.rss_kib, mm.shmem_kib
-            );
+            memory.row(&[
+                mm.system.clone(),
+                mm.component.clone(),
+                mm.rss_kib.to_string(),
+                mm.shmem_kib.to_string(),
+            ]);
         }
         let _ = writeln!(
             s,
-            "\n## Floors of this machine and descriptor hops (round trips between two processes)\n"
+            "{memory}\n## Floors of this machine and descriptor hops (round trips between two \
+             processes)\n"
         );
-        let _ = writeln!(s, "| measurement | p50 | p99 | what |\n|---|---|---|---|");
+        let mut floors = Table::new(&["measurement", "p50", "p99", "what"]);
         for f in &self.floors {
             let extra = f
                 .gb_per_s
                 .map(|g| format!(" ({g:.1} GB/s)"))
                 .unwrap_or_default();
-            let _ = writeln!(
-                s,
-                "| {} | {:.0} ns{extra} | {:.0} ns | {} |",
-                f.name, f.p50_ns, f.p99_ns, f.what
-            );
+            floors.row(&[
+                f.name.clone(),
+                format!("{:.0} ns{extra}", f.p50_ns),
+                format!("{:.0} ns", f.p99_ns),
+                f.what.clone(),
+            ]);
         }
+        let _ = write!(s, "{floors}");
         s
     }
 
@@ -569,32 +488,38 @@ impl Results {
             "Ratios: RPS against the monolith (upper bound) and against the HTTP microservice \
              chain; CPU is milliseconds of the system under test per 1,000 requests.\n"
         );
-        let _ = writeln!(
-            s,
-            "| system | concurrency | RPS | vs monolith | vs http-chain | p50 us | p99 us | p99.9 us | CPU ms/1k | errors |\n|---|---|---|---|---|---|---|---|---|---|"
-        );
+        let mut table = Table::new(&[
+            "system",
+            "concurrency",
+            "RPS",
+            "vs monolith",
+            "vs http-chain",
+            "p50 us",
+            "p99 us",
+            "p99.9 us",
+            "CPU ms/1k",
+            "errors",
+        ]);
         for r in self.runs.iter().filter(|r| r.experiment == "concurrency") {
             let ratio = |sys: &str| {
                 self.hello_point(sys, r.concurrency)
                     .map(|b| format!("{:.2}x", r.result.rps / b.result.rps.max(1e-9)))
                     .unwrap_or_else(|| "-".into())
             };
-            let _ = writeln!(
-                s,
-                "| {} | {} | {:.0} | {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {} |",
-                r.system,
-                r.concurrency,
-                r.result.rps,
+            table.row(&[
+                r.system.clone(),
+                r.concurrency.to_string(),
+                format!("{:.0}", r.result.rps),
                 ratio("monolith"),
                 ratio("http-chain"),
-                r.result.latency.p50_us,
-                r.result.latency.p99_us,
-                r.result.latency.p999_us,
-                r.sut_cpu_ms_per_1k,
-                r.result.errors + r.result.wrong
-            );
+                format!("{:.0}", r.result.latency.p50_us),
+                format!("{:.0}", r.result.latency.p99_us),
+                format!("{:.0}", r.result.latency.p999_us),
+                format!("{:.1}", r.sut_cpu_ms_per_1k),
+                (r.result.errors + r.result.wrong).to_string(),
+            ]);
         }
-        let _ = writeln!(s);
+        let _ = writeln!(s, "{table}");
     }
 
     fn summary_experiment(
@@ -613,10 +538,17 @@ impl Results {
             return;
         }
         let _ = writeln!(s, "## {title}\n");
-        let _ = writeln!(
-            s,
-            "| point | system | RPS | vs http-chain | p50 us | p99 us | p99.9 us | CPU ms/1k | errors |\n|---|---|---|---|---|---|---|---|---|"
-        );
+        let mut table = Table::new(&[
+            "point",
+            "system",
+            "RPS",
+            "vs http-chain",
+            "p50 us",
+            "p99 us",
+            "p99.9 us",
+            "CPU ms/1k",
+            "errors",
+        ]);
         for r in &runs {
             let base = runs.iter().find(|b| {
                 b.system == "http-chain" && point(b) == point(r) && b.chain_len == r.chain_len
@@ -624,20 +556,19 @@ impl Results {
             let ratio = base
                 .map(|b| format!("{:.2}x", r.result.rps / b.result.rps.max(1e-9)))
                 .unwrap_or_else(|| "-".into());
-            let _ = writeln!(
-                s,
-                "| {} | {} | {:.0} | {ratio} | {:.0} | {:.0} | {:.0} | {:.1} | {} |",
+            table.row(&[
                 point(r),
-                r.system,
-                r.result.rps,
-                r.result.latency.p50_us,
-                r.result.latency.p99_us,
-                r.result.latency.p999_us,
-                r.sut_cpu_ms_per_1k,
-                r.result.errors + r.result.wrong
-            );
+                r.system.clone(),
+                format!("{:.0}", r.result.rps),
+                ratio,
+                format!("{:.0}", r.result.latency.p50_us),
+                format!("{:.0}", r.result.latency.p99_us),
+                format!("{:.0}", r.result.latency.p999_us),
+                format!("{:.1}", r.sut_cpu_ms_per_1k),
+                (r.result.errors + r.result.wrong).to_string(),
+            ]);
         }
-        let _ = writeln!(s);
+        let _ = writeln!(s, "{table}");
     }
 }
 
