@@ -54,11 +54,14 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use zerohop_bench::loadgen::{self, BodyMix, Load, RunResult};
+use zerohop_bench::percentile::median;
+use zerohop_bench::procstat::disturbance::{Disturbance, MachineTicks};
+use zerohop_bench::procstat::memory::{Rollup, Status as ProcStatus};
 use zerohop_bench::procstat::{
-    self as procstat, cpu_ticks, online_cpus, pin_current_thread, ticks_per_second, tree_ticks,
-    ProcessId,
+    online_cpus, pin_current_thread, ticks_per_second, ticks_to_seconds, ProcessId, SchedStat,
+    TickSample,
 };
-use zerohop_bench::report::{self, Machine};
+use zerohop_bench::report::{self, Machine, Table};
 use zerohop_bench::systems::{zerohop_functions, FUNCTION_ENV};
 use zerohop_bench::Step;
 
@@ -239,14 +242,12 @@ struct Idle {
     wakeups_per_s: f64,
 }
 
-/// What an [`Idle`] is the difference of: the K instances together.
+/// What an [`Idle`] is the difference of: the K instances' counters at one moment.
 struct IdleCounters {
-    /// CPU clock ticks (`/proc/PID/stat`).
-    ticks: u64,
-    /// On-CPU nanoseconds of their threads (`schedstat`).
-    run_ns: u64,
-    /// Times their threads were switched in (`schedstat`).
-    switches: u64,
+    /// CPU clock ticks of each (`/proc/PID/stat`).
+    ticks: TickSample,
+    /// On-CPU nanoseconds and switches-in of their threads together (`schedstat`).
+    sched: SchedStat,
 }
 
 impl Idle {
@@ -257,14 +258,13 @@ impl Idle {
         seconds: f64,
         instances: usize,
     ) -> Self {
+        let sched = after.sched.since(before.sched);
         Self {
             seconds,
             instances,
-            cpu_ms_per_s: after.ticks.saturating_sub(before.ticks) as f64 / ticks_per_second()
-                * 1e3
-                / seconds,
-            sched_cpu_us_per_s: after.run_ns.saturating_sub(before.run_ns) as f64 / 1e3 / seconds,
-            wakeups_per_s: after.switches.saturating_sub(before.switches) as f64 / seconds,
+            cpu_ms_per_s: ticks_to_seconds(after.ticks.total_since(&before.ticks)) * 1e3 / seconds,
+            sched_cpu_us_per_s: sched.run_ns as f64 / 1e3 / seconds,
+            wakeups_per_s: sched.switches as f64 / seconds,
         }
     }
 }
@@ -807,59 +807,19 @@ struct Plan {
     warmup: f64,
 }
 
-/// CPU ticks of `pids` together (a process that is gone counts 0; the caller checks).
-fn ticks(pids: &[ProcessId]) -> u64 {
-    pids.iter().filter_map(|p| cpu_ticks(p.pid)).sum()
-}
-
-/// On-CPU nanoseconds and switches-in of the living threads of `pids` together
-/// (`/proc/PID/task/TID/schedstat`: run time, wait time, timeslices).
-fn sched(pids: &[ProcessId]) -> (u64, u64) {
-    pids.iter()
-        .filter_map(|p| std::fs::read_dir(format!("/proc/{}/task", p.pid)).ok())
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| {
-            let v: Vec<u64> = s
-                .split_whitespace()
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .ok()?;
-            Some((*v.first()?, *v.get(2)?))
-        })
-        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
-}
-
 fn memory(pid: u32) -> Result<Memory> {
-    let s = procstat::kib_fields(
-        &format!("/proc/{pid}/status"),
-        &["VmRSS", "RssAnon", "RssFile", "RssShmem", "Threads"],
-    )
-    .ok_or_else(|| anyhow!("cannot read /proc/{pid}/status"))?;
-    let rollup = procstat::kib_fields(
-        &format!("/proc/{pid}/smaps_rollup"),
-        &["Pss", "Private_Clean", "Private_Dirty"],
-    );
+    let s = ProcStatus::read(pid).ok_or_else(|| anyhow!("cannot read /proc/{pid}/status"))?;
+    let rollup = Rollup::read(pid);
     Ok(Memory {
         pid,
-        vm_rss_kib: s[0],
-        rss_anon_kib: s[1],
-        rss_file_kib: s[2],
-        rss_shmem_kib: s[3],
-        threads: s[4],
-        pss_kib: rollup.as_ref().map(|r| r[0]),
-        private_kib: rollup.as_ref().map(|r| r[1] + r[2]),
+        vm_rss_kib: s.vm_rss_kib,
+        rss_anon_kib: s.rss_anon_kib,
+        rss_file_kib: s.rss_file_kib,
+        rss_shmem_kib: s.rss_shmem_kib,
+        threads: s.threads,
+        pss_kib: rollup.map(|r| r.pss_kib),
+        private_kib: rollup.map(|r| r.private_kib),
     })
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Folds the rounds of one route into a [`Point`].
@@ -899,6 +859,8 @@ struct Up {
     language: Language,
     /// `zerohop up` (gateway thread and agent) and all it started.
     chain: Chain,
+    /// The `zerohop up` process.
+    zerohop: ProcessId,
     /// The instances of `p1` .. `pK`.
     fns: Vec<ProcessId>,
     one: Vec<(RunResult, Round)>,
@@ -927,6 +889,8 @@ impl Up {
             plan.chain_cpu,
         )?;
         let fns = chain.functions(plan.hops)?;
+        let zerohop = ProcessId::of(chain.pid())
+            .ok_or_else(|| anyhow!("zerohop up (pid {}) is gone", chain.pid()))?;
         eprintln!(
             "zerohop-bench-languages: {name}: chain up at {} ({} instances)",
             chain.url, plan.hops
@@ -934,6 +898,7 @@ impl Up {
         let up = Self {
             language,
             chain,
+            zerohop,
             fns,
             one: Vec::new(),
             long: Vec::new(),
@@ -979,12 +944,11 @@ impl Up {
 
     /// One measured point of one route.
     fn point(&mut self, long: bool, plan: &Plan) -> Result<()> {
-        let hz = ticks_per_second();
         // The route's instances, and `zerohop up`.
         let counters = || {
             (
-                ticks(self.instances(long)),
-                cpu_ticks(self.chain.pid()).unwrap_or(0),
+                TickSample::take(self.instances(long)),
+                TickSample::take(&[self.zerohop]),
             )
         };
         let (fn_before, me_before) = counters();
@@ -996,8 +960,8 @@ impl Up {
             p99_us: r.latency.p99_us,
             rps: r.rps,
             requests: r.requests,
-            fn_cpu_s: fn_after.saturating_sub(fn_before) as f64 / hz,
-            zerohop_cpu_s: me_after.saturating_sub(me_before) as f64 / hz,
+            fn_cpu_s: ticks_to_seconds(fn_after.total_since(&fn_before)),
+            zerohop_cpu_s: ticks_to_seconds(me_after.total_since(&me_before)),
         };
         if r.errors + r.wrong > 0 {
             self.errors.push(format!(
@@ -1018,11 +982,9 @@ impl Up {
 
     /// The K instances' counters now.
     fn idle_counters(&self) -> IdleCounters {
-        let (run_ns, switches) = sched(&self.fns);
         IdleCounters {
-            ticks: ticks(&self.fns),
-            run_ns,
-            switches,
+            ticks: TickSample::take(&self.fns),
+            sched: SchedStat::threads_of(&self.fns),
         }
     }
 
@@ -1062,88 +1024,6 @@ impl Up {
             self.errors,
         ))
     }
-}
-
-/// Steal time of all CPUs together, clock ticks (`/proc/stat`).
-fn steal_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    // cpu user nice system idle iowait irq softirq steal ...
-    stat.lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(8))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// CPU ticks of every user-space process outside this benchmark (this process and all below
-/// it), by (pid, start time), with what their reaped children used (`cutime`, `cstime`: a
-/// build's short-lived compilers are counted through the build tool that waited for them).
-fn others_ticks() -> BTreeMap<(i32, u64), u64> {
-    let own = zerohop_test_support::descendants(&[std::process::id()]);
-    zerohop_test_support::all_stats()
-        .into_iter()
-        // Kernel threads (kthreadd, pid 2, and its children) do the kernel's share of this
-        // benchmark's own work too (softirqs of its loopback traffic, writeback).
-        .filter(|s| s.pid != 2 && s.ppid != 2)
-        .filter(|s| u32::try_from(s.pid).is_ok_and(|p| !own.contains(&p)))
-        .map(|s| {
-            let children = u64::try_from(s.cutime + s.cstime).unwrap_or(0);
-            ((s.pid, s.starttime), s.utime + s.stime + children)
-        })
-        .collect()
-}
-
-/// What a [`Disturbance`] is the difference of.
-struct MachineTicks {
-    at: Instant,
-    /// [`others_ticks`].
-    others: BTreeMap<(i32, u64), u64>,
-    /// [`steal_ticks`].
-    steal: u64,
-    /// This process and every process below it (the chains, their instances).
-    own: u64,
-}
-
-impl MachineTicks {
-    fn now() -> Self {
-        Self {
-            at: Instant::now(),
-            others: others_ticks(),
-            steal: steal_ticks(),
-            own: tree_ticks(std::process::id()),
-        }
-    }
-
-    /// What was used from `self` until now (a process new since `self` counts whole).
-    fn since(&self) -> Disturbance {
-        let after = Self::now();
-        let seconds = self.at.elapsed().as_secs_f64();
-        let in_cores = |t: u64| t as f64 / ticks_per_second() / seconds;
-        let others = after
-            .others
-            .iter()
-            .map(|(k, &t)| t.saturating_sub(self.others.get(k).copied().unwrap_or(0)))
-            .sum();
-        Disturbance {
-            seconds,
-            own_cores: in_cores(after.own.saturating_sub(self.own)),
-            other_cores: in_cores(others),
-            steal_cores: in_cores(after.steal.saturating_sub(self.steal)),
-        }
-    }
-}
-
-/// What else used the machine while the points ran.
-#[derive(Serialize, Debug, Default)]
-struct Disturbance {
-    seconds: f64,
-    /// CPU of this benchmark's processes (load generator, chains, instances), in cores.
-    own_cores: f64,
-    /// CPU of every user-space process outside this benchmark, in cores (0.5: half of one
-    /// core).
-    other_cores: f64,
-    /// CPU time the hypervisor gave to others while this VM wanted it, in cores.
-    steal_cores: f64,
 }
 
 fn ratios(m: &Measured, rust: &Measured) -> Ratios {
@@ -1193,13 +1073,20 @@ fn markdown(r: &Report) -> String {
     let k = r.settings.hops;
     let mut s = String::new();
     let _ = writeln!(s, "# Functions in each language: what a hop costs\n");
-    let _ = writeln!(
-        s,
-        "| language | per-hop p50 (us) | / Rust | per-hop mean (us) | p99, 1 / {k} fns (us) | \
-         fn CPU per hop (us) | / Rust | idle CPU, {k} instances (ms/s) | idle wakeups/s | \
-         idle RSS (MiB) | Pss / private (MiB) | threads |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
+    let mut main = Table::new(&[
+        "language".to_owned(),
+        "per-hop p50 (us)".into(),
+        "/ Rust".into(),
+        "per-hop mean (us)".into(),
+        format!("p99, 1 / {k} fns (us)"),
+        "fn CPU per hop (us)".into(),
+        "/ Rust".into(),
+        format!("idle CPU, {k} instances (ms/s)"),
+        "idle wakeups/s".into(),
+        "idle RSS (MiB)".into(),
+        "Pss / private (MiB)".into(),
+        "threads".into(),
+    ]);
     for row in &r.languages {
         let title = row.language.title();
         match (&row.status, &row.result) {
@@ -1208,22 +1095,20 @@ fn markdown(r: &Report) -> String {
                     (Some(pss), Some(private)) => format!("{:.1} / {:.1}", mib(pss), mib(private)),
                     _ => "unreadable".into(),
                 };
-                let _ = writeln!(
-                    s,
-                    "| {title} | **{:.1}** | {} | {:.1} | {:.0} / {:.0} | {:.1} | {} | {:.2} | \
-                     {:.1} | {:.1} | {rollup} | {} |",
-                    m.per_hop_p50_us,
+                main.row(&[
+                    title.to_owned(),
+                    format!("**{:.1}**", m.per_hop_p50_us),
                     times(row.ratio_to_rust.per_hop_p50),
-                    m.per_hop_mean_us,
-                    m.one.p99_us,
-                    m.chain.p99_us,
-                    m.fn_cpu_us_per_hop,
+                    format!("{:.1}", m.per_hop_mean_us),
+                    format!("{:.0} / {:.0}", m.one.p99_us, m.chain.p99_us),
+                    format!("{:.1}", m.fn_cpu_us_per_hop),
                     times(row.ratio_to_rust.fn_cpu_per_hop),
-                    m.idle.cpu_ms_per_s,
-                    m.idle.wakeups_per_s,
-                    mib(m.memory.vm_rss_kib),
-                    m.memory.threads
-                );
+                    format!("{:.2}", m.idle.cpu_ms_per_s),
+                    format!("{:.1}", m.idle.wakeups_per_s),
+                    format!("{:.1}", mib(m.memory.vm_rss_kib)),
+                    rollup,
+                    m.memory.threads.to_string(),
+                ]);
             }
             (status, _) => {
                 let what = if *status == Status::NotRun {
@@ -1231,20 +1116,21 @@ fn markdown(r: &Report) -> String {
                 } else {
                     "failed"
                 };
-                let _ = writeln!(
-                    s,
-                    "| {title} | {what}: {} |||||||||||",
-                    row.reason.as_deref().unwrap_or("see errors")
-                );
+                let reason = row.reason.as_deref().unwrap_or("see errors");
+                main.spanning_row(title, &format!("{what}: {reason}"));
             }
         }
     }
-    let _ = writeln!(
-        s,
-        "\n| language | p50, 1 / {k} fns (us) | mean, 1 / {k} fns (us) | RPS, 1 / {k} fns | \
-         per-hop p50 by round (us) | fn CPU per request, 1 / {k} fns (us) | zerohop up CPU per \
-         request, {k} fns (us) | idle CPU from schedstat (us/s) |\n|---|---|---|---|---|---|---|---|"
-    );
+    let mut more = Table::new(&[
+        "language".to_owned(),
+        format!("p50, 1 / {k} fns (us)"),
+        format!("mean, 1 / {k} fns (us)"),
+        format!("RPS, 1 / {k} fns"),
+        "per-hop p50 by round (us)".into(),
+        format!("fn CPU per request, 1 / {k} fns (us)"),
+        format!("zerohop up CPU per request, {k} fns (us)"),
+        "idle CPU from schedstat (us/s)".into(),
+    ]);
     for row in &r.languages {
         if let Some(m) = &row.result {
             let rounds: Vec<String> = m
@@ -1252,25 +1138,22 @@ fn markdown(r: &Report) -> String {
                 .iter()
                 .map(|v| format!("{v:.1}"))
                 .collect();
-            let _ = writeln!(
-                s,
-                "| {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.0} / {:.0} | {} | {:.1} / {:.1} | \
-                 {:.1} | {:.1} |",
-                row.language.title(),
-                m.one.p50_us,
-                m.chain.p50_us,
-                m.one.mean_us,
-                m.chain.mean_us,
-                m.one.rps,
-                m.chain.rps,
+            more.row(&[
+                row.language.title().to_owned(),
+                format!("{:.1} / {:.1}", m.one.p50_us, m.chain.p50_us),
+                format!("{:.1} / {:.1}", m.one.mean_us, m.chain.mean_us),
+                format!("{:.0} / {:.0}", m.one.rps, m.chain.rps),
                 rounds.join(", "),
-                m.one.fn_cpu_us_per_request,
-                m.chain.fn_cpu_us_per_request,
-                m.chain.zerohop_cpu_us_per_request,
-                m.idle.sched_cpu_us_per_s
-            );
+                format!(
+                    "{:.1} / {:.1}",
+                    m.one.fn_cpu_us_per_request, m.chain.fn_cpu_us_per_request
+                ),
+                format!("{:.1}", m.chain.zerohop_cpu_us_per_request),
+                format!("{:.1}", m.idle.sched_cpu_us_per_s),
+            ]);
         }
     }
+    let _ = write!(s, "{main}\n{more}");
     let st = &r.settings;
     let _ = writeln!(
         s,
@@ -1334,7 +1217,7 @@ fn markdown(r: &Report) -> String {
         d.own_cores,
         d.other_cores,
         d.steal_cores,
-        if d.other_cores + d.steal_cores > DISTURBED {
+        if d.exceeds(DISTURBED) {
             ": **the run was disturbed**, its numbers are not to be trusted; run it on a quiet \
              machine."
         } else {
@@ -1471,7 +1354,7 @@ fn run(args: &Args) -> Result<bool> {
                 up.language.name(),
                 last(&up.one),
                 last(&up.long),
-                before.at.elapsed().as_secs_f64()
+                before.at().elapsed().as_secs_f64()
             );
         }
     }
