@@ -35,7 +35,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -50,10 +49,15 @@ use nix::unistd::Pid;
 use serde::Serialize;
 use zerohop_bench::loadgen::{self, BodyMix, Load};
 use zerohop_bench::passes;
-use zerohop_bench::procstat::{self, stat, ticks_per_second, ProcessId as Proc};
-use zerohop_bench::report::Machine;
+use zerohop_bench::procstat::memory::{
+    by_kind, meminfo_kib, smaps, KindStat, Mapping, Memfds, Rollup, Status,
+};
+use zerohop_bench::procstat::{
+    environ_var, exe_path, process_group, ticks_to_seconds, ProcessId as Proc, TickSample,
+};
+use zerohop_bench::report::{self, Machine, Table};
 use zerohop_bench::systems::{FUNCTION_ENV, ZEROHOP_PATH};
-use zerohop_test_support::{all_stats, children, cpu_ticks, instances, open_fds, wait_until};
+use zerohop_test_support::{children, instances, open_fds, wait_until};
 
 /// Instances per function the spec allows.
 const MAX_INSTANCES_PER_FUNCTION: usize = 64;
@@ -234,15 +238,6 @@ struct Shared {
     meminfo_shmem_delta_kib: i64,
 }
 
-#[derive(Serialize, Default, Clone)]
-struct KindStat {
-    mappings: u64,
-    size_kib: u64,
-    rss_kib: u64,
-    pss_kib: u64,
-    private_kib: u64,
-}
-
 #[derive(Serialize)]
 struct Sample {
     pid: u32,
@@ -310,21 +305,6 @@ fn sigkill(p: Proc) {
     }
 }
 
-/// (utime, stime) of `pid` in ticks.
-fn cpu_split(pid: u32) -> Option<(u64, u64)> {
-    stat(pid).map(|s| (s.utime, s.stime))
-}
-
-/// Live processes whose process group is `pgid`.
-fn group_members(pgid: u32) -> Vec<Proc> {
-    all_stats()
-        .into_iter()
-        .filter(|s| u32::try_from(s.pgrp) == Ok(pgid))
-        .filter_map(|s| Proc::of(u32::try_from(s.pid).ok()?))
-        .filter(|p| p.alive())
-        .collect()
-}
-
 /// What the SIGINT/SIGTERM handler must clean up: the running zerohop (its pid leads its
 /// process group) and its instances.
 struct Live {
@@ -373,7 +353,7 @@ fn kill_chain(zerohop: Proc, instances: &[Proc], grace: Duration) -> usize {
         }
     }
     // zerohop's reaper and the instances' parent-death signals end the rest; make sure.
-    let group = || group_members(zerohop.pid);
+    let group = || process_group(zerohop.pid);
     wait_until(ORPHAN_GRACE, || {
         !all.iter().any(|p| p.alive()) && group().is_empty()
     });
@@ -506,177 +486,6 @@ impl Drop for Chain {
 }
 
 // ---------------------------------------------------------------------------------------
-// /proc readers.
-
-/// (Rss, Pss, private, Pss_Shmem) of smaps_rollup, KiB.
-fn rollup(pid: u32) -> Option<(u64, u64, u64, u64)> {
-    let v = procstat::kib_fields(
-        &format!("/proc/{pid}/smaps_rollup"),
-        &["Rss", "Pss", "Private_Clean", "Private_Dirty", "Pss_Shmem"],
-    )?;
-    Some((v[0], v[1], v[2] + v[3], v[4]))
-}
-
-/// (VmPTE KiB, threads) of /proc/PID/status.
-fn status(pid: u32) -> (u64, u64) {
-    procstat::kib_fields(&format!("/proc/{pid}/status"), &["VmPTE", "Threads"])
-        .map_or((0, 0), |v| (v[0], v[1]))
-}
-
-/// One mapping of /proc/PID/smaps.
-#[derive(Default, Clone)]
-struct Mapping {
-    name: String,
-    perms: String,
-    size: u64,
-    rss: u64,
-    pss: u64,
-    private: u64,
-}
-
-/// Every mapping of `pid`.
-fn smaps(pid: u32) -> Option<Vec<Mapping>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
-    let mut out: Vec<Mapping> = Vec::new();
-    for line in text.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        let header = first.contains('-')
-            && !first.ends_with(':')
-            && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
-        if header {
-            out.push(Mapping {
-                name: after_fields(line, 5).to_owned(),
-                perms: line.split_whitespace().nth(1).unwrap_or("").to_owned(),
-                ..Mapping::default()
-            });
-            continue;
-        }
-        let Some(m) = out.last_mut() else { continue };
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
-        let kib = || {
-            value
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        match key {
-            "Size" => m.size = kib(),
-            "Rss" => m.rss = kib(),
-            "Pss" => m.pss = kib(),
-            "Private_Clean" | "Private_Dirty" => m.private += kib(),
-            _ => {}
-        }
-    }
-    Some(out)
-}
-
-/// What follows the first `n` whitespace-separated fields of `line`, trimmed.
-fn after_fields(line: &str, n: usize) -> &str {
-    let mut rest = line.trim_start();
-    for _ in 0..n {
-        match rest.find(char::is_whitespace) {
-            Some(i) => rest = rest[i..].trim_start(),
-            None => return "",
-        }
-    }
-    rest.trim_end()
-}
-
-/// Kind of a mapping: the chain's memfds by name, the program, libraries, heap, ...
-fn kind(m: &Mapping, exe: &str) -> &'static str {
-    let writable = m.perms.contains('w');
-    let n = m.name.as_str();
-    if let Some(memfd) = n.strip_prefix("/memfd:") {
-        return match () {
-            _ if memfd.starts_with("zerohop-pool:") => "pool",
-            _ if memfd.starts_with("zerohop-outbox:") && writable => "outbox-own",
-            _ if memfd.starts_with("zerohop-outbox:") => "outbox-peer",
-            _ if memfd.starts_with("zerohop-inbox:") && writable => "inbox-own",
-            _ if memfd.starts_with("zerohop-inbox:") => "inbox-peer",
-            _ => "memfd-other",
-        };
-    }
-    match n {
-        "" => "anon",
-        "[heap]" => "heap",
-        "[stack]" => "stack",
-        "[vdso]" | "[vvar]" | "[vvar_vclock]" | "[vsyscall]" => "kernel",
-        _ if n.starts_with("[anon") => "anon",
-        _ if !exe.is_empty() && n.trim_end_matches(" (deleted)") == exe => "binary",
-        _ if n.contains(".so") => "libs",
-        _ => "other",
-    }
-}
-
-fn by_kind(maps: &[Mapping], exe: &str) -> BTreeMap<String, KindStat> {
-    let mut out: BTreeMap<String, KindStat> = BTreeMap::new();
-    for m in maps {
-        let k = out.entry(kind(m, exe).to_owned()).or_default();
-        k.mappings += 1;
-        k.size_kib += m.size;
-        k.rss_kib += m.rss;
-        k.pss_kib += m.pss;
-        k.private_kib += m.private;
-    }
-    out
-}
-
-fn exe_of(pid: u32) -> String {
-    std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map(|p| {
-            p.to_string_lossy()
-                .trim_end_matches(" (deleted)")
-                .to_owned()
-        })
-        .unwrap_or_default()
-}
-
-fn function_of(pid: u32) -> String {
-    let key = format!("{FUNCTION_ENV}=");
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .ok()
-        .and_then(|env| {
-            env.split(|&b| b == 0)
-                .find_map(|v| v.strip_prefix(key.as_bytes()))
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-        })
-        .unwrap_or_default()
-}
-
-fn meminfo_kib(name: &str) -> u64 {
-    procstat::kib_fields("/proc/meminfo", &[name]).map_or(0, |v| v[0])
-}
-
-/// The memfds `pid` holds, each region once: (name, bytes) plus the descriptor count.
-fn memfds_of(pid: u32) -> (Vec<(String, u64)>, usize) {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return (Vec::new(), 0);
-    };
-    let mut seen = BTreeMap::new();
-    let mut fds = 0;
-    for e in dir.flatten() {
-        let Ok(target) = std::fs::read_link(e.path()) else {
-            continue;
-        };
-        let target = target.to_string_lossy().into_owned();
-        let Some(name) = target.strip_prefix("/memfd:") else {
-            continue;
-        };
-        fds += 1;
-        // stat through the link: the memfd itself (the read-only twin has the same inode).
-        let Ok(meta) = std::fs::metadata(e.path()) else {
-            continue;
-        };
-        seen.entry((meta.dev(), meta.ino()))
-            .or_insert_with(|| (name.trim_end_matches(" (deleted)").to_owned(), meta.size()));
-    }
-    (seen.into_values().collect(), fds)
-}
-
-// ---------------------------------------------------------------------------------------
 // One point.
 
 /// Instances per function: `n` spread evenly over `f` (the first ones get one more).
@@ -711,6 +520,7 @@ fn spec(counts: &[usize], program: &Path) -> Result<String> {
 
 /// Memory of the chain now.
 fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) -> Memory {
+    let page_tables = |pid: u32| Status::read(pid).unwrap_or_default().vm_pte_kib;
     let mut private = Vec::new();
     let mut pss = Vec::new();
     let mut rss = Vec::new();
@@ -723,10 +533,10 @@ fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) ->
     let mut size_by_kind: BTreeMap<String, f64> = BTreeMap::new();
     let mut per_instance = Vec::new();
     for p in instances.iter().filter(|p| p.alive()) {
-        let Some((r, ps, pr, shm)) = rollup(p.pid) else {
+        let Some(rollup) = Rollup::read(p.pid) else {
             continue;
         };
-        let exe = exe_of(p.pid);
+        let exe = exe_path(p.pid);
         let kinds = by_kind(&smaps(p.pid).unwrap_or_default(), &exe);
         for (k, s) in &kinds {
             *private_by_kind.entry(k.clone()).or_default() += s.private_kib as f64;
@@ -734,12 +544,12 @@ fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) ->
             *maps_by_kind.entry(k.clone()).or_default() += s.mappings as f64;
             *size_by_kind.entry(k.clone()).or_default() += s.size_kib as f64;
         }
-        private.push(pr);
-        pss.push(ps);
-        rss.push(r);
-        pte.push(status(p.pid).0);
+        private.push(rollup.private_kib);
+        pss.push(rollup.pss_kib);
+        rss.push(rollup.rss_kib);
+        pte.push(page_tables(p.pid));
         fds.push(open_fds(p.pid) as u64);
-        resident_shmem += shm;
+        resident_shmem += rollup.pss_shmem_kib;
         per_instance.push((*p, exe));
     }
     let found = private.len();
@@ -756,19 +566,19 @@ fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) ->
     }
 
     // The agent, and the chain's shared memory through it.
-    let agent_exe = exe_of(zerohop);
+    let agent_exe = exe_path(zerohop);
     let agent_maps = smaps(zerohop).unwrap_or_default();
     let agent_kinds = by_kind(&agent_maps, &agent_exe);
-    let (a_rss, a_pss, a_private, a_shm) = rollup(zerohop).unwrap_or_default();
-    resident_shmem += a_shm;
-    let (a_pte, a_threads) = status(zerohop);
-    let (memfds, memfd_fds) = memfds_of(zerohop);
+    let agent_rollup = Rollup::read(zerohop).unwrap_or_default();
+    resident_shmem += agent_rollup.pss_shmem_kib;
+    let agent_status = Status::read(zerohop).unwrap_or_default();
+    let memfds = Memfds::of(zerohop);
     let mut shared = Shared {
-        memfd_fds,
+        memfd_fds: memfds.fds,
         resident_shmem_kib: resident_shmem,
         ..Shared::default()
     };
-    for (name, bytes) in &memfds {
+    for (name, bytes) in &memfds.regions {
         let kib = bytes.div_ceil(1024);
         if name.starts_with("zerohop-pool:") {
             shared.pool_memfds += 1;
@@ -801,7 +611,7 @@ fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) ->
     if detail > 0 && !per_instance.is_empty() {
         let mut named: Vec<(String, Proc, String)> = per_instance
             .into_iter()
-            .map(|(p, exe)| (function_of(p.pid), p, exe))
+            .map(|(p, exe)| (environ_var(p.pid, FUNCTION_ENV).unwrap_or_default(), p, exe))
             .collect();
         let number = |f: &str| {
             f.trim_start_matches("pass")
@@ -816,15 +626,15 @@ fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) ->
         for i in picks {
             let (function, p, exe) = &named[i];
             let Some(maps) = smaps(p.pid) else { continue };
-            let (r, _, pr, _) = rollup(p.pid).unwrap_or_default();
+            let rollup = Rollup::read(p.pid).unwrap_or_default();
             let mut top: Vec<&Mapping> = maps.iter().filter(|m| m.private > 0).collect();
             top.sort_by_key(|m| std::cmp::Reverse(m.private));
             samples.push(Sample {
                 pid: p.pid,
                 function: function.clone(),
-                private_kib: pr,
-                rss_kib: r,
-                page_tables_kib: status(p.pid).0,
+                private_kib: rollup.private_kib,
+                rss_kib: rollup.rss_kib,
+                page_tables_kib: page_tables(p.pid),
                 by_kind: by_kind(&maps, exe),
                 top_private: top
                     .into_iter()
@@ -860,13 +670,13 @@ fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) ->
         fds_mean: mean(&fds),
         agent: Agent {
             pid: zerohop,
-            rss_kib: a_rss,
-            private_kib: a_private,
-            pss_kib: a_pss,
-            page_tables_kib: a_pte,
+            rss_kib: agent_rollup.rss_kib,
+            private_kib: agent_rollup.private_kib,
+            pss_kib: agent_rollup.pss_kib,
+            page_tables_kib: agent_status.vm_pte_kib,
             fds: open_fds(zerohop),
             mappings: agent_maps.len(),
-            threads: a_threads,
+            threads: agent_status.threads,
             by_kind: agent_kinds,
         },
         shared,
@@ -874,28 +684,18 @@ fn memory(zerohop: u32, instances: &[Proc], shmem_before: u64, detail: usize) ->
     }
 }
 
-/// CPU ticks of the agent and every instance.
-fn ticks(zerohop: u32, instances: &[Proc]) -> (u64, Vec<u64>) {
-    (
-        cpu_ticks(zerohop).unwrap_or(0),
-        instances
-            .iter()
-            .map(|p| cpu_ticks(p.pid).unwrap_or(0))
-            .collect(),
-    )
+/// CPU ticks of the agent and of every instance now.
+fn ticks(zerohop: Proc, instances: &[Proc]) -> (TickSample, TickSample) {
+    (TickSample::take(&[zerohop]), TickSample::take(instances))
 }
 
-fn idle(zerohop: u32, instances: &[Proc], seconds: f64) -> Idle {
+fn idle(zerohop: Proc, instances: &[Proc], seconds: f64) -> Idle {
     let (a0, i0) = ticks(zerohop, instances);
     std::thread::sleep(Duration::from_secs_f64(seconds));
     let (a1, i1) = ticks(zerohop, instances);
-    let per: Vec<u64> = i1
-        .iter()
-        .zip(&i0)
-        .map(|(b, a)| b.saturating_sub(*a))
-        .collect();
-    let agent = a1.saturating_sub(a0) as f64 / ticks_per_second();
-    let inst = per.iter().sum::<u64>() as f64 / ticks_per_second();
+    let per = i1.used_since(&i0);
+    let agent = ticks_to_seconds(a1.total_since(&a0));
+    let inst = ticks_to_seconds(per.iter().sum());
     Idle {
         seconds,
         cpu_s: agent + inst,
@@ -999,7 +799,7 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
         .find(|w| w.starts_with("http://"))
         .ok_or_else(|| anyhow!("no URL in zerohop's ready line {line:?}"))?;
     let url = format!("{base}{ZEROHOP_PATH}");
-    let agent_cpu = cpu_split(me.pid).unwrap_or_default();
+    let agent_cpu = me.cpu_split().unwrap_or_default();
 
     // The instances: the children of the zerohop process but its spawner.
     let mut pids = instances(me.pid);
@@ -1015,20 +815,20 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
     let inst_cpu = chain
         .instances
         .iter()
-        .filter_map(|p| cpu_split(p.pid))
+        .filter_map(|p| p.cpu_split())
         .fold((0, 0), |(u, s), (a, b)| (u + a, s + b));
     let starts: Vec<u64> = chain.instances.iter().map(|p| p.start).collect();
-    let rel = |t: u64| t.saturating_sub(me.start) as f64 / ticks_per_second();
+    let rel = |t: u64| ticks_to_seconds(t.saturating_sub(me.start));
     let first = starts.iter().copied().min().map_or(0.0, rel);
     let last = starts.iter().copied().max().map_or(0.0, rel);
     point.startup = Some(Startup {
         first_instance_s: first,
         last_instance_s: last,
         ready_after_last_spawn_s: (ready_s - last).max(0.0),
-        agent_cpu_s: (agent_cpu.0 + agent_cpu.1) as f64 / ticks_per_second(),
-        agent_sys_s: agent_cpu.1 as f64 / ticks_per_second(),
-        instances_cpu_s: (inst_cpu.0 + inst_cpu.1) as f64 / ticks_per_second(),
-        instances_sys_s: inst_cpu.1 as f64 / ticks_per_second(),
+        agent_cpu_s: ticks_to_seconds(agent_cpu.0 + agent_cpu.1),
+        agent_sys_s: ticks_to_seconds(agent_cpu.1),
+        instances_cpu_s: ticks_to_seconds(inst_cpu.0 + inst_cpu.1),
+        instances_sys_s: ticks_to_seconds(inst_cpu.1),
     });
     eprintln!(
         "scale: N={n}: ready in {ready_s:.2} s (instances started {first:.2}..{last:.2} s after \
@@ -1059,14 +859,14 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
     );
     point.memory_at_ready = Some(mem);
 
-    let idle_before = idle(me.pid, &chain.instances, args.idle_seconds);
+    let idle_before = idle(me, &chain.instances, args.idle_seconds);
     eprintln!(
         "scale: N={n}: idle {:.1} s: {:.2} CPU s ({} instances busy)",
         idle_before.seconds, idle_before.cpu_s, idle_before.busy_instances
     );
     point.idle_before_load = Some(idle_before);
 
-    let (a0, i0) = ticks(me.pid, &chain.instances);
+    let (a0, i0) = ticks(me, &chain.instances);
     let result = loadgen::run(
         &url,
         &passes(f),
@@ -1078,7 +878,7 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
         Duration::from_secs_f64(args.load_seconds),
     )
     .context("load generator")?;
-    let (a1, i1) = ticks(me.pid, &chain.instances);
+    let (a1, i1) = ticks(me, &chain.instances);
     let load = LoadResult {
         concurrency: args.concurrency,
         seconds: result.seconds,
@@ -1089,13 +889,8 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
         p50_us: result.latency.p50_us,
         p99_us: result.latency.p99_us,
         first_error: result.first_error.clone(),
-        agent_cpu_s: a1.saturating_sub(a0) as f64 / ticks_per_second(),
-        instances_cpu_s: i1
-            .iter()
-            .zip(&i0)
-            .map(|(b, a)| b.saturating_sub(*a))
-            .sum::<u64>() as f64
-            / ticks_per_second(),
+        agent_cpu_s: ticks_to_seconds(a1.total_since(&a0)),
+        instances_cpu_s: ticks_to_seconds(i1.total_since(&i0)),
     };
     eprintln!(
         "scale: N={n}: {:.0} requests/s at c={} (p50 {:.0} us, p99 {:.0} us), {} errors, {} wrong",
@@ -1115,7 +910,7 @@ fn run_point(args: &Args, bin_dir: &Path, root: &Path, point: &mut Point) -> Res
     point.load = Some(load);
 
     std::thread::sleep(Duration::from_millis(500));
-    let idle_after = idle(me.pid, &chain.instances, args.idle_seconds);
+    let idle_after = idle(me, &chain.instances, args.idle_seconds);
     eprintln!(
         "scale: N={n}: idle after load {:.1} s: {:.2} CPU s ({} instances busy)",
         idle_after.seconds, idle_after.cpu_s, idle_after.busy_instances
@@ -1179,17 +974,27 @@ fn markdown(report: &Report) -> String {
         report.settings.body_bytes,
         report.settings.load_seconds
     );
-    let _ = writeln!(
-        s,
-        "| N | F | ready s | last spawn s | private KiB/inst mean (max) ready | after load | \
-         Pss KiB/inst | Rss KiB/inst | page tables KiB/inst | ring regions mapped/inst | agent \
-         Rss / private MiB | ring memfds: count, MiB | ring resident MiB | pool MiB (resident) \
-         | idle CPU s before / after load | RPS | errors | stop s | ok |"
-    );
-    let _ = writeln!(
-        s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
+    let mut table = Table::new(&[
+        "N",
+        "F",
+        "ready s",
+        "last spawn s",
+        "private KiB/inst mean (max) ready",
+        "after load",
+        "Pss KiB/inst",
+        "Rss KiB/inst",
+        "page tables KiB/inst",
+        "ring regions mapped/inst",
+        "agent Rss / private MiB",
+        "ring memfds: count, MiB",
+        "ring resident MiB",
+        "pool MiB (resident)",
+        "idle CPU s before / after load",
+        "RPS",
+        "errors",
+        "stop s",
+        "ok",
+    ]);
     let mib = |k: u64| k as f64 / 1024.0;
     for p in &report.points {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
@@ -1201,45 +1006,49 @@ fn markdown(report: &Report) -> String {
                 .map(|k| m.mappings_by_kind_mean.get(*k).copied().unwrap_or(0.0))
                 .sum::<f64>()
         };
-        let _ =
-            writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} \
-             | {} | {} | {} |",
-            p.instances,
-            p.functions,
+        let idle = |i: &Option<Idle>| opt(i.as_ref().map(|i| format!("{:.2}", i.cpu_s)));
+        table.row(&[
+            p.instances.to_string(),
+            p.functions.to_string(),
             opt(p.ready_s.map(|v| format!("{v:.2}"))),
-            opt(p.startup.as_ref().map(|v| format!("{:.2}", v.last_instance_s))),
+            opt(p
+                .startup
+                .as_ref()
+                .map(|v| format!("{:.2}", v.last_instance_s))),
             opt(r.map(|m| format!("{:.0} ({})", m.private_kib_mean, m.private_kib_max))),
             opt(l.map(|m| format!("{:.0} ({})", m.private_kib_mean, m.private_kib_max))),
             opt(r.map(|m| format!("{:.0}", m.pss_kib_mean))),
             opt(r.map(|m| format!("{:.0}", m.rss_kib_mean))),
             opt(r.map(|m| format!("{:.0}", m.page_tables_kib_mean))),
             opt(r.map(|m| format!("{:.1}", ring_maps(m)))),
-            opt(l.map(|m| format!(
-                "{:.1} / {:.1}",
-                mib(m.agent.rss_kib),
-                mib(m.agent.private_kib)
-            ))),
-            opt(l.map(|m| format!(
-                "{}, {:.1}",
-                m.shared.ring_memfds,
-                mib(m.shared.ring_kib)
-            ))),
+            opt(l.map(|m| {
+                format!(
+                    "{:.1} / {:.1}",
+                    mib(m.agent.rss_kib),
+                    mib(m.agent.private_kib)
+                )
+            })),
+            opt(l.map(|m| format!("{}, {:.1}", m.shared.ring_memfds, mib(m.shared.ring_kib)))),
             opt(l.map(|m| format!("{:.1}", mib(m.shared.ring_resident_kib)))),
-            opt(l.map(|m| format!(
-                "{:.0} ({:.1})",
-                mib(m.shared.pool_kib),
-                mib(m.shared.pool_resident_kib)
-            ))),
-            opt(p.idle_before_load.as_ref().map(|i| format!("{:.2}", i.cpu_s))),
-            opt(p.idle_after_load.as_ref().map(|i| format!("{:.2}", i.cpu_s))),
+            opt(l.map(|m| {
+                format!(
+                    "{:.0} ({:.1})",
+                    mib(m.shared.pool_kib),
+                    mib(m.shared.pool_resident_kib)
+                )
+            })),
+            format!(
+                "{} / {}",
+                idle(&p.idle_before_load),
+                idle(&p.idle_after_load)
+            ),
             opt(p.load.as_ref().map(|v| format!("{:.0}", v.rps))),
             opt(p.load.as_ref().map(|v| format!("{}", v.errors + v.wrong))),
             opt(p.stop.as_ref().map(|v| format!("{:.2}", v.seconds))),
-            if p.ok { "yes" } else { "**no**" }
-        );
+            (if p.ok { "yes" } else { "**no**" }).to_owned(),
+        ]);
     }
+    let _ = write!(s, "{table}");
     for p in report.points.iter().filter(|p| !p.ok) {
         let _ = writeln!(
             s,
@@ -1339,10 +1148,7 @@ fn run(args: &Args) -> Result<bool> {
         points,
         ok,
     };
-    println!("{}", serde_json::to_string_pretty(&report)?);
-    if args.markdown {
-        println!("\n{}", markdown(&report));
-    }
+    report::print(&report, args.markdown.then(|| markdown(&report)).as_deref())?;
     Ok(ok)
 }
 
@@ -1368,34 +1174,5 @@ mod tests {
         ));
         assert!(s.contains("sequence: [pass1, pass2]"));
         assert!(s.contains("POST /bench"));
-    }
-
-    #[test]
-    fn classifies_mappings() {
-        let m = |name: &str, perms: &str| Mapping {
-            name: name.into(),
-            perms: perms.into(),
-            ..Mapping::default()
-        };
-        assert_eq!(
-            after_fields("7f-80 r--s 00000000 00:01 42   /memfd:a b (deleted)", 5),
-            "/memfd:a b (deleted)"
-        );
-        assert_eq!(after_fields("7f-80 rw-p 00000000 00:00 0 ", 5), "");
-        assert_eq!(
-            kind(&m("/memfd:zerohop-outbox:scale:3 (deleted)", "rw-s"), ""),
-            "outbox-own"
-        );
-        assert_eq!(
-            kind(&m("/memfd:zerohop-inbox:scale:3 (deleted)", "r--s"), ""),
-            "inbox-peer"
-        );
-        assert_eq!(
-            kind(&m("/memfd:zerohop-pool:scale (deleted)", "rw-s"), ""),
-            "pool"
-        );
-        assert_eq!(kind(&m("/x/pass", "r-xp"), "/x/pass"), "binary");
-        assert_eq!(kind(&m("/usr/lib/libc.so.6", "r-xp"), "/x/pass"), "libs");
-        assert_eq!(kind(&m("", "rw-p"), ""), "anon");
     }
 }

@@ -27,7 +27,7 @@ fn kib_lines(text: &str, names: &[&str]) -> Vec<Option<u64>> {
 }
 
 /// [`kib_lines`] of the file at `path`, 0 for a line absent; `None` when it cannot be read.
-pub(super) fn read_kib_lines(path: &str, names: &[&str]) -> Option<Vec<u64>> {
+fn read_kib_lines(path: &str, names: &[&str]) -> Option<Vec<u64>> {
     let text = std::fs::read_to_string(path).ok()?;
     Some(
         kib_lines(&text, names)

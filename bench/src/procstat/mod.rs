@@ -77,13 +77,6 @@ impl ProcessId {
     }
 }
 
-/// The numbers of the `Name:   N kB` lines `names` of a /proc file (status, smaps_rollup,
-/// meminfo), in KiB, 0 for a name absent; `None` when the file cannot be read. Kept for the
-/// binaries that do not read through [`memory`] yet.
-pub fn kib_fields(path: &str, names: &[&str]) -> Option<Vec<u64>> {
-    memory::read_kib_lines(path, names)
-}
-
 /// Live processes whose process group is `pgid`.
 pub fn process_group(pgid: u32) -> Vec<ProcessId> {
     all_stats()
