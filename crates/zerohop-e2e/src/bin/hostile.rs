@@ -627,7 +627,7 @@ fn main() {
                 let base = header_pool.expect("the pool is mapped") as *mut u8;
                 // slot_count @12, slot_size @16, slots_offset @48 (docs/protocol.md).
                 write_u32(base, 12, u32::MAX);
-                write_u32(base, 16, u32::MAX & !63);
+                write_u32(base, 16, 0xffff_ffc0);
                 write_u64(base, 48, u64::MAX - 4095);
                 return Ok(Next::Continue);
             }
