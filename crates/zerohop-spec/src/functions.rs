@@ -7,8 +7,8 @@ use std::time::Duration;
 use saphyr::MarkedYaml;
 
 use crate::plan::JoinPolicy;
-use crate::read::{get, line, scalar_text, shown_key, Cx, Map};
 use crate::routes::http_header_name_invalid;
+use crate::yaml::{get, line, scalar_text, shown_key, Cx, Map};
 use crate::*;
 
 impl Cx {

@@ -1,6 +1,6 @@
 //! Checks over the graph of functions: calls (static fan-outs included) form no cycle.
 
-use crate::read::{shown_key, Cx};
+use crate::yaml::{shown_key, Cx};
 use crate::*;
 
 impl Cx {

@@ -22,6 +22,8 @@ pub mod syscalls;
 mod tests;
 mod types;
 mod units;
+#[cfg(feature = "reader")]
+mod yaml;
 
 pub use backend::Backend;
 pub use derive::{plan_from_spec, reserved};

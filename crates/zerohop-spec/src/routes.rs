@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use saphyr::{MarkedYaml, YamlData};
 
 use crate::plan::JoinPolicy;
-use crate::read::{get, line, Cx, Map};
+use crate::yaml::{get, line, Cx, Map};
 use crate::*;
 
 impl Cx {

@@ -4,7 +4,7 @@ use saphyr::MarkedYaml;
 use zerohop_pool::{META_RESERVE, SLOT_HEADER_LEN};
 
 use crate::plan::StatePlan;
-use crate::read::{get, line, shown_key, Cx, Map};
+use crate::yaml::{get, line, shown_key, Cx, Map};
 use crate::*;
 
 impl Cx {
