@@ -26,6 +26,7 @@
 pub mod api;
 mod chain;
 pub mod daemon;
+mod enforcer;
 pub mod logs;
 mod offence;
 pub mod relay;

@@ -35,23 +35,15 @@
 //! stays empty: nobody writes it until the instance is restarted.
 //!
 //! The decision is [`condemned`], a pure function of the counts and the agent's own records
-//! (process groups it started); the task [`enforce`] wakes when a count reaches the limit
+//! (process groups it started); the enforcer task (`enforcer.rs`) wakes when a count reaches the limit
 //! and, while requests are in flight, every [`SCAN`] (no timer when the chain is idle), and
 //! runs on the agent's supervision runtime, never in a receive path.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
-use tokio::sync::watch;
-use zerohop_pool::Descriptor;
-use zerohop_transport::blame::fault_of_sent;
 use zerohop_transport::{Blame, Fault, PartyId};
-
-use crate::supervise::Shared;
 
 /// How often, while requests are in flight, the agent reads what the instances sent to
 /// each other (ring only).
@@ -74,12 +66,13 @@ pub(crate) struct Offences {
     counts: Vec<[AtomicU64; 3]>,
     /// Per party: all its current instance's faults together.
     totals: Vec<AtomicU64>,
-    limit: u64,
-    /// Told each time a total reaches a multiple of `limit`.
-    reached: tokio::sync::Notify,
+    /// Faults that get a party killed ([`limit`]).
+    pub(crate) limit: u64,
+    /// Told each time a total reaches a multiple of `limit` (the enforcer waits on it).
+    pub(crate) reached: tokio::sync::Notify,
     /// Per party: the tails of its queues as the agent last read them (empty: not yet
     /// read since its current instance started).
-    seen: Vec<Mutex<Vec<u32>>>,
+    pub(crate) seen: Vec<Mutex<Vec<u32>>>,
 }
 
 impl Offences {
@@ -102,7 +95,7 @@ impl Offences {
     }
 
     /// By fault, for the log line.
-    fn by_fault(&self, party: PartyId) -> [u64; 3] {
+    pub(crate) fn by_fault(&self, party: PartyId) -> [u64; 3] {
         self.counts.get(usize::from(party)).map_or([0; 3], |c| {
             std::array::from_fn(|i| c[i].load(Ordering::Relaxed))
         })
@@ -164,139 +157,6 @@ pub(crate) fn condemned(seen: &[Seen], limit: u64) -> Vec<PartyId> {
         .filter(|s| !s.in_agent && s.pgid != 0 && s.faults >= limit && s.killed != Some(s.pgid))
         .map(|s| s.party)
         .collect()
-}
-
-/// Runs until `stop` turns true: each time a party's count reaches the limit (by the
-/// agent's endpoints, or by a [`look`] every [`SCAN`] while requests are in flight), kills
-/// the instances [`condemned`] names.
-pub(crate) async fn enforce(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let offences = shared.offences.clone();
-    let mut killed: HashMap<PartyId, u32> = HashMap::new();
-    let mut sent = Vec::new();
-    // Whether the transport keeps what was sent (ring): known after the first look.
-    let mut readable = true;
-    loop {
-        let busy = readable && shared.gateways.inflight() > 0;
-        tokio::select! {
-            _ = offences.reached.notified() => {}
-            // Idle: no timer at all until a request enters the chain.
-            _ = shared.gateways.busy(), if readable && !busy => continue,
-            // A count that reached the limit in the look has woken `reached` (its permit
-            // waits for the next turn of the loop): nothing to decide here.
-            _ = tokio::time::sleep(SCAN), if busy => {
-                readable = look(&shared, &mut sent);
-                continue;
-            }
-            r = stop.changed() => if r.is_err() || *stop.borrow() { return },
-        }
-        let gateways = usize::from(shared.gateways.plan().gateways());
-        let seen: Vec<Seen> = shared
-            .parties
-            .iter()
-            .enumerate()
-            .map(|(p, control)| {
-                let party = p as PartyId;
-                let pgid = control.pgid();
-                Seen {
-                    party,
-                    faults: offences.total(party),
-                    pgid,
-                    killed: killed.get(&party).copied(),
-                    // A relay has no process group of its own (pgid 0): it is the agent.
-                    in_agent: p < gateways,
-                }
-            })
-            .collect();
-        for party in condemned(&seen, offences.limit) {
-            let pgid = seen[usize::from(party)].pgid;
-            kill(&shared, party, pgid, offences.limit);
-            killed.insert(party, pgid);
-        }
-    }
-}
-
-/// Reads what every running instance published to other running instances since the last
-/// look and counts what is its own fault (see the module's notes); `sent` is scratch room.
-/// `false` when the transport keeps no copy of what was sent (then there is nothing to
-/// look at, ever).
-fn look(shared: &Shared, sent: &mut Vec<(PartyId, Descriptor)>) -> bool {
-    let plan = shared.gateways.plan();
-    let gateways = usize::from(plan.gateways());
-    // An instance with a process now: not a gateway party, not a relay (the agent itself:
-    // its endpoint blames what it receives; it has no process group), not a party between
-    // two instances.
-    let running = |p: usize| {
-        p >= gateways
-            && shared
-                .parties
-                .get(p)
-                .is_some_and(|control| control.pgid() != 0)
-    };
-    for (sender, seen) in shared.offences.seen.iter().enumerate() {
-        if !running(sender) {
-            continue;
-        }
-        sent.clear();
-        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-        if !shared
-            .transport
-            .published(sender as PartyId, &mut seen, sent)
-        {
-            return false;
-        }
-        for (receiver, desc) in sent.iter() {
-            let r = usize::from(*receiver);
-            let (true, Some(&function), Some(pools)) = (
-                running(r),
-                plan.party_function.get(r),
-                shared.party_pools.get(r),
-            ) else {
-                continue;
-            };
-            if let Some(fault) = fault_of_sent(desc, function, pools) {
-                shared.offences.blame(sender as PartyId, fault);
-            }
-        }
-    }
-    true
-}
-
-/// Kills the instance `pgid` of `party` with its process group; its supervisor then
-/// reclaims its slots, answers its requests and restarts it, as after a crash.
-fn kill(shared: &Shared, party: PartyId, pgid: u32, limit: u64) {
-    let Some(control) = shared.parties.get(usize::from(party)) else {
-        return;
-    };
-    let plan = shared.gateways.plan();
-    let function = plan
-        .party_function
-        .get(usize::from(party))
-        .map_or("unknown", |&f| plan.function_name(f))
-        .to_owned();
-    let offences = &shared.offences;
-    let total = offences.total(party);
-    let by_fault = offences.by_fault(party);
-    let detail = Fault::ALL
-        .iter()
-        .zip(by_fault)
-        .filter(|(_, n)| *n > 0)
-        .map(|(f, n)| format!("{}: {n}", f.describe()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    tracing::warn!(
-        chain = %plan.chain,
-        function = %function,
-        instance = party,
-        pid = pgid,
-        "chain '{}': function '{function}' instance {party} (pid {pgid}) is hostile: it sent \
-         {total} invalid descriptors ({detail}; the bound is {limit}); killing it and its \
-         process group",
-        plan.chain,
-    );
-    *control.hung.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
-        "sent {total} invalid descriptors ({detail}) and was killed as hostile"
-    ));
-    let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
 }
 
 #[cfg(test)]

@@ -118,7 +118,7 @@ pub(super) fn supervise_all(
             None
         }
     };
-    let enforcer = tokio::spawn(crate::offence::enforce(shared.clone(), stop_rx.clone()));
+    let enforcer = tokio::spawn(crate::enforcer::run(shared.clone(), stop_rx.clone()));
     let watchdog = tokio::spawn(watchdog::watch(shared.clone(), spec.timeout, stop_rx));
     let first = shared.gateways.iter().next().expect("one").clone();
     let mut others = Vec::new();
