@@ -18,10 +18,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zerohop_pool::{OwnedSlot, Owner, PartyState, Pool, SlotHeader};
-use zerohop_transport::{Delivery, PartyId, Plan};
-
-use crate::instance::Router;
-use crate::request::HandlerError;
+use zerohop_transport::{Delivery, PartyId, Picker, Plan, Sender};
 
 /// How often a waiting caller looks whether its callees are still alive.
 const LIVENESS_EVERY: Duration = Duration::from_millis(20);
@@ -39,12 +36,6 @@ pub struct CallError {
     pub status: u16,
     /// What went wrong, in one line.
     pub message: String,
-}
-
-impl From<CallError> for HandlerError {
-    fn from(e: CallError) -> Self {
-        HandlerError::new(e.status, e.to_string())
-    }
 }
 
 /// A callee's output, read in place in its slot (freed when this is dropped).
@@ -122,9 +113,16 @@ fn wait_at_most(header: &SlotHeader, timeout_ms: u64) -> Duration {
     Duration::from_millis(by_deadline.min(timeout_ms))
 }
 
-/// What a request's handler needs to make calls.
+/// What a request's handler needs to make calls: the instance's plan, function, party,
+/// picker and sender (its dispatcher's), and its calls waiting for answers.
 pub(crate) struct Calls<'a> {
-    pub router: &'a Router,
+    pub plan: &'a Plan,
+    /// The calling function.
+    pub function: u8,
+    /// The calling instance's party.
+    pub me: PartyId,
+    pub picker: &'a Picker,
+    pub sender: &'a dyn Sender,
     pub pending: &'a Pending,
 }
 
@@ -180,7 +178,7 @@ impl Calls<'_> {
                 },
             )
             .collect();
-        let deadline = Instant::now() + wait_at_most(header, self.router.plan.timeout_ms);
+        let deadline = Instant::now() + wait_at_most(header, self.plan.timeout_ms);
         while state.iter().any(|c| matches!(c, Call::Waiting(_))) {
             let now = Instant::now();
             if now >= deadline {
@@ -232,7 +230,7 @@ impl Calls<'_> {
         if let Call::Waiting(o) = c {
             self.pending.forget(o.number);
             *c = Call::Done(Err(CallError {
-                function: self.router.plan.function_name(o.function).to_owned(),
+                function: self.plan.function_name(o.function).to_owned(),
                 status,
                 message: message(o),
             }));
@@ -247,7 +245,7 @@ impl Calls<'_> {
         input: &[u8],
         tx: &mpsc::Sender<Delivery>,
     ) -> Result<Out, CallError> {
-        let r = self.router;
+        let r = self;
         let fail = |status: u16, message: String| CallError {
             function: name.to_owned(),
             status,
@@ -257,7 +255,7 @@ impl Calls<'_> {
             .plan
             .function_index(name)
             .filter(|f| r.plan.functions[r.function as usize].calls.contains(f))
-            .ok_or_else(|| not_allowed(&r.plan, r.function, name))?;
+            .ok_or_else(|| not_allowed(r.plan, r.function, name))?;
         let (party, seen) = r
             .picker
             .pick_state(function, pool)
@@ -311,7 +309,7 @@ impl Calls<'_> {
     }
 
     fn answer(&self, o: Out, d: Delivery) -> Result<Answer, CallError> {
-        let r = self.router;
+        let r = self;
         let function = r.plan.function_name(o.function).to_owned();
         // Only an instance of the function called may answer.
         if r.plan.party_function.get(d.from as usize) != Some(&o.function) {

@@ -40,8 +40,9 @@ pub enum StartError {
     Transport(#[from] TransportError),
 }
 
-/// What the handler threads share: where to send, and how to pick the next instance.
-pub(crate) struct Router {
+/// What the handler threads share: it runs the handler on a delivery and sends the result
+/// on (where to send, and how to pick the next instance).
+pub(crate) struct Dispatcher {
     pub(crate) plan: Arc<Plan>,
     /// The pools of this function's security domains.
     pools: Pools,
@@ -65,7 +66,7 @@ pub(crate) struct Router {
 
 /// An attached instance, ready to serve.
 pub struct Instance {
-    router: Arc<Router>,
+    router: Arc<Dispatcher>,
     endpoint: Endpoint,
     me: PartyId,
 }
@@ -167,7 +168,7 @@ pub fn attach(
     let progress = Some(Progress::attach(fds.remove(0), threads)?);
     let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
     let endpoint = Endpoint::new(pools.clone(), policy, me, transport.receiver(me)?);
-    let router = Router {
+    let router = Dispatcher {
         span: logging::instance_span(&plan.chain, plan.function_name(function), me),
         picker: Picker::new(&plan, me),
         ids: plan.request_ids(),
@@ -263,7 +264,11 @@ impl Instance {
                     .spawn(move || {
                         let _root = router.span.clone().entered();
                         let cx = Calls {
-                            router: &router,
+                            plan: &router.plan,
+                            function: router.function,
+                            me: router.me,
+                            picker: &router.picker,
+                            sender: &*router.sender,
                             pending: &pending,
                         };
                         loop {
@@ -333,7 +338,7 @@ impl Instance {
     }
 }
 
-impl Router {
+impl Dispatcher {
     /// Handler thread `thread` takes `d` and runs the handler on it.
     fn process<H: Handler + ?Sized>(
         &self,
@@ -434,7 +439,7 @@ impl Router {
         })
     }
 
-    /// Ends a request taken with [`Router::take`] as its handler's `outcome` says: the body
+    /// Ends a request taken with [`Dispatcher::take`] as its handler's `outcome` says: the body
     /// of `len` bytes and `header` (as the handler left them) go on along the route, back to
     /// the caller, or the error to the client.
     fn finish(
@@ -661,7 +666,7 @@ fn run_handler(f: impl FnOnce() -> Result<Next, HandlerError>) -> Result<Next, H
 /// [`Instance::serve_deferred`]. Dropping it unfinished answers the request 500.
 #[doc(hidden)]
 pub struct Deferred {
-    router: Arc<Router>,
+    router: Arc<Dispatcher>,
     taken: Option<Taken>,
 }
 
@@ -802,7 +807,7 @@ mod tests {
     }
 
     /// Upper's router (party 1 of `hello`), sending into `kept`, with a pool named `name`.
-    fn upper(kept: &Kept, name: &str) -> (Router, Arc<Pool>) {
+    fn upper(kept: &Kept, name: &str) -> (Dispatcher, Arc<Pool>) {
         let plan = hello();
         let pool = Arc::new(
             Pool::create(
@@ -817,7 +822,7 @@ mod tests {
             )
             .unwrap(),
         );
-        let router = Router {
+        let router = Dispatcher {
             span: logging::instance_span(&plan.chain, "upper", 1),
             picker: Picker::new(&plan, 1),
             ids: plan.request_ids(),

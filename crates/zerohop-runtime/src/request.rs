@@ -28,6 +28,12 @@ pub struct HandlerError {
     pub message: String,
 }
 
+impl From<CallError> for HandlerError {
+    fn from(e: CallError) -> Self {
+        HandlerError::new(e.status, e.to_string())
+    }
+}
+
 impl HandlerError {
     /// An error with a status.
     pub fn new(status: u16, message: impl Into<String>) -> Self {
