@@ -109,7 +109,7 @@ impl Gateway {
     }
 
     /// Runs one message through `route`; counted in the stats by [`Gateway::submit`].
-    async fn run_mqtt(&self, route: u16, topic: &str, payload: &Bytes) -> Answer {
+    async fn run_mqtt(&self, route: u16, topic: &str, payload: &Bytes) -> MqttReply {
         let result = self
             .submit(
                 route,
@@ -117,13 +117,13 @@ impl Gateway {
                 std::slice::from_ref(payload),
             )
             .await;
-        Answer::of(result)
+        MqttReply::of(result)
     }
 }
 
 /// What an MQTT message is answered with.
 #[derive(Clone, Debug)]
-pub(crate) struct Answer {
+pub(crate) struct MqttReply {
     /// 200 (or the last function's success status), or the error's status.
     pub status: StatusCode,
     /// The chain's output, or the one-line error (`function 'f': why` from the gateway, the
@@ -131,7 +131,7 @@ pub(crate) struct Answer {
     pub payload: Bytes,
 }
 
-impl Answer {
+impl MqttReply {
     fn of(result: Result<Reply, GatewayError>) -> Self {
         match result {
             Ok(r) => Self {

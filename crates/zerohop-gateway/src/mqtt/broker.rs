@@ -44,7 +44,7 @@ use super::codec::{
     Outbound, Peer, SubRefusal, Version,
 };
 use super::subscriptions::Index;
-use super::{valid_filter, Answer, MAX_TOPIC_LEVELS, PACKET_HEADROOM};
+use super::{valid_filter, MqttReply, MAX_TOPIC_LEVELS, PACKET_HEADROOM};
 use crate::Gateway;
 
 /// How long a new connection may take to send its CONNECT.
@@ -652,7 +652,7 @@ async fn request(
 }
 
 /// The MQTT 5 PUBACK reason for an answer.
-fn ack_reason(answer: &Answer) -> AckReason {
+fn ack_reason(answer: &MqttReply) -> AckReason {
     if answer.is_ok() {
         AckReason::Success
     } else if answer.status == StatusCode::SERVICE_UNAVAILABLE {
