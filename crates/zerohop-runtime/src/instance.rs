@@ -86,7 +86,8 @@ fn num<T: std::str::FromStr>(name: &'static str) -> Result<T, StartError> {
 /// "Logging").
 pub fn start() -> Result<Instance, StartError> {
     logging::init();
-    let plan = Plan::from_json(&var(env::PLAN)?).map_err(StartError::HandOver)?;
+    let plan =
+        Plan::from_json(&var(env::PLAN)?).map_err(|e| StartError::HandOver(e.to_string()))?;
     let me: PartyId = num(env::PARTY)?;
     let nfds: usize = num(env::FDS)?;
     let agent: u32 = num(env::AGENT_PID)?;

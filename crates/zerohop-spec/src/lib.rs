@@ -35,7 +35,8 @@ pub use types::*;
 pub use units::{parse_cpu, parse_duration, parse_size};
 
 pub use plan::{
-    Domain, FunctionPlan, Hop, JoinPolicy, Plan, PoolPlan, RequestIds, RoutePlan, StatePlan,
+    Domain, FunctionPlan, Hop, JoinPolicy, Plan, PlanError, PoolPlan, RequestIds, RoutePlan,
+    StatePlan,
 };
 
 /// Most levels of an MQTT topic name or filter (the gateway's broker holds the same bound).

@@ -6,6 +6,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::{PartyId, GATEWAY_FN};
 
+/// Why a plan handed over in `ZEROHOP_PLAN` cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The variable's text is no plan (bad JSON, or JSON of another shape).
+    #[error("invalid ZEROHOP_PLAN: {0}")]
+    Json(#[source] serde_json::Error),
+}
+
 /// What a function with a static fan-out does when a branch fails.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -383,8 +391,8 @@ impl Plan {
     }
 
     /// Parses `ZEROHOP_PLAN`.
-    pub fn from_json(s: &str) -> Result<Self, String> {
-        serde_json::from_str(s).map_err(|e| format!("invalid ZEROHOP_PLAN: {e}"))
+    pub fn from_json(s: &str) -> Result<Self, PlanError> {
+        serde_json::from_str(s).map_err(PlanError::Json)
     }
 }
 
