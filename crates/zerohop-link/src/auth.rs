@@ -38,7 +38,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ring::hmac;
@@ -95,18 +95,17 @@ impl Secret {
     /// Reads the secret from `path`, without its trailing whitespace (a newline an editor or
     /// `kubectl create secret --from-file` left), and refuses one shorter than
     /// [`MIN_SECRET_LEN`] bytes.
-    pub fn from_file(path: &Path) -> Result<Secret, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("cannot read the peer secret {}: {e}", path.display()))?;
+    pub fn from_file(path: &Path) -> Result<Secret, SecretError> {
+        let bytes = std::fs::read(path).map_err(|source| SecretError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         let key = bytes.trim_ascii_end();
         if key.len() < MIN_SECRET_LEN {
-            return Err(format!(
-                "the peer secret {} holds {} bytes (without trailing whitespace); at least \
-                 {MIN_SECRET_LEN} are needed, e.g. `head -c 32 /dev/urandom | base64 > {}`",
-                path.display(),
-                key.len(),
-                path.display(),
-            ));
+            return Err(SecretError::TooShort {
+                path: path.to_owned(),
+                len: key.len(),
+            });
         }
         Ok(Secret::new(key))
     }
@@ -115,6 +114,33 @@ impl Secret {
     pub fn node_id(&self) -> [u8; NODE_ID_LEN] {
         self.node
     }
+}
+
+/// Why the peer secret could not be read from its file ([`Secret::from_file`]). Apart from
+/// [`AuthFailure`]: that one is about a connection, this one about the node's own setup.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The file could not be read.
+    #[error("cannot read the peer secret {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What reading it said.
+        source: std::io::Error,
+    },
+    /// The file holds fewer than [`MIN_SECRET_LEN`] bytes.
+    #[error(
+        "the peer secret {} holds {len} bytes (without trailing whitespace); at least \
+         {MIN_SECRET_LEN} are needed, e.g. `head -c 32 /dev/urandom | base64 > {}`",
+        path.display(),
+        path.display()
+    )]
+    TooShort {
+        /// The file.
+        path: PathBuf,
+        /// How many bytes it holds, without trailing whitespace.
+        len: usize,
+    },
 }
 
 /// A fresh node id, from the system's RNG. Should the RNG fail here, it fails for every
@@ -586,12 +612,16 @@ mod tests {
         let short = dir.path().join("short");
         std::fs::write(&short, b"0123456789abcde \n\n").unwrap();
         let e = Secret::from_file(&short).unwrap_err();
+        assert!(matches!(e, SecretError::TooShort { len: 15, .. }), "{e}");
+        let e = e.to_string();
         assert!(e.contains(&short.display().to_string()), "{e}");
         assert!(e.contains("15 bytes"), "{e}");
         assert!(e.contains("at least 16"), "{e}");
 
         let missing = dir.path().join("missing");
         let e = Secret::from_file(&missing).unwrap_err();
+        assert!(matches!(e, SecretError::Read { .. }), "{e}");
+        let e = e.to_string();
         assert!(e.contains(&missing.display().to_string()), "{e}");
     }
 

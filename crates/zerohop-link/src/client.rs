@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 use crate::auth::{self, AuthError, Role, Secret};
 use crate::frame::{Answer, Call, Frame, MAX_FRAME};
 use crate::lock;
-use crate::wire::{millis_since, read_frame, send_when_room, Wire, READ_BUF};
+use crate::wire::{millis_since, read_frame, send_when_room, LinkLost, Wire, READ_BUF};
 
 /// How often a client pings a quiet connection ([`Peers::new`]).
 pub const PING_INTERVAL: Duration = Duration::from_secs(5);
@@ -412,7 +412,7 @@ async fn run_client(
         }
         Err(reason) => {
             warn!(%peer, "peer connection lost: {reason}");
-            reason.into()
+            reason.to_string().into()
         }
     };
 }
@@ -437,15 +437,13 @@ async fn client_reader(
     interval: Duration,
     last_rx: &AtomicU64,
     epoch: Instant,
-) -> Result<(), String> {
+) -> Result<(), LinkLost> {
     // Many small frames arrive in one read under load.
     let mut rd = BufReader::with_capacity(READ_BUF, rd);
     let mut buf = Vec::new();
     let quiet = lost_after(interval);
     loop {
-        let frame = read_frame(&mut rd, &mut buf, quiet)
-            .await
-            .map_err(|e| e.to_string())?;
+        let frame = read_frame(&mut rd, &mut buf, quiet).await?;
         last_rx.store(millis_since(epoch), Ordering::Relaxed);
         match frame {
             Frame::Answer(stream, answer) => match shared.take(stream) {
@@ -455,15 +453,13 @@ async fn client_reader(
                 None => debug!(peer = %shared.peer, stream, "late peer answer dropped"),
             },
             Frame::Pong(_) => {}
-            Frame::Call(..) | Frame::Ping(_) => {
-                return Err("the server sent a CALL or PING, which only clients send".into())
-            }
+            Frame::Call(..) | Frame::Ping(_) => return Err(LinkLost::ServerSentCall),
         }
     }
 }
 
 /// Pings when the connection has been quiet in either direction for half an interval.
-async fn pinger(wire: &Wire, interval: Duration, last_rx: &AtomicU64) -> Result<(), String> {
+async fn pinger(wire: &Wire, interval: Duration, last_rx: &AtomicU64) -> Result<(), LinkLost> {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.reset();
@@ -476,7 +472,7 @@ async fn pinger(wire: &Wire, interval: Duration, last_rx: &AtomicU64) -> Result<
         let tx_quiet = now.saturating_sub(wire.last_tx.load(Ordering::Relaxed)) >= quiet;
         if rx_quiet || tx_quiet {
             pings += 1;
-            wire.send(&Frame::Ping(pings)).map_err(|e| e.to_string())?;
+            wire.send(&Frame::Ping(pings)).map_err(LinkLost::Failed)?;
         }
     }
 }

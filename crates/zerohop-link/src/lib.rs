@@ -43,7 +43,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use auth::Secret;
+pub use auth::{Secret, SecretError};
 pub use client::{PeerError, PeerStats, Peers, LOST_AFTER_PINGS, PING_INTERVAL};
 pub use frame::{Answer, Call, Frame, FrameError, MAX_FRAME};
 pub use server::{

@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 
 use crate::auth::{self, Role, Secret};
 use crate::frame::{Answer, Call, Frame, MAX_FRAME};
-use crate::wire::{read_frame, send_when_room, ReadError, Wire, READ_BUF};
+use crate::wire::{read_frame, send_when_room, LinkLost, ReadError, Wire, READ_BUF};
 
 /// A server closes a connection that sends nothing for this long (a client pings every
 /// [`PING_INTERVAL`]).
@@ -131,7 +131,7 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 pub(crate) enum ReadEnd {
     Shutdown,
     Closed,
-    Failed(String),
+    Failed(LinkLost),
 }
 
 async fn serve_conn(
@@ -209,7 +209,7 @@ pub(crate) async fn server_reader<R: AsyncRead + Unpin>(
         };
         let reply = match frame {
             Err(ReadError::Closed) => return ReadEnd::Closed,
-            Err(e) => return ReadEnd::Failed(e.to_string()),
+            Err(e) => return ReadEnd::Failed(e.into()),
             Ok(Frame::Ping(stream)) => Frame::Pong(stream),
             Ok(Frame::Call(stream, call)) => match limit.clone().try_acquire_owned() {
                 Ok(permit) => {
@@ -233,13 +233,11 @@ pub(crate) async fn server_reader<R: AsyncRead + Unpin>(
                 ),
             },
             Ok(Frame::Answer(..) | Frame::Pong(_)) => {
-                return ReadEnd::Failed(
-                    "the client sent an ANSWER or PONG, which only servers send".into(),
-                )
+                return ReadEnd::Failed(LinkLost::ClientSentAnswer)
             }
         };
         if let Err(reason) = wire.send(&reply) {
-            return ReadEnd::Failed(reason.to_string());
+            return ReadEnd::Failed(LinkLost::Failed(reason));
         }
     }
 }

@@ -165,15 +165,15 @@ impl Wire {
     pub(crate) async fn flush_until_unused(
         &self,
         mut users: mpsc::Receiver<()>,
-    ) -> Result<(), String> {
+    ) -> Result<(), LinkLost> {
         let result = self.flush(&mut users).await;
         if let Err(reason) = &result {
-            self.fail(reason);
+            self.fail(&reason.to_string());
         }
         result
     }
 
-    async fn flush(&self, users: &mut mpsc::Receiver<()>) -> Result<(), String> {
+    async fn flush(&self, users: &mut mpsc::Receiver<()>) -> Result<(), LinkLost> {
         let mut unused = false;
         loop {
             if !unused {
@@ -188,7 +188,7 @@ impl Wire {
                 {
                     let mut st = lock(&self.state);
                     if let Some(reason) = &st.failed {
-                        return Err(reason.to_string());
+                        return Err(LinkLost::Failed(reason.clone()));
                     }
                     if st.waiting() == 0 {
                         st.backlog.clear();
@@ -220,7 +220,7 @@ impl Wire {
                                 e.kind(),
                                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                             ) => {}
-                        Err(e) => return Err(format!("writing failed: {e}")),
+                        Err(e) => return Err(LinkLost::Write(e)),
                     }
                 }
                 // (A stall too long to add is as good as none.)
@@ -228,13 +228,12 @@ impl Wire {
                     .checked_add(self.write_stall)
                     .unwrap_or_else(|| progress + Duration::from_secs(1 << 30));
                 match tokio::time::timeout_at(stalled, self.sock.writable()).await {
-                    Ok(ready) => ready.map_err(|e| format!("writing failed: {e}"))?,
+                    Ok(ready) => ready.map_err(LinkLost::Write)?,
                     Err(_) => {
-                        let waiting = lock(&self.state).waiting();
-                        return Err(format!(
-                            "the peer does not read: {waiting} bytes unread for {:?}",
-                            self.write_stall
-                        ));
+                        return Err(LinkLost::Stalled {
+                            waiting: lock(&self.state).waiting(),
+                            stall: self.write_stall,
+                        });
                     }
                 }
             }
@@ -295,6 +294,36 @@ pub(crate) enum ReadError {
     /// Sending on the connection failed (the peer does not read, or the socket failed).
     #[error("{0}")]
     Sending(Arc<str>),
+}
+
+/// Why a connection ended: what the log says, and (as text) what the calls still waiting
+/// on it are told. Reading a frame has reasons of its own ([`ReadError`]), kept apart
+/// because [`read_frame`] can fail only in those ways.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LinkLost {
+    /// Reading the next frame stopped.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Writing to the socket (or waiting until it takes bytes) failed.
+    #[error("writing failed: {0}")]
+    Write(#[source] io::Error),
+    /// The peer left bytes unread for the connection's write stall.
+    #[error("the peer does not read: {waiting} bytes unread for {stall:?}")]
+    Stalled {
+        /// Bytes waiting to be written.
+        waiting: usize,
+        /// How long the peer read none of them.
+        stall: Duration,
+    },
+    /// The server sent a frame only clients send.
+    #[error("the server sent a CALL or PING, which only clients send")]
+    ServerSentCall,
+    /// The client sent a frame only servers send.
+    #[error("the client sent an ANSWER or PONG, which only servers send")]
+    ClientSentAnswer,
+    /// The connection had failed already, for this reason.
+    #[error("{0}")]
+    Failed(Arc<str>),
 }
 
 /// Reads one frame; fails if no byte arrives for `quiet`. `buf` is reused between frames.

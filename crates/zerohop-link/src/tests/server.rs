@@ -149,7 +149,8 @@ async fn the_server_reads_no_frame_while_its_backlog_is_full() {
         }
     })
     .await
-    .expect("the connection fails in time");
+    .expect("the connection fails in time")
+    .to_string();
     assert!(reason.contains("does not read"), "{reason}");
     let peak = wire.peak();
     assert!(peak <= BACKLOG_ROOM + ping.len(), "{peak} bytes waited");
