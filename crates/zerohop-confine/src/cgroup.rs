@@ -31,6 +31,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use procfs::process::MountInfo;
@@ -63,9 +64,24 @@ impl CgroupMode {
     }
 }
 
-/// Why an instance's group could not be made with the limits it needs.
+/// Why the chain's groups, or an instance's group with the limits it needs, could not be
+/// made.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CgroupError {
+    /// Cgroups are turned off ([`CgroupMode::Off`]).
+    #[error("cgroups are off (CgroupMode::Off)")]
+    Off,
+    /// The agent's own place in the hierarchies could not be read.
+    #[error("cannot read {file}: {source}")]
+    Proc {
+        /// The file under `/proc/self`.
+        file: &'static str,
+        /// What procfs said.
+        source: procfs::ProcError,
+    },
+    /// No hierarchy lets the chain have a group: every way tried failed.
+    #[error(transparent)]
+    NoGroup(Tried),
     /// No hierarchy offers the controller a limit needs.
     #[error("{limit} needs the {controller} cgroup controller, which is not available: {reason}")]
     Unavailable {
@@ -73,16 +89,18 @@ pub(crate) enum CgroupError {
         limit: String,
         /// The controller's name.
         controller: &'static str,
-        /// What was tried, and what failed.
-        reason: String,
+        /// What was tried, and what failed (shared by every instance that needs it).
+        #[source]
+        reason: Arc<Tried>,
     },
     /// The chain has no cgroup at all.
     #[error("{limit} needs a cgroup, and the chain has none: {reason}")]
     NoCgroup {
         /// The limit, as the spec says it.
         limit: String,
-        /// Why the chain has no cgroup.
-        reason: String,
+        /// Why the chain has no cgroup (shared by every instance of the chain).
+        #[source]
+        reason: Arc<CgroupError>,
     },
     /// A group folder could not be created.
     #[error("cannot create the cgroup {}: {source}", dir.display())]
@@ -114,6 +132,115 @@ pub(crate) enum CgroupError {
     },
 }
 
+/// One way of giving the chain (or one controller) a group that did not work. Several are
+/// tried in turn, and what they said is one reason ([`Tried`]), so they are not
+/// [`CgroupError`]s themselves (a list of them would then hold lists).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Attempt {
+    /// No cgroup2 mount shows the agent's own group.
+    #[error("no cgroup2 mount shows the agent's group")]
+    NoV2Mount,
+    /// No v1 hierarchy shows the agent's own group.
+    #[error("no cgroup v1 hierarchy shows the agent's group")]
+    NoV1Mount,
+    /// The chain's group (the one it is killed through) could not be created.
+    #[error("{}: {source}", dir.display())]
+    Mkdir {
+        /// The folder.
+        dir: PathBuf,
+        /// What `mkdir` said.
+        source: std::io::Error,
+    },
+    /// The kernel's cgroup v2 has no `cgroup.kill`.
+    #[error("{}: no cgroup.kill (kernel < 5.14)", dir.display())]
+    NoKill {
+        /// The group created (and removed again).
+        dir: PathBuf,
+    },
+    /// The agent's own group does not pass the controller down to the chain's.
+    #[error(
+        "cgroup v2: `{controller}` is not in {} ({}): the agent's own cgroup {} does not \
+         pass it down (its cgroup.subtree_control lacks `{controller}`, and that group is not \
+         the agent's to change): enable `{controller}` there, or start the agent in a group \
+         that has it",
+        listed.display(),
+        offered(available),
+        parent.display()
+    )]
+    NotPassedDown {
+        /// The controller's name.
+        controller: &'static str,
+        /// The chain group's `cgroup.controllers`.
+        listed: PathBuf,
+        /// What it lists (empty: nothing, or it could not be read).
+        available: String,
+        /// The agent's own group.
+        parent: PathBuf,
+    },
+    /// Enabling the controller for the chain's group failed.
+    #[error(
+        "cgroup v2: cannot enable `{controller}` by writing +{controller} to {}: {source}",
+        file.display()
+    )]
+    Enable {
+        /// The controller's name.
+        controller: &'static str,
+        /// The `cgroup.subtree_control` written.
+        file: PathBuf,
+        /// What the write said.
+        source: std::io::Error,
+    },
+    /// `CgroupMode::V2`, and the chain has no v2 group.
+    #[error("no cgroup v2 group")]
+    NoV2Group,
+    /// No v1 hierarchy with the controller shows the agent's group.
+    #[error(
+        "cgroup v1: no hierarchy with `{controller}` is mounted where the agent's group shows \
+         (/proc/self/cgroup, /proc/self/mountinfo)"
+    )]
+    NoV1Controller {
+        /// The controller's name.
+        controller: &'static str,
+    },
+    /// The chain's group in the controller's v1 hierarchy could not be created.
+    #[error("cgroup v1: cannot create {}: {source}", dir.display())]
+    V1Mkdir {
+        /// The folder.
+        dir: PathBuf,
+        /// What `mkdir` said.
+        source: std::io::Error,
+    },
+    /// `CgroupMode::V2` keeps away from v1.
+    #[error("v1 hierarchies are not used in CgroupMode::V2")]
+    V1Unused,
+}
+
+/// What a `cgroup.controllers` that lacks the one wanted offers, for [`Attempt`].
+fn offered(available: &str) -> String {
+    match available.trim() {
+        "" => "none".to_owned(),
+        a => format!("only {a}"),
+    }
+}
+
+/// Every way tried, in order, and why each failed (`; ` between them).
+#[derive(Debug, Default)]
+pub(crate) struct Tried(Vec<Attempt>);
+
+impl std::fmt::Display for Tried {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, a) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{a}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Tried {}
+
 /// Where the agent sits in each mounted hierarchy.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Layout {
@@ -125,15 +252,11 @@ pub(crate) struct Layout {
 
 impl Layout {
     /// The calling process's layout.
-    fn read() -> Result<Layout, String> {
-        let me = procfs::process::Process::myself()
-            .map_err(|e| format!("cannot read /proc/self: {e}"))?;
-        let own = me
-            .cgroups()
-            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-        let mounts = me
-            .mountinfo()
-            .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    fn read() -> Result<Layout, CgroupError> {
+        let failed = |file| move |source| CgroupError::Proc { file, source };
+        let me = procfs::process::Process::myself().map_err(failed("/proc/self"))?;
+        let own = me.cgroups().map_err(failed("/proc/self/cgroup"))?;
+        let mounts = me.mountinfo().map_err(failed("/proc/self/mountinfo"))?;
         Ok(Layout::of(&own.0, &mounts.0))
     }
 
@@ -206,7 +329,7 @@ pub(crate) struct ChainCgroup {
     /// The first is the one instances are killed through.
     groups: Vec<ChainGroup>,
     /// Per [`Controller`] (by index): which of `groups` has it, or why none does.
-    placement: [Result<usize, String>; 4],
+    placement: [Result<usize, Arc<Tried>>; 4],
     next: AtomicU32,
 }
 
@@ -264,32 +387,23 @@ fn sanitize(s: &str) -> String {
 }
 
 /// Enables `c` for the children of `dir`, a group this agent created.
-fn enable(dir: &Path, c: Controller) -> Result<(), String> {
+fn enable(dir: &Path, c: Controller) -> Result<(), Attempt> {
     let listed = dir.join("cgroup.controllers");
     let available = std::fs::read_to_string(&listed).unwrap_or_default();
     if !available.split_whitespace().any(|a| a == c.name()) {
-        let parent = dir.parent().unwrap_or(dir);
-        let available = match available.trim() {
-            "" => "none".to_owned(),
-            a => format!("only {a}"),
-        };
-        return Err(format!(
-            "cgroup v2: `{c}` is not in {} ({available}): the agent's own cgroup {} does not \
-             pass it down (its cgroup.subtree_control lacks `{c}`, and that group is not the \
-             agent's to change): enable `{c}` there, or start the agent in a group that has it",
-            listed.display(),
-            parent.display(),
-            c = c.name(),
-        ));
+        let parent = dir.parent().unwrap_or(dir).to_owned();
+        return Err(Attempt::NotPassedDown {
+            controller: c.name(),
+            listed,
+            available,
+            parent,
+        });
     }
     let file = dir.join("cgroup.subtree_control");
-    std::fs::write(&file, format!("+{}", c.name())).map_err(|e| {
-        format!(
-            "cgroup v2: cannot enable `{}` by writing +{} to {}: {e}",
-            c.name(),
-            c.name(),
-            file.display()
-        )
+    std::fs::write(&file, format!("+{}", c.name())).map_err(|source| Attempt::Enable {
+        controller: c.name(),
+        file,
+        source,
     })
 }
 
@@ -297,9 +411,9 @@ impl ChainCgroup {
     /// Creates the chain's groups: the one instances are killed through in the first
     /// hierarchy that lets us, and one per controller where the host has it. `Err` says
     /// why there is none at all.
-    pub fn create(chain: &str, mode: CgroupMode) -> Result<ChainCgroup, String> {
+    pub fn create(chain: &str, mode: CgroupMode) -> Result<ChainCgroup, CgroupError> {
         if mode == CgroupMode::Off {
-            return Err("cgroups are off (CgroupMode::Off)".into());
+            return Err(CgroupError::Off);
         }
         let layout = Layout::read()?;
         let base = format!("zerohop-{}-{}", std::process::id(), sanitize(chain));
@@ -314,20 +428,23 @@ impl ChainCgroup {
         ChainCgroup::create_in(&layout, &name, mode)
     }
 
-    fn create_in(layout: &Layout, name: &str, mode: CgroupMode) -> Result<ChainCgroup, String> {
+    fn create_in(
+        layout: &Layout,
+        name: &str,
+        mode: CgroupMode,
+    ) -> Result<ChainCgroup, CgroupError> {
         let mut tried = Vec::new();
         let mut groups = Vec::new();
         if mode.v2() {
             match &layout.v2 {
-                None => tried.push("no cgroup2 mount shows the agent's group".to_owned()),
+                None => tried.push(Attempt::NoV2Mount),
                 Some(own) => {
                     let dir = own.join(name);
                     match std::fs::create_dir(&dir) {
-                        Err(e) => tried.push(format!("{}: {e}", dir.display())),
+                        Err(source) => tried.push(Attempt::Mkdir { dir, source }),
                         Ok(()) if !dir.join("cgroup.kill").exists() => {
-                            tried
-                                .push(format!("{}: no cgroup.kill (kernel < 5.14)", dir.display()));
                             let _ = std::fs::remove_dir(&dir);
+                            tried.push(Attempt::NoKill { dir });
                         }
                         Ok(()) => groups.push(ChainGroup {
                             version: Version::V2,
@@ -353,19 +470,19 @@ impl ChainCgroup {
                         });
                         break;
                     }
-                    Err(e) => tried.push(format!("{}: {e}", dir.display())),
+                    Err(source) => tried.push(Attempt::Mkdir { dir, source }),
                 }
             }
             if groups.is_empty() && layout.v1.is_empty() {
-                tried.push("no cgroup v1 hierarchy shows the agent's group".into());
+                tried.push(Attempt::NoV1Mount);
             }
         }
         if groups.is_empty() {
-            return Err(tried.join("; "));
+            return Err(CgroupError::NoGroup(Tried(tried)));
         }
         let mut chain = ChainCgroup {
             groups,
-            placement: Controller::ALL.map(|_| Err(String::new())),
+            placement: Controller::ALL.map(|_| Err(Arc::default())),
             next: AtomicU32::new(0),
         };
         for c in Controller::ALL {
@@ -377,7 +494,7 @@ impl ChainCgroup {
                     "no cgroup for this controller: {why}"
                 );
             }
-            chain.placement[c.index()] = placed;
+            chain.placement[c.index()] = placed.map_err(Arc::new);
         }
         Ok(chain)
     }
@@ -389,7 +506,7 @@ impl ChainCgroup {
         layout: &Layout,
         name: &str,
         mode: CgroupMode,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Tried> {
         let mut why = Vec::new();
         if let Some(i) = self.groups.iter().position(|g| g.version == Version::V2) {
             if c == Controller::Cpuacct {
@@ -401,15 +518,13 @@ impl ChainCgroup {
                 Err(e) => why.push(e),
             }
         } else if mode == CgroupMode::V2 {
-            why.push("no cgroup v2 group".into());
+            why.push(Attempt::NoV2Group);
         }
         if mode.v1() {
             match layout.v1_with(c.name()) {
-                None => why.push(format!(
-                    "cgroup v1: no hierarchy with `{}` is mounted where the agent's group shows \
-                     (/proc/self/cgroup, /proc/self/mountinfo)",
-                    c.name()
-                )),
+                None => why.push(Attempt::NoV1Controller {
+                    controller: c.name(),
+                }),
                 Some((controllers, own)) => {
                     if let Some(i) = self
                         .groups
@@ -428,16 +543,14 @@ impl ChainCgroup {
                             });
                             return Ok(self.groups.len() - 1);
                         }
-                        Err(e) => {
-                            why.push(format!("cgroup v1: cannot create {}: {e}", dir.display()))
-                        }
+                        Err(source) => why.push(Attempt::V1Mkdir { dir, source }),
                     }
                 }
             }
         } else if mode == CgroupMode::V2 {
-            why.push("v1 hierarchies are not used in CgroupMode::V2".into());
+            why.push(Attempt::V1Unused);
         }
-        Err(why.join("; "))
+        Err(Tried(why))
     }
 
     /// The folder instances are killed through (for logs).
@@ -927,10 +1040,14 @@ mod tests {
     #[test]
     fn off_and_missing_controllers_say_why() {
         let e = ChainCgroup::create("x", CgroupMode::Off).unwrap_err();
+        assert!(matches!(e, CgroupError::Off), "{e}");
+        let e = e.to_string();
         assert!(e.contains("off"), "{e}");
         // No hierarchy at all.
         let e = ChainCgroup::create_in(&Layout::default(), "zerohop-none", CgroupMode::Auto)
             .unwrap_err();
+        assert!(matches!(e, CgroupError::NoGroup(_)), "{e}");
+        let e = e.to_string();
         assert!(e.contains("no cgroup2 mount"), "{e}");
         assert!(e.contains("no cgroup v1 hierarchy"), "{e}");
     }

@@ -49,6 +49,133 @@ pub fn default_dir(chain: &str, root: bool, xdg: Option<&Path>, home: Option<&Pa
     base.join("zerohop/chains").join(chain)
 }
 
+/// Why a chain's data folder could not be made ready; each names the folder, and the step or
+/// file that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The path could not be made absolute (`std::path::absolute`).
+    #[error("data folder {}: {source}", path.display())]
+    Absolute {
+        /// The path as given.
+        path: PathBuf,
+        /// What it said.
+        source: std::io::Error,
+    },
+    /// The path is `/`.
+    #[error("data folder {}: name a folder below /, not / itself", path.display())]
+    Root {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The folder's parents could not be created.
+    #[error("data folder {}: creating {}: {source}", path.display(), parent.display())]
+    CreateParent {
+        /// The folder.
+        path: PathBuf,
+        /// Its parent.
+        parent: PathBuf,
+        /// What `mkdir` said.
+        source: std::io::Error,
+    },
+    /// The lock file beside the folder could not be opened.
+    #[error("data folder {}: opening its lock {}: {source}", path.display(), lock.display())]
+    OpenLock {
+        /// The folder.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// What `open` said.
+        source: std::io::Error,
+    },
+    /// Another running chain holds the folder's lock.
+    #[error(
+        "data folder {} is in use by another running chain (its lock {} is held); stop that \
+         chain, or give chain '{chain}' another folder with `data: PATH`",
+        path.display(),
+        lock.display()
+    )]
+    InUse {
+        /// The folder.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// The chain that asked for it.
+        chain: String,
+    },
+    /// Taking the lock failed otherwise.
+    #[error("data folder {}: locking {}: {source}", path.display(), lock.display())]
+    Lock {
+        /// The folder.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// What `flock` said.
+        source: nix::errno::Errno,
+    },
+    /// The path is a symbolic link.
+    #[error("data folder {} is a symbolic link; name the folder itself", path.display())]
+    Symlink {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The path is something other than a folder.
+    #[error("data folder {} exists and is not a folder", path.display())]
+    NotFolder {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The folder could not be created.
+    #[error("data folder {}: creating it: {source}", path.display())]
+    Create {
+        /// The folder.
+        path: PathBuf,
+        /// What `mkdir` said.
+        source: std::io::Error,
+    },
+    /// The folder could not be opened (without following a symbolic link).
+    #[error("data folder {}: opening it: {source}", path.display())]
+    Open {
+        /// The folder.
+        path: PathBuf,
+        /// What `open` said.
+        source: nix::errno::Errno,
+    },
+    /// The folder and what it holds could not be given to the chain's uid.
+    #[error("data folder {}: giving it to uid {uid}: {source}", path.display())]
+    HandOver {
+        /// The folder.
+        path: PathBuf,
+        /// The chain's uid.
+        uid: u32,
+        /// What the listing or `fchown` said.
+        source: std::io::Error,
+    },
+    /// The folder's mode could not be set to 0700.
+    #[error("data folder {}: chmod 0700: {source}", path.display())]
+    Chmod {
+        /// The folder.
+        path: PathBuf,
+        /// What `fchmod` said.
+        source: nix::errno::Errno,
+    },
+    /// The chain's uid cannot search a folder on the way to the data folder (checked by
+    /// [`Jail::new`](crate::Jail::new) once the uid is known).
+    #[error(
+        "data folder {}: the chain's uid {uid} cannot reach it: {} is not searchable by others \
+         (o+x); open that folder up (chmod o+x) or name another place with `data: PATH`",
+        path.display(),
+        blocked.display()
+    )]
+    Unreachable {
+        /// The folder.
+        path: PathBuf,
+        /// The chain's uid.
+        uid: u32,
+        /// The first folder on the way that the uid cannot search.
+        blocked: PathBuf,
+    },
+}
+
 /// A chain's data folder, held for as long as the chain (and a chain replacing it) runs.
 #[derive(Debug)]
 pub struct DataDir {
@@ -91,25 +218,24 @@ impl DataDir {
     /// Makes `path` the data folder of chain `chain`: creates it (and its parents), takes
     /// its lock, and as root (`owner` = the chain's uid and gid) gives it and what the last
     /// run left in it to that owner.
-    pub fn open(chain: &str, path: &Path, owner: Option<(u32, u32)>) -> Result<DataDir, String> {
-        let path = std::path::absolute(path)
-            .map_err(|e| format!("data folder {}: {e}", path.display()))?;
+    pub fn open(chain: &str, path: &Path, owner: Option<(u32, u32)>) -> Result<DataDir, DataError> {
+        let path = std::path::absolute(path).map_err(|source| DataError::Absolute {
+            path: path.to_owned(),
+            source,
+        })?;
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err(format!(
-                "data folder {}: name a folder below /, not / itself",
-                path.display()
-            ));
+            return Err(DataError::Root { path });
         };
         let default_base = owner.is_some() && parent == Path::new(ROOT_BASE);
         let mut parents = std::fs::DirBuilder::new();
         parents.recursive(true).mode(0o755);
-        parents.create(parent).map_err(|e| {
-            format!(
-                "data folder {}: creating {}: {e}",
-                path.display(),
-                parent.display()
-            )
-        })?;
+        parents
+            .create(parent)
+            .map_err(|source| DataError::CreateParent {
+                path: path.clone(),
+                parent: parent.to_owned(),
+                source,
+            })?;
         if default_base {
             // Enterable by every chain's uid, listable by none of them.
             let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711));
@@ -122,62 +248,57 @@ impl DataDir {
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(&lock_path)
-            .map_err(|e| {
-                format!(
-                    "data folder {}: opening its lock {}: {e}",
-                    path.display(),
-                    lock_path.display()
-                )
+            .map_err(|source| DataError::OpenLock {
+                path: path.clone(),
+                lock: lock_path.clone(),
+                source,
             })?;
         let lock = match Flock::lock(lock_file, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                return Err(format!(
-                    "data folder {} is in use by another running chain (its lock {} is held); \
-                     stop that chain, or give chain '{chain}' another folder with `data: PATH`",
-                    path.display(),
-                    lock_path.display()
-                ))
+                return Err(DataError::InUse {
+                    path,
+                    lock: lock_path,
+                    chain: chain.to_owned(),
+                })
             }
-            Err((_, e)) => {
-                return Err(format!(
-                    "data folder {}: locking {}: {e}",
-                    path.display(),
-                    lock_path.display()
-                ))
+            Err((_, source)) => {
+                return Err(DataError::Lock {
+                    path,
+                    lock: lock_path,
+                    source,
+                })
             }
         };
         match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(format!(
-                    "data folder {} is a symbolic link; name the folder itself",
-                    path.display()
-                ))
-            }
-            Ok(m) if !m.is_dir() => {
-                return Err(format!(
-                    "data folder {} exists and is not a folder",
-                    path.display()
-                ))
-            }
+            Ok(m) if m.file_type().is_symlink() => return Err(DataError::Symlink { path }),
+            Ok(m) if !m.is_dir() => return Err(DataError::NotFolder { path }),
             Ok(_) => {}
             Err(_) => std::fs::DirBuilder::new()
                 .mode(0o700)
                 .create(&path)
-                .map_err(|e| format!("data folder {}: creating it: {e}", path.display()))?,
+                .map_err(|source| DataError::Create {
+                    path: path.clone(),
+                    source,
+                })?,
         }
-        let dir = open_dir_nofollow(None, &path)
-            .map_err(|e| format!("data folder {}: opening it: {e}", path.display()))?;
+        let dir = open_dir_nofollow(None, &path).map_err(|source| DataError::Open {
+            path: path.clone(),
+            source,
+        })?;
         if let Some((uid, gid)) = owner {
-            hand_over(&dir, &path, uid, gid).map_err(|e| {
-                format!(
-                    "data folder {}: giving it to uid {uid}: {e}",
-                    path.display()
-                )
+            hand_over(&dir, &path, uid, gid).map_err(|source| DataError::HandOver {
+                path: path.clone(),
+                uid,
+                source,
             })?;
         }
-        nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(0o700))
-            .map_err(|e| format!("data folder {}: chmod 0700: {e}", path.display()))?;
+        nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(0o700)).map_err(|source| {
+            DataError::Chmod {
+                path: path.clone(),
+                source,
+            }
+        })?;
         Ok(DataDir {
             path,
             owned: owner.is_some(),
@@ -319,6 +440,8 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
         let e = DataDir::open("c", &path, None).unwrap_err();
+        assert!(matches!(e, DataError::InUse { .. }), "{e}");
+        let e = e.to_string();
         assert!(e.contains("is in use by another running chain"), "{e}");
         drop(a);
         DataDir::open("c", &path, None).unwrap();
@@ -328,10 +451,14 @@ mod tests {
     fn a_symbolic_link_or_a_file_is_not_a_data_folder() {
         let tmp = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(tmp.path(), tmp.path().join("link")).unwrap();
-        let e = DataDir::open("c", &tmp.path().join("link"), None).unwrap_err();
+        let e = DataDir::open("c", &tmp.path().join("link"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is a symbolic link"), "{e}");
         std::fs::write(tmp.path().join("file"), "x").unwrap();
-        let e = DataDir::open("c", &tmp.path().join("file"), None).unwrap_err();
+        let e = DataDir::open("c", &tmp.path().join("file"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is not a folder"), "{e}");
     }
 

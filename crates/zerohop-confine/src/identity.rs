@@ -43,26 +43,36 @@ impl Default for UidRange {
 }
 
 impl std::str::FromStr for UidRange {
-    type Err = String;
+    type Err = IdentityError;
 
     /// `START-END`, e.g. `100000-165535`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("`{s}` is not a uid range; write START-END, e.g. 100000-165535");
+    fn from_str(s: &str) -> Result<Self, IdentityError> {
+        let bad = || IdentityError::NotARange { text: s.to_owned() };
         let (a, b) = s.split_once('-').ok_or_else(bad)?;
         let start: u32 = a.trim().parse().map_err(|_| bad())?;
         let end: u32 = b.trim().parse().map_err(|_| bad())?;
         if start == 0 || start > end || end >= u32::MAX - 1 {
-            return Err(format!(
-                "`{s}`: the range must be non-empty and exclude 0 (root) and 4294967295"
-            ));
+            return Err(IdentityError::BadRange { text: s.to_owned() });
         }
         Ok(Self { start, end })
     }
 }
 
-/// Why no identity could be set up.
+/// Why no identity could be set up, or a uid range given for one is no range.
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
+    /// `--uid-range` is not `START-END`.
+    #[error("`{text}` is not a uid range; write START-END, e.g. 100000-165535")]
+    NotARange {
+        /// What was given.
+        text: String,
+    },
+    /// `--uid-range` is empty, or holds root or the largest uid.
+    #[error("`{text}`: the range must be non-empty and exclude 0 (root) and 4294967295")]
+    BadRange {
+        /// What was given.
+        text: String,
+    },
     /// Every uid of the range is taken by another agent.
     #[error(
         "cannot isolate the chain: every uid in {start}-{end} is taken by another zerohop agent \
@@ -265,15 +275,25 @@ mod tests {
     #[test]
     fn ranges_parse_or_say_how() {
         assert_eq!(
-            "100-200".parse::<UidRange>(),
-            Ok(UidRange {
+            "100-200".parse::<UidRange>().unwrap(),
+            UidRange {
                 start: 100,
                 end: 200
-            })
+            }
         );
-        assert!("200-100".parse::<UidRange>().is_err());
-        assert!("0-10".parse::<UidRange>().is_err());
-        assert!("x".parse::<UidRange>().unwrap_err().contains("START-END"));
+        assert!(matches!(
+            "200-100".parse::<UidRange>(),
+            Err(IdentityError::BadRange { .. })
+        ));
+        assert!(matches!(
+            "0-10".parse::<UidRange>(),
+            Err(IdentityError::BadRange { .. })
+        ));
+        assert!("x"
+            .parse::<UidRange>()
+            .unwrap_err()
+            .to_string()
+            .contains("START-END"));
     }
 
     #[test]

@@ -50,8 +50,10 @@ use std::sync::Arc;
 
 pub use cgroup::CgroupMode;
 pub use cgroup::{InstanceCgroup, UsageProbe};
+pub use data::DataError;
 pub use identity::{no_userns_message, IdentityError, UidRange};
 pub use limits::Usage;
+pub use seccomp::SeccompError;
 
 /// Puts the calling thread under `SCHED_BATCH`, as the agent does for every instance: a
 /// woken task then does not preempt the running one, so processes sharing a core take
@@ -83,6 +85,63 @@ pub const ENV_ALLOWED: &[&str] = &[
 /// `PATH` when the agent has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// Why a chain's jail ([`Jail::new`]) or a function's program ([`Program::open`]) could not
+/// be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    /// No identity for the chain's instances (uid, or user namespace).
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The chain's data folder could not be made ready.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// The agent could not be made non-dumpable (its instances keep its uid).
+    #[error("cannot make the agent non-dumpable: {source}")]
+    NotDumpable {
+        /// The call that failed: `prctl(PR_SET_DUMPABLE)`.
+        call: &'static str,
+        /// What it said.
+        source: nix::errno::Errno,
+    },
+    /// The chain's reaper or spawner process could not be started.
+    #[error("cannot start the {process} process: {source}")]
+    Helper {
+        /// `reaper` or `spawner`.
+        process: &'static str,
+        /// What starting it said.
+        source: std::io::Error,
+    },
+    /// The function's seccomp filter could not be built.
+    #[error(transparent)]
+    Seccomp(#[from] SeccompError),
+    /// The function's program could not be opened.
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        /// The program.
+        path: PathBuf,
+        /// The call that failed: `open` (to read its first bytes) or `open(O_PATH)`.
+        call: &'static str,
+        /// What it said.
+        source: std::io::Error,
+    },
+    /// The program is a `#!` script in a folder the chain's uid cannot search.
+    #[error(
+        "the chain's uid {uid} cannot reach the script {}: {} is not searchable by others \
+         (o+x), and a `#!` script is reopened by name by its interpreter; move the script or \
+         open up that folder",
+        path.display(),
+        blocked.display()
+    )]
+    ScriptUnreachable {
+        /// The chain's uid.
+        uid: u32,
+        /// The script.
+        path: PathBuf,
+        /// The first folder on its path the uid cannot search.
+        blocked: PathBuf,
+    },
+}
+
 /// What confines every instance of one chain (its security domain): identity, cgroup folder,
 /// reaper and spawner; lives as long as the chain.
 #[derive(Debug)]
@@ -92,9 +151,8 @@ pub struct Jail {
     identity: Arc<Identity>,
     /// The chain's data folder, if its spec asks for one.
     data: Option<Arc<data::DataDir>>,
-    cgroup: Option<ChainCgroup>,
-    /// Why `cgroup` is `None`.
-    no_cgroup: String,
+    /// The chain's groups, or why it has none (told to each instance that needs limits).
+    cgroup: Result<ChainCgroup, Arc<cgroup::CgroupError>>,
     reaper: Reaper,
     spawner: Spawner,
     agent_pid: i32,
@@ -133,12 +191,12 @@ impl Jail {
         cgroups: CgroupMode,
         data: Option<&Path>,
         kept: Option<KeptData>,
-    ) -> Result<Jail, String> {
+    ) -> Result<Jail, ConfineError> {
         let kept = kept.filter(|k| Some(k.dir.path()) == data);
         let fresh = kept.is_none();
         let identity = match &kept {
             Some(k) => k.identity.clone(),
-            None => Arc::new(identity::acquire(uids).map_err(|e| e.to_string())?),
+            None => Arc::new(identity::acquire(uids)?),
         };
         let data = match (kept, data) {
             (Some(k), _) => Some(k.dir),
@@ -149,14 +207,12 @@ impl Jail {
                 };
                 let dir = data::DataDir::open(name, path, owner)?;
                 if let Some(blocked) = unreachable_by(dir.path(), &identity) {
-                    return Err(format!(
-                        "data folder {}: the chain's uid {} cannot reach it: {} is not \
-                         searchable by others (o+x); open that folder up (chmod o+x) or name \
-                         another place with `data: PATH`",
-                        dir.path().display(),
-                        identity.uid(),
-                        blocked.display()
-                    ));
+                    return Err(DataError::Unreachable {
+                        path: dir.path().to_owned(),
+                        uid: identity.uid(),
+                        blocked,
+                    }
+                    .into());
                 }
                 Some(Arc::new(dir))
             }
@@ -181,23 +237,22 @@ impl Jail {
             // The instances keep the agent's uid outside their namespace: while the agent is
             // dumpable, any of them could open /proc/<agent>/mem and write into the agent
             // (which holds every pool and the gateway). Not dumpable, only root can.
-            nix::sys::prctl::set_dumpable(false)
-                .map_err(|e| format!("cannot make the agent non-dumpable: {e}"))?;
+            nix::sys::prctl::set_dumpable(false).map_err(|source| ConfineError::NotDumpable {
+                call: "prctl(PR_SET_DUMPABLE)",
+                source,
+            })?;
         }
-        let (cgroup, no_cgroup) = match ChainCgroup::create(name, cgroups) {
-            Ok(c) => (Some(c), String::new()),
-            Err(why) => {
-                tracing::debug!("no cgroup for the instances ({why}); relying on process groups");
-                (None, why)
-            }
-        };
+        let cgroup = ChainCgroup::create(name, cgroups).map_err(|why| {
+            tracing::debug!("no cgroup for the instances ({why}); relying on process groups");
+            Arc::new(why)
+        });
+        let helper = |process| move |source| ConfineError::Helper { process, source };
         let reaper = Reaper::start(
             &cgroup.as_ref().map(ChainCgroup::dirs).unwrap_or_default(),
-            cgroup.as_ref().is_some_and(|c| c.version() == Version::V2),
+            cgroup.as_ref().is_ok_and(|c| c.version() == Version::V2),
         )
-        .map_err(|e| format!("cannot start the reaper process: {e}"))?;
-        let spawner =
-            Spawner::start().map_err(|e| format!("cannot start the spawner process: {e}"))?;
+        .map_err(helper("reaper"))?;
+        let spawner = Spawner::start().map_err(helper("spawner"))?;
         let scope = signal_scope(sys::landlock_abi());
         if !scope.starts_with(SCOPED) {
             tracing::warn!(chain = name, "{scope}");
@@ -206,7 +261,6 @@ impl Jail {
             identity,
             data,
             cgroup,
-            no_cgroup,
             reaper,
             spawner,
             agent_pid: std::process::id() as i32,
@@ -239,8 +293,8 @@ impl Jail {
             Identity::UserNs { .. } => format!("uid {} in a user namespace each", self.uid()),
         };
         let cg = match &self.cgroup {
-            Some(c) => c.describe(),
-            None => "no cgroup (process groups only)".into(),
+            Ok(c) => c.describe(),
+            Err(_) => "no cgroup (process groups only)".into(),
         };
         let ipc = match &*self.identity {
             Identity::Uid { .. } if !sys::ipc_namespaces() => {
@@ -263,20 +317,20 @@ impl Jail {
         limits: &zerohop_spec::ResourceSpec,
     ) -> std::io::Result<Option<InstanceCgroup>> {
         let made = match &self.cgroup {
-            Some(c) => c.instance(function, party, limits),
-            None => Err(cgroup::CgroupError::NoCgroup {
+            Ok(c) => c.instance(function, party, limits),
+            Err(why) => Err(cgroup::CgroupError::NoCgroup {
                 limit: limits::needed(limits)
                     .first()
                     .map(|&c| limits::describe(limits, c))
                     .unwrap_or_default(),
-                reason: self.no_cgroup.clone(),
+                reason: why.clone(),
             }),
         };
         match made {
             Ok(g) => Ok(Some(g)),
             Err(e) if limits.any() => Err(std::io::Error::other(e.to_string())),
             Err(e) => {
-                if self.cgroup.is_some() {
+                if self.cgroup.is_ok() {
                     tracing::debug!(function, party, "no cgroup for this instance: {e}");
                 }
                 Ok(None)
@@ -322,30 +376,34 @@ pub struct Program {
 
 impl Program {
     /// Opens `path` (as the agent) and compiles the filter widened by `syscalls`.
-    pub fn open(path: &Path, syscalls: &[String], jail: &Jail) -> Result<Program, String> {
-        let filters = seccomp::build(syscalls).map_err(|e| e.to_string())?;
+    pub fn open(path: &Path, syscalls: &[String], jail: &Jail) -> Result<Program, ConfineError> {
+        let filters = seccomp::build(syscalls)?;
+        let failed = |call| {
+            move |source| ConfineError::Open {
+                path: path.to_owned(),
+                call,
+                source,
+            }
+        };
         let mut head = [0u8; 2];
-        let mut f = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let mut f = File::open(path).map_err(failed("open"))?;
         let script = f.read_exact(&mut head).is_ok() && head == *b"#!";
         let unreachable = unreachable_dir(path, jail);
         let exec_fd = match unreachable {
             None if script => None,
-            Some(dir) if script => {
-                return Err(format!(
-                    "the chain's uid {} cannot reach the script {}: {} is not searchable by \
-                     others (o+x), and a `#!` script is reopened by name by its interpreter; \
-                     move the script or open up that folder",
-                    jail.uid(),
-                    path.display(),
-                    dir.display()
-                ));
+            Some(blocked) if script => {
+                return Err(ConfineError::ScriptUnreachable {
+                    uid: jail.uid(),
+                    path: path.to_owned(),
+                    blocked,
+                });
             }
             _ => {
                 let fd = std::fs::OpenOptions::new()
                     .read(true)
                     .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
                     .open(path)
-                    .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                    .map_err(failed("open(O_PATH)"))?;
                 Some(OwnedFd::from(fd))
             }
         };

@@ -37,9 +37,9 @@ pub(super) fn confine(
         .iter()
         .zip(paths)
         .map(|(f, path)| {
-            Program::open(path, &f.syscalls, &jail).map_err(|message| AgentError::Program {
+            Program::open(path, &f.syscalls, &jail).map_err(|source| AgentError::Program {
                 function: f.name.clone(),
-                message,
+                source,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -33,7 +33,7 @@ use zerohop_pool::{PoolError, Pools};
 use zerohop_transport::{Backend, TransportError};
 
 use self::listen::join_threads;
-use crate::confine::{CgroupMode, UidRange};
+use crate::confine::{CgroupMode, ConfineError, UidRange};
 use crate::logs::LogBook;
 use crate::spec::{ChainSpec, SpecError};
 use crate::supervise::{Fingerprint, FunctionRun, PartyControl, Shared, Want};
@@ -133,16 +133,35 @@ pub enum AgentError {
         source: std::io::Error,
     },
     /// The chain's security domain could not be set up.
-    #[error("{0}")]
-    Confine(String),
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
     /// A function's program could not be prepared.
-    #[error("function '{function}': {message}")]
+    #[error("function '{function}': {source}")]
     Program {
         /// Function name.
         function: String,
         /// What is wrong.
-        message: String,
+        source: ConfineError,
     },
+    /// The state store handed over by the chain this one replaces has another shape than
+    /// the spec asks for.
+    #[error(
+        "the state store handed over holds {entries} entries of {value_size} bytes, the spec \
+         asks for {want_entries} of {want_value_size}"
+    )]
+    StateShape {
+        /// Entries of the store handed over.
+        entries: usize,
+        /// Its value size.
+        value_size: usize,
+        /// Entries the spec asks for.
+        want_entries: u32,
+        /// Value size the spec asks for.
+        want_value_size: u32,
+    },
+    /// The chain's own async runtime (its thread in a daemon) could not be started.
+    #[error("cannot start the chain's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
     /// An instance could not be started.
     #[error("starting function '{function}' ({program}): {source}")]
     Spawn {

@@ -145,14 +145,12 @@ fn state_store(
     Ok(match (spec.state, inherited) {
         (Some(g), Some(old)) => {
             if (old.capacity(), old.value_size()) != (g.entries as usize, g.value_size as usize) {
-                return Err(AgentError::Confine(format!(
-                    "the state store handed over holds {} entries of {} bytes, the spec asks \
-                     for {} of {}",
-                    old.capacity(),
-                    old.value_size(),
-                    g.entries,
-                    g.value_size
-                )));
+                return Err(AgentError::StateShape {
+                    entries: old.capacity(),
+                    value_size: old.value_size(),
+                    want_entries: g.entries,
+                    want_value_size: g.value_size,
+                });
             }
             Some(old)
         }

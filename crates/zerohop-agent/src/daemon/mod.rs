@@ -275,7 +275,7 @@ impl Daemon {
                 }
                 view.update(&spec, plan)
                     .await
-                    .map_err(DaemonError::Conflict)?;
+                    .map_err(|e| DaemonError::Conflict(e.to_string()))?;
                 if let Some(h) = self.table().get_mut(&name) {
                     h.spec = spec;
                     h.text = req.text;
@@ -468,9 +468,7 @@ async fn host(
             {
                 Ok(r) => r,
                 Err(e) => {
-                    let _ = ready_tx.send(Err(AgentError::Confine(format!(
-                        "cannot start the chain's runtime: {e}"
-                    ))));
+                    let _ = ready_tx.send(Err(AgentError::Runtime(e)));
                     return;
                 }
             };
@@ -555,7 +553,7 @@ impl Daemon {
         let view = self.view(name)?;
         let b = view
             .scale(function, instances)
-            .map_err(DaemonError::BadRequest)?;
+            .map_err(|e| DaemonError::BadRequest(e.to_string()))?;
         tracing::info!(
             chain = name,
             function,
