@@ -39,7 +39,7 @@ mod watchdog;
 
 pub use chain::{up, up_with, AgentError, Inherit, Running, UpOptions};
 pub use confine::{CgroupMode, UidRange};
-pub use status::ChainView;
+pub use status::{ChainView, ScaleError};
 pub use zerohop_confine as confine;
 pub use zerohop_spec as spec;
 pub use zerohop_spec::plan_from_spec;

@@ -19,16 +19,35 @@ use crate::spec::{ChainSpec, FunctionSpec, RouteSpec, ScaleSpec};
 /// for its peer in a task), so this only tells the scaler one instance is plenty.
 pub const RELAY_CONCURRENCY: u16 = 64;
 
+/// Why a chain cannot be split as asked.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    /// A function named to run here is not in the chain.
+    #[error("the chain has no function `{function}` to run here")]
+    NoSuchFunction {
+        /// The name given.
+        function: String,
+    },
+    /// A function of the chain is placed on no node.
+    #[error("function `{function}` runs neither on this node nor on a peer")]
+    Unplaced {
+        /// The function.
+        function: String,
+    },
+}
+
 /// The part of `spec` this node runs: the functions in `local` run here, every other one on
 /// the node `peers` maps it to. Fails naming a function that is neither here nor on a peer.
 pub fn split(
     spec: &ChainSpec,
     local: &[String],
     peers: &BTreeMap<String, SocketAddr>,
-) -> Result<ChainSpec, String> {
+) -> Result<ChainSpec, SplitError> {
     for name in local {
         if !spec.functions.iter().any(|f| &f.name == name) {
-            return Err(format!("the chain has no function `{name}` to run here"));
+            return Err(SplitError::NoSuchFunction {
+                function: name.clone(),
+            });
         }
     }
     let mut out = spec.clone();
@@ -37,10 +56,9 @@ pub fn split(
             continue;
         }
         let Some(&peer) = peers.get(&f.name) else {
-            return Err(format!(
-                "function `{}` runs neither on this node nor on a peer",
-                f.name
-            ));
+            return Err(SplitError::Unplaced {
+                function: f.name.clone(),
+            });
         };
         *f = relayed(f, peer);
     }
@@ -158,8 +176,14 @@ mod tests {
     fn a_function_on_no_node_is_refused() {
         let s = spec(CHAIN);
         let e = split(&s, &["a".into()], &BTreeMap::new()).unwrap_err();
-        assert!(e.contains("`b` runs neither"), "{e}");
+        assert_eq!(
+            e,
+            SplitError::Unplaced {
+                function: "b".into()
+            }
+        );
+        assert!(e.to_string().contains("`b` runs neither"), "{e}");
         let e = split(&s, &["zz".into()], &BTreeMap::new()).unwrap_err();
-        assert!(e.contains("no function `zz`"), "{e}");
+        assert!(e.to_string().contains("no function `zz`"), "{e}");
     }
 }

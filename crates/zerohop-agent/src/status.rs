@@ -18,6 +18,34 @@ use crate::api::{
 };
 use crate::supervise::{PartyControl, Shared, Want};
 
+/// Why a function cannot be scaled as asked ([`ChainView::scale`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScaleError {
+    /// The chain has no such function.
+    #[error("chain '{chain}' has no function '{function}'; its functions: {}", functions.join(", "))]
+    NoFunction {
+        /// The chain.
+        chain: String,
+        /// The name given.
+        function: String,
+        /// The chain's functions.
+        functions: Vec<String>,
+    },
+    /// More instances than the function's `scale.max`.
+    #[error(
+        "function '{function}' may have at most {max} instances (its scale.max; the chain \
+         reserves {reserved} parties for it); raise scale.max in the spec and apply it"
+    )]
+    AboveMax {
+        /// The function.
+        function: String,
+        /// Its `scale.max`.
+        max: u16,
+        /// The parties the chain reserved for it.
+        reserved: u16,
+    },
+}
+
 /// A cheap, cloneable handle on a running chain for status and metrics (it does not keep the
 /// chain running: [`Running`](crate::Running) does).
 #[derive(Clone)]
@@ -72,28 +100,24 @@ impl ChainView {
     /// Pins function `function` to at least `n` serving instances (its `min`; under load it
     /// still grows to `max`), starting or activating them now. `n` may be 0 (scale to zero
     /// once idle for `zero_after`). Errors name what is wrong.
-    pub fn scale(&self, function: &str, n: u16) -> Result<crate::spec::ScaleSpec, String> {
+    pub fn scale(&self, function: &str, n: u16) -> Result<crate::spec::ScaleSpec, ScaleError> {
         let plan = self.shared.gateways.plan();
         let Some(f) = plan.function_index(function) else {
-            return Err(format!(
-                "chain '{}' has no function '{function}'; its functions: {}",
-                self.name,
-                plan.functions
-                    .iter()
-                    .map(|f| f.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(ScaleError::NoFunction {
+                chain: self.name.clone(),
+                function: function.to_owned(),
+                functions: plan.functions.iter().map(|f| f.name.clone()).collect(),
+            });
         };
         let reserved = plan.parties_of(f).len() as u16;
         let mut all = self.shared.scale.lock().unwrap_or_else(|p| p.into_inner());
         let b = &mut all[f as usize];
         if n > b.max {
-            return Err(format!(
-                "function '{function}' may have at most {} instances (its scale.max; the chain \
-                 reserves {reserved} parties for it); raise scale.max in the spec and apply it",
-                b.max
-            ));
+            return Err(ScaleError::AboveMax {
+                function: function.to_owned(),
+                max: b.max,
+                reserved,
+            });
         }
         b.min = n;
         let now = *b;

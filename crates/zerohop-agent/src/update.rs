@@ -27,13 +27,73 @@ use std::time::{Duration, Instant};
 
 use zerohop_pool::PartyState;
 
-use crate::confine::Program;
+use crate::confine::{ConfineError, Program};
 use crate::spec::{ChainSpec, FunctionSpec};
 use crate::status::ChainView;
 use crate::supervise::{Fingerprint, FunctionRun, PartyControl, Shared, Want};
 
 /// How long a new instance gets to become ready during an update.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a changed spec cannot be applied to a running chain, or was not: the chain can
+/// neither change in place nor be replaced, a new program cannot be opened, or a new version
+/// did not come up (the old one keeps running).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UpdateError {
+    /// The chain has MQTT ingress, whose sessions live in the gateway.
+    #[error(
+        "the chain has MQTT ingress, and its clients' sessions (subscriptions, packets in \
+         flight) live in the gateway that would be replaced"
+    )]
+    MqttIngress,
+    /// The state store's shape would change.
+    #[error(
+        "its state store would change from {entries} entries of {value_size} bytes to \
+         {new_entries} of {new_value_size}, which loses what it holds"
+    )]
+    StateShape {
+        /// Entries now.
+        entries: u32,
+        /// Value size now.
+        value_size: u32,
+        /// Entries the new spec asks for.
+        new_entries: u32,
+        /// Value size the new spec asks for.
+        new_value_size: u32,
+    },
+    /// A function's new program could not be opened.
+    #[error("function '{function}': {source}")]
+    Program {
+        /// The function.
+        function: String,
+        /// Why.
+        source: ConfineError,
+    },
+    /// A function's new version exited before it was ready; the old one was put back.
+    #[error(
+        "function '{function}': the new version exited before it was ready (see `zerohop \
+         logs {chain} {function}`); the old version keeps running"
+    )]
+    Exited {
+        /// The chain.
+        chain: String,
+        /// The function.
+        function: String,
+    },
+    /// A function's new version was not ready in time; the old one was put back.
+    #[error(
+        "function '{function}': the new version was not ready within {timeout:?} (see \
+         `zerohop logs {chain} {function}`); the old version keeps running"
+    )]
+    NotReady {
+        /// The chain.
+        chain: String,
+        /// The function.
+        function: String,
+        /// How long it had.
+        timeout: Duration,
+    },
+}
 
 /// What differs between two specs of one chain: the lines to report, and the functions to
 /// roll (with their new programs opened).
@@ -59,21 +119,18 @@ pub(crate) enum Change {
 }
 
 /// Whether a chain running `old` can be replaced by one running `new`; `Err` says why not.
-pub(crate) fn replaceable(old: &ChainSpec, new: &ChainSpec) -> Result<(), String> {
+pub(crate) fn replaceable(old: &ChainSpec, new: &ChainSpec) -> Result<(), UpdateError> {
     if old.mqtt.is_some() || new.mqtt.is_some() {
-        return Err(
-            "the chain has MQTT ingress, and its clients' sessions (subscriptions, packets in \
-             flight) live in the gateway that would be replaced"
-                .into(),
-        );
+        return Err(UpdateError::MqttIngress);
     }
     if let (Some(a), Some(b)) = (old.state, new.state) {
         if (a.entries, a.value_size) != (b.entries, b.value_size) {
-            return Err(format!(
-                "its state store would change from {} entries of {} bytes to {} of {}, which \
-                 loses what it holds",
-                a.entries, a.value_size, b.entries, b.value_size
-            ));
+            return Err(UpdateError::StateShape {
+                entries: a.entries,
+                value_size: a.value_size,
+                new_entries: b.entries,
+                new_value_size: b.value_size,
+            });
         }
     }
     Ok(())
@@ -174,7 +231,7 @@ pub(crate) fn decide(
     new: &ChainSpec,
     reserved: &[usize],
     rebuilt: &[bool],
-) -> Result<Decision, String> {
+) -> Result<Decision, UpdateError> {
     let replace = |why: String| replaceable(old, new).map(|()| Decision::Replace(why));
     if let Some(why) = structural(old, new) {
         return replace(why);
@@ -259,7 +316,7 @@ impl ChainView {
         old: &ChainSpec,
         new: &ChainSpec,
         paths: &[std::path::PathBuf],
-    ) -> Result<Change, String> {
+    ) -> Result<Change, UpdateError> {
         let s = &self.shared;
         let plan = s.gateways.plan();
         let reserved: Vec<usize> = (0..old.functions.len())
@@ -280,8 +337,12 @@ impl ChainView {
         let mut roll = Vec::new();
         for i in to_roll {
             let b = &new.functions[i];
-            let program = Program::open(&paths[i], &b.syscalls, &s.jail)
-                .map_err(|e| format!("function '{}': {e}", b.name))?;
+            let program = Program::open(&paths[i], &b.syscalls, &s.jail).map_err(|source| {
+                UpdateError::Program {
+                    function: b.name.clone(),
+                    source,
+                }
+            })?;
             roll.push((i, program, prints[i]));
         }
         Ok(Change::InPlace(Plan {
@@ -333,7 +394,7 @@ impl ChainView {
 
     /// Carries `plan` out for `new`: scaling bounds first, then each function's instances
     /// rolled one at a time. Returns once every instance runs the new version.
-    pub(crate) async fn update(&self, new: &ChainSpec, plan: Plan) -> Result<(), String> {
+    pub(crate) async fn update(&self, new: &ChainSpec, plan: Plan) -> Result<(), UpdateError> {
         let s = &self.shared;
         if plan.rescale {
             let mut all = s.scale.lock().unwrap_or_else(|p| p.into_inner());
@@ -361,7 +422,7 @@ async fn roll(
     f: &FunctionSpec,
     program: Program,
     print: Option<Fingerprint>,
-) -> Result<(), String> {
+) -> Result<(), UpdateError> {
     let old = s.function(i);
     let generation = old.generation + 1;
     let run = Arc::new(FunctionRun {
@@ -442,18 +503,16 @@ async fn roll(
                         s.poke(q);
                     }
                 }
-                let why = if failed {
-                    "exited before it was ready".to_owned()
+                let (chain, function) = (s.gateways.plan().chain.clone(), f.name.clone());
+                return Err(if failed {
+                    UpdateError::Exited { chain, function }
                 } else {
-                    format!("was not ready within {READY_TIMEOUT:?}")
-                };
-                return Err(format!(
-                    "function '{}': the new version {why} (see `zerohop logs {} {}`); the old \
-                     version keeps running",
-                    f.name,
-                    s.gateways.plan().chain,
-                    f.name
-                ));
+                    UpdateError::NotReady {
+                        chain,
+                        function,
+                        timeout: READY_TIMEOUT,
+                    }
+                });
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -490,16 +549,18 @@ mod tests {
 
     /// What applying `new` over [`BASE`] decides, with `exclaim` rebuilt or not; the running
     /// chain reserved 2 parties for `upper` (1 instance) and 3 for `exclaim` (max 2).
-    fn over_base(new: &str, rebuilt: bool) -> Result<Decision, String> {
+    /// (Every such change can be applied one way or the other: an `Err` fails the test.)
+    fn over_base(new: &str, rebuilt: bool) -> Decision {
         decide(&spec(BASE), &spec(new), &[2, 3], &[false, rebuilt])
+            .unwrap_or_else(|e| panic!("cannot be applied: {e}"))
     }
 
-    fn in_place(changes: &[&str], roll: &[usize], rescale: bool) -> Result<Decision, String> {
-        Ok(Decision::InPlace {
+    fn in_place(changes: &[&str], roll: &[usize], rescale: bool) -> Decision {
+        Decision::InPlace {
             changes: changes.iter().map(|c| c.to_string()).collect(),
             roll: roll.to_vec(),
             rescale,
-        })
+        }
     }
 
     #[test]
@@ -560,22 +621,22 @@ mod tests {
         let routes = BASE.replace("POST /hello", "POST /hi");
         assert_eq!(
             over_base(&routes, false),
-            Ok(Decision::Replace("its routes change".into()))
+            Decision::Replace("its routes change".into())
         );
         let timeout = format!("{BASE}timeout: 3s\n");
         assert_eq!(
             over_base(&timeout, false),
-            Ok(Decision::Replace("its timeout changes".into()))
+            Decision::Replace("its timeout changes".into())
         );
         let renamed = BASE.replace("upper", "lower");
         assert!(matches!(
             over_base(&renamed, false),
-            Ok(Decision::Replace(why)) if why.starts_with("its functions change")
+            Decision::Replace(why) if why.starts_with("its functions change")
         ));
         let beyond = BASE.replace("max: 2", "max: 3");
         assert!(matches!(
             over_base(&beyond, false),
-            Ok(Decision::Replace(why)) if why.contains("beyond the 2 the chain reserved")
+            Decision::Replace(why) if why.contains("beyond the 2 the chain reserved")
         ));
     }
 
@@ -589,7 +650,8 @@ mod tests {
         let routes = mqtt.replace("POST /hello", "POST /hi");
         let got = decide(&with_mqtt, &spec(&routes), &[2, 3], &[false, false]);
         assert!(
-            matches!(&got, Err(why) if why.contains("MQTT ingress")),
+            matches!(&got, Err(why @ UpdateError::MqttIngress)
+                if why.to_string().contains("MQTT ingress")),
             "{got:?}"
         );
     }

@@ -229,7 +229,7 @@ async fn invoke(daemon: &Arc<Daemon>, name: &str, req: InvokeRequest) -> Answer 
     let plan = gws.plan();
     let route = match find_route(plan, &req.route) {
         Ok(r) => r,
-        Err(msg) => return error(StatusCode::NOT_FOUND, msg),
+        Err(e) => return error(StatusCode::NOT_FOUND, e.to_string()),
     };
     let gw = gws.iter().next().expect("a chain has a gateway").clone();
     let started = Instant::now();
@@ -260,9 +260,43 @@ async fn invoke(daemon: &Arc<Daemon>, name: &str, req: InvokeRequest) -> Answer 
     )
 }
 
+/// Why `zerohop invoke` names no route ([`find_route`]); each lists the chain's routes.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// `#N` with no route `N`.
+    #[error("no route {text}; routes: {}", routes.join("; "))]
+    NoNumber {
+        /// What was asked for.
+        text: String,
+        /// The chain's routes, `#N (METHOD /path, mqtt TOPIC, coap PATH)` each.
+        routes: Vec<String>,
+    },
+    /// No route matches.
+    #[error("no route `{text}`; routes: {}", routes.join("; "))]
+    NoMatch {
+        /// What was asked for.
+        text: String,
+        /// The chain's routes.
+        routes: Vec<String>,
+    },
+    /// Several routes match.
+    #[error(
+        "`{text}` names {matches} routes; say which with METHOD /path or #N; routes: {}",
+        routes.join("; ")
+    )]
+    Ambiguous {
+        /// What was asked for.
+        text: String,
+        /// How many routes it matches.
+        matches: usize,
+        /// The chain's routes.
+        routes: Vec<String>,
+    },
+}
+
 /// The route `text` names: `#N`, `METHOD /path`, `/path` (one HTTP route with that path), an
 /// MQTT topic filter or a CoAP path as written in the spec.
-pub fn find_route(plan: &zerohop_transport::Plan, text: &str) -> Result<u16, String> {
+pub fn find_route(plan: &zerohop_transport::Plan, text: &str) -> Result<u16, RouteError> {
     let text = text.trim();
     let known = || {
         plan.routes
@@ -282,14 +316,16 @@ pub fn find_route(plan: &zerohop_transport::Plan, text: &str) -> Result<u16, Str
                 format!("#{i} ({})", t.join(", "))
             })
             .collect::<Vec<_>>()
-            .join("; ")
     };
     if let Some(n) = text.strip_prefix('#') {
         return n
             .parse::<u16>()
             .ok()
             .filter(|&i| usize::from(i) < plan.routes.len())
-            .ok_or_else(|| format!("no route {text}; routes: {}", known()));
+            .ok_or_else(|| RouteError::NoNumber {
+                text: text.to_owned(),
+                routes: known(),
+            });
     }
     let (method, target) = match text.split_once(' ') {
         Some((m, p)) => (Some(m.to_ascii_uppercase()), p.trim()),
@@ -309,11 +345,14 @@ pub fn find_route(plan: &zerohop_transport::Plan, text: &str) -> Result<u16, Str
         .collect();
     match hits.as_slice() {
         [one] => Ok(*one),
-        [] => Err(format!("no route `{text}`; routes: {}", known())),
-        _ => Err(format!(
-            "`{text}` names {} routes; say which with METHOD /path or #N; routes: {}",
-            hits.len(),
-            known()
-        )),
+        [] => Err(RouteError::NoMatch {
+            text: text.to_owned(),
+            routes: known(),
+        }),
+        _ => Err(RouteError::Ambiguous {
+            text: text.to_owned(),
+            matches: hits.len(),
+            routes: known(),
+        }),
     }
 }
