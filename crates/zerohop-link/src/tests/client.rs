@@ -5,7 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -73,21 +73,33 @@ async fn two_hundred_concurrent_calls_share_one_connection() {
 
 #[tokio::test]
 async fn a_call_never_answered_times_out_alone_and_a_late_answer_is_dropped() {
-    let h = handler(|c: Call| async move {
-        match c.payload.as_slice() {
-            b"hang" => std::future::pending::<()>().await,
-            b"slow" => tokio::time::sleep(Duration::from_millis(400)).await,
-            _ => {}
+    // The slow call is answered once the test lets it, after its caller gave up: late
+    // whatever the machine's pace.
+    let release = Arc::new(tokio::sync::Notify::new());
+    let answered_late = Arc::new(AtomicUsize::new(0));
+    let (let_go, late) = (release.clone(), answered_late.clone());
+    let h = handler(move |c: Call| {
+        let (release, late) = (let_go.clone(), late.clone());
+        async move {
+            match c.payload.as_slice() {
+                b"hang" => std::future::pending::<()>().await,
+                b"slow" => {
+                    release.notified().await;
+                    late.fetch_add(1, Ordering::SeqCst);
+                }
+                _ => {}
+            }
+            same(c)
         }
-        same(c)
     });
     let server = start(h).await;
     let peers = Arc::new(Peers::new(secret()));
+    // The quick call has all of BOUND: it is answered while the other two time out.
     let short = Duration::from_millis(200);
     let (hang, slow, quick) = tokio::join!(
         peers.call(server.addr, call(1, "hang"), short),
         peers.call(server.addr, call(2, "slow"), short),
-        peers.call(server.addr, call(3, "quick"), short),
+        peers.call(server.addr, call(3, "quick"), BOUND),
     );
     for e in [hang.unwrap_err(), slow.unwrap_err()] {
         assert!(
@@ -97,8 +109,12 @@ async fn a_call_never_answered_times_out_alone_and_a_late_answer_is_dropped() {
         assert_eq!(e.status(), 504);
     }
     assert_eq!(quick.unwrap().payload, b"quick");
-    // The slow call's answer arrives now, for a stream no one waits on.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The slow call's answer goes now, for a stream no one waits on. On this one-thread
+    // runtime, by the time the test sees its handler returned, the answer is in the
+    // connection's backlog, ahead of the answer to any call made after: the client reads
+    // (and drops) it first.
+    release.notify_one();
+    reach(&answered_late, 1).await;
     for i in 0..5 {
         let payload = format!("after {i}");
         let answer = peers.call(server.addr, call(i, &payload), BOUND).await;
@@ -132,8 +148,9 @@ async fn a_server_that_dies_fails_every_pending_call_then_the_next_call_reconnec
     reach(&entered, 50).await;
     server.task.abort();
     assert!(server.task.await.unwrap_err().is_cancelled());
+    // Lost with the connection, not by their own 60 s timeout (which BOUND guards against).
     let mut lost = 0;
-    timeout(Duration::from_secs(5), async {
+    let drained = timeout(BOUND, async {
         while let Some(joined) = calls.join_next().await {
             let e = joined.unwrap().unwrap_err();
             assert!(matches!(e, PeerError::Lost { .. }), "{e}");
@@ -141,8 +158,11 @@ async fn a_server_that_dies_fails_every_pending_call_then_the_next_call_reconnec
             lost += 1;
         }
     })
-    .await
-    .expect("every pending call fails promptly");
+    .await;
+    assert!(
+        drained.is_ok(),
+        "only {lost} of 50 pending calls failed when their server died"
+    );
     assert_eq!(lost, 50);
     // Let the connection's task finish its bookkeeping.
     timeout(BOUND, async {
@@ -184,14 +204,14 @@ async fn pings_keep_a_quiet_connection_and_a_silent_peer_is_lost() {
         drop(s);
     })
     .await;
-    let began = Instant::now();
+    // Lost for its missing PONGs: "nothing received", not the call's own timeout (BOUND,
+    // the guard, which the silent peer outlasts).
     let e = peers.call(addr, call(3, "c"), BOUND).await.unwrap_err();
     assert!(
         matches!(&e, PeerError::Lost { reason, .. }
         if reason.contains("nothing received")),
-        "{e}"
+        "the silent peer was not found lost for want of PONGs: {e}"
     );
-    assert!(began.elapsed() < interval * 10, "{:?}", began.elapsed());
     silent.abort();
 }
 
