@@ -6,7 +6,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -19,10 +19,19 @@ use crate::server::{server_reader, ReadEnd};
 use crate::wire::Wire;
 use crate::{serve_with, BACKLOG_ROOM, MAX_FRAME, MAX_HANDSHAKES};
 
+/// How [`flood_without_reading`] ended.
+#[derive(Debug, PartialEq, Eq)]
+enum FloodEnd {
+    /// A write failed: the server closed the connection.
+    Closed,
+    /// Nothing went for `BOUND`: the server kept the connection without reading it.
+    Stalled,
+}
+
 /// Writes `frame` again and again, never reading, until the server stops taking bytes
 /// for good (it closed the connection, or nothing went for `BOUND`); returns the bytes
-/// it took.
-async fn flood_without_reading(s: &TcpStream, frame: &Frame) -> usize {
+/// it took and which of the two it was.
+async fn flood_without_reading(s: &TcpStream, frame: &Frame) -> (usize, FloodEnd) {
     let mut one = Vec::new();
     frame.encode(&mut one);
     let batch: Vec<u8> = one.iter().copied().cycle().take(one.len() * 4096).collect();
@@ -30,7 +39,8 @@ async fn flood_without_reading(s: &TcpStream, frame: &Frame) -> usize {
     loop {
         match timeout(BOUND, s.writable()).await {
             Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => return sent,
+            Ok(Err(_)) => return (sent, FloodEnd::Closed),
+            Err(_) => return (sent, FloodEnd::Stalled),
         }
         match s.try_write(&batch[at..]) {
             Ok(n) => {
@@ -38,7 +48,7 @@ async fn flood_without_reading(s: &TcpStream, frame: &Frame) -> usize {
                 at = (at + n) % batch.len();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => return sent,
+            Err(_) => return (sent, FloodEnd::Closed),
         }
     }
 }
@@ -67,7 +77,6 @@ async fn a_peer_that_never_reads_is_dropped_at_a_bounded_backlog() {
     auth::handshake(&mut caller, &Secret::new(KEY), Role::Client, addr)
         .await
         .unwrap();
-    let began = Instant::now();
     let (ping, hang) = (Frame::Ping(7), Frame::Call(1, call(1, "hang")));
     let (pings, calls) = tokio::join!(
         flood_without_reading(&pinger, &ping),
@@ -76,11 +85,18 @@ async fn a_peer_that_never_reads_is_dropped_at_a_bounded_backlog() {
     // Without the bound the server reads (and answers into memory) whatever comes, at
     // hundreds of MB/s, for the whole BOUND; with it, what it takes is its socket
     // buffers, its read buffer and BACKLOG_ROOM of answers' worth.
-    for (what, sent) in [("PINGs", pings), ("CALLs", calls)] {
+    // And the flood ends because the server drops the peer, not because its writes stall
+    // for BOUND (the guard) on a connection the server keeps.
+    for (what, (sent, end)) in [("PINGs", pings), ("CALLs", calls)] {
         assert!(sent < 48 << 20, "{what}: the server took {sent} bytes");
         assert!(sent > BACKLOG_ROOM, "{what}: only {sent} bytes sent");
+        assert_eq!(
+            end,
+            FloodEnd::Closed,
+            "{what}: the server never dropped a peer that does not read; nothing went for \
+             {BOUND:?} with the connection open"
+        );
     }
-    assert!(began.elapsed() < BOUND, "{:?}", began.elapsed());
     for s in [&mut pinger, &mut caller] {
         assert!(closed_by_peer(s).await, "a peer that never reads was kept");
     }
@@ -168,14 +184,23 @@ async fn handshakes_at_once_are_capped_and_the_silent_ones_time_out() {
     for _ in 0..MAX_HANDSHAKES {
         silent.push(TcpStream::connect(server.addr).await.unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // One more is closed at once, long before the handshake timeout (5 s).
+    // Each is in its handshake once the server's hello comes (the server writes first).
+    for (i, s) in silent.iter_mut().enumerate() {
+        let mut hello = [0u8; auth::HELLO_LEN];
+        timeout(BOUND, s.read_exact(&mut hello))
+            .await
+            .unwrap_or_else(|_| panic!("silent connection {i} got no hello: no handshake began"))
+            .unwrap_or_else(|e| panic!("silent connection {i}: {e}"));
+    }
+    // One more is closed at once: before any hello, so not by the handshake timeout (5 s),
+    // which comes after the hello; BOUND only guards against a connection kept silent.
     let mut extra = TcpStream::connect(server.addr).await.unwrap();
     let mut byte = [0u8; 1];
-    let closed = timeout(Duration::from_secs(2), extra.read(&mut byte)).await;
+    let closed = timeout(BOUND, extra.read(&mut byte)).await;
     assert!(
         matches!(closed, Ok(Ok(0) | Err(_))),
-        "a connection beyond {MAX_HANDSHAKES} handshakes was kept: {closed:?}"
+        "a connection beyond {MAX_HANDSHAKES} handshakes was kept (it got a hello, or \
+         nothing): {closed:?}"
     );
     // The silent ones are closed by the handshake timeout; then a peer gets in.
     for s in &mut silent {
@@ -217,10 +242,13 @@ async fn a_wrong_secret_is_refused_and_the_handler_never_runs() {
 async fn shutdown_answers_running_calls_then_closes() {
     let entered = Arc::new(AtomicUsize::new(0));
     let seen = entered.clone();
+    // The calls run until the test lets them end: after the server stopped accepting.
+    let (release, released) = watch::channel(false);
     let slow = handler(move |c: Call| {
         seen.fetch_add(1, Ordering::SeqCst);
+        let mut released = released.clone();
         async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            let _ = released.wait_for(|go| *go).await;
             same(c)
         }
     });
@@ -234,6 +262,16 @@ async fn shutdown_answers_running_calls_then_closes() {
     }
     reach(&entered, 10).await;
     server.stop.send(true).unwrap();
+    // The server stops accepting (its listener is gone) while the calls still run...
+    timeout(BOUND, async {
+        while TcpStream::connect(server.addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the server went on accepting connections after it was told to stop");
+    // ...and answers them when they end.
+    release.send(true).unwrap();
     let mut answered = 0;
     while let Some(joined) = timeout(BOUND, calls.join_next()).await.unwrap() {
         joined.unwrap().unwrap();
