@@ -200,9 +200,10 @@ fn crash_gets_502_slow_chain_gets_504_full_pool_gets_503() {
     let spec = format!(
         "name: faults\ntimeout: 1s\npool: {{ slots: 2, slot_size: 4KiB }}\nfunctions:\n{}{}routes:\n  - http: POST /crash\n    sequence: [dies]\n  - http: POST /slow\n    sequence: [sleepy]\n",
         func("dies", "abort", "", ""),
-        func("sleepy", "slow", "DELAY_MS: 3000", ", concurrency: 4"),
+        // Each request is held for a minute: its slot stays taken as long as the test needs.
+        func("sleepy", "slow", "DELAY_MS: 60000, ANNOUNCE: 1", ", concurrency: 4"),
     );
-    let chain = ChainProcess::start(&spec, &[]);
+    let chain = ChainProcess::start_watched(&spec, &[]);
     let agent = client();
     let a = post(&agent, &format!("{}/crash", chain.url), "x");
     assert_eq!(a.status, 502, "{a:?}");
@@ -215,11 +216,13 @@ fn crash_gets_502_slow_chain_gets_504_full_pool_gets_503() {
     let a = post(&agent, &format!("{}/slow", chain.url), "x");
     assert_eq!(a.status, 504);
     assert_eq!(a.body, "gateway: chain 'faults' did not answer within 1s\n");
-    // Two slots: the sleeper still holds the first one (3 s), one more fits, the third
-    // request finds the pool empty.
+    // Two slots: the sleeper still holds the first one, one more fits (the handler says it
+    // holds that one too), the third request finds the pool empty.
+    let held = Duration::from_secs(30);
+    chain.wait_for_output("holding x", held, "the sleeper holding the first request");
     let url = format!("{}/slow", chain.url);
     let t = std::thread::spawn(move || post(&client(), &url, "y").status);
-    std::thread::sleep(Duration::from_millis(300));
+    chain.wait_for_output("holding y", held, "the sleeper holding the second request");
     let a = post(&agent, &format!("{}/slow", chain.url), "z");
     assert_eq!(a.status, 503, "{a:?}");
     assert_eq!(a.retry_after.as_deref(), Some("1"));

@@ -115,6 +115,28 @@ impl ChildLines {
         Self { rx }
     }
 
+    /// Takes the child's piped stderr, and passes each line on to this process's own
+    /// standard error too (unbuffered, as it went before it was piped).
+    pub fn of_stderr(child: &mut ChildGuard) -> Self {
+        use std::io::{BufRead, Write};
+        let err = child.child_mut().stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Bytes, not `lines()`: a line that is not UTF-8 must not stop the reading (the
+            // chain would block on a full pipe).
+            for line in std::io::BufReader::new(err)
+                .split(b'\n')
+                .map_while(Result::ok)
+            {
+                let line = String::from_utf8_lossy(&line).into_owned();
+                let _ = writeln!(std::io::stderr(), "{line}");
+                // The test may have stopped listening; the chain's lines still go on.
+                let _ = tx.send(line);
+            }
+        });
+        Self { rx }
+    }
+
     /// The next line, waiting at most `timeout` (zero: only what is already there); `None`
     /// when none came or stdout is closed.
     pub fn next_line(&self, timeout: Duration) -> Option<String> {
@@ -414,6 +436,8 @@ pub struct ChainProcess {
     pub url: String,
     /// The ready line as printed.
     pub ready_line: String,
+    /// The lines of its standard error, for a chain started watched.
+    output: Option<ChildLines>,
     _dir: TempDir,
 }
 
@@ -435,6 +459,32 @@ impl ChainProcess {
     /// [`start_file`](Self::start_file) with `zerohop up` running in the folder `cwd` (for
     /// specs with paths relative to where they are run from, such as `env` values).
     pub fn start_file_in(file: &Path, args: &[&str], dir: TempDir, cwd: Option<&Path>) -> Self {
+        Self::launch(file, args, dir, cwd, false)
+    }
+
+    /// [`start`](Self::start), and the test may wait for what the chain writes to standard
+    /// error ([`wait_for_output`](Self::wait_for_output)): the agent's own messages and
+    /// every instance's output, which `zerohop up` echoes as `[function/instance] text`.
+    /// Every line is passed on to the test's standard error as well.
+    pub fn start_watched(spec: &str, args: &[&str]) -> Self {
+        let dir = TempDir::new("chain");
+        let file = dir.path().join("chain.yaml");
+        std::fs::write(&file, spec).expect("write spec");
+        Self::launch(&file, args, dir, None, true)
+    }
+
+    /// [`start_file_in`](Self::start_file_in), watched as
+    /// [`start_watched`](Self::start_watched) is.
+    pub fn start_file_in_watched(
+        file: &Path,
+        args: &[&str],
+        dir: TempDir,
+        cwd: Option<&Path>,
+    ) -> Self {
+        Self::launch(file, args, dir, cwd, true)
+    }
+
+    fn launch(file: &Path, args: &[&str], dir: TempDir, cwd: Option<&Path>, watch: bool) -> Self {
         use std::io::BufRead;
         let mut cmd = Command::new(target_bin("zerohop"));
         if let Some(cwd) = cwd {
@@ -446,7 +496,11 @@ impl ChainProcess {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped());
+        if watch {
+            cmd.stderr(Stdio::piped());
+        }
         let mut guard = ChildGuard::new(cmd.spawn().expect("spawn zerohop"));
+        let output = watch.then(|| ChildLines::of_stderr(&mut guard));
         let stdout = guard.child_mut().stdout.take().expect("piped stdout");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -467,7 +521,30 @@ impl ChainProcess {
             guard,
             url,
             ready_line: line,
+            output,
             _dir: dir,
+        }
+    }
+
+    /// Waits at most `guard` for a line of the chain's standard error that contains
+    /// `marker` and returns it; lines before it are passed over, so each wait looks past
+    /// the line the one before it found. Panics saying that `what` never happened when no
+    /// such line comes (or the chain was not started watched).
+    pub fn wait_for_output(&self, marker: &str, guard: Duration, what: &str) -> String {
+        let lines = self.output.as_ref().unwrap_or_else(|| {
+            panic!("waiting for {what}: the chain was not started watched (start_watched)")
+        });
+        let deadline = Instant::now() + guard;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.rx.recv_timeout(left) {
+                Ok(line) if line.contains(marker) => return line,
+                Ok(_) => {}
+                Err(e) => panic!(
+                    "{what} never happened: the chain wrote no line with {marker:?} \
+                     within {guard:?} ({e})"
+                ),
+            }
         }
     }
 
