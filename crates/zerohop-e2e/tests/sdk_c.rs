@@ -180,7 +180,7 @@ fn an_idle_c_instance_uses_no_cpu_and_a_killed_one_is_answered_and_restarted() {
          sleep }} }}\nroutes:\n  - http: POST /slow\n    sequence: [slow]\n",
         cfn.display()
     );
-    let chain = ChainProcess::start(&spec, &[]);
+    let chain = ChainProcess::start_watched(&spec, &[]);
     let url = chain.url.clone();
     let pids = instances(chain.pid());
     assert_eq!(pids.len(), 1, "one instance: {pids:?}");
@@ -193,10 +193,16 @@ fn an_idle_c_instance_uses_no_cpu_and_a_killed_one_is_answered_and_restarted() {
         used as f64 <= 0.01 * 2.0 * ticks_per_second() + 1.0,
         "an idle C instance used {used} ticks in 2 s"
     );
-    // Killed in the middle of a request: answered 502, restarted, serving again.
+    // Killed in the middle of a request: answered 502, restarted, serving again. The
+    // function says when it holds the request (and holds it a minute: only the kill ends
+    // it within the chain's timeout).
     let slow = format!("{url}/slow");
-    let waiting = std::thread::spawn(move || post(&client(), &slow, "late"));
-    std::thread::sleep(Duration::from_millis(500));
+    let waiting = std::thread::spawn(move || post(&client(), &slow, "hold"));
+    chain.wait_for_output(
+        "cfn: holding hold",
+        Duration::from_secs(30),
+        "the C instance holding the request",
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,

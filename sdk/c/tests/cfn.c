@@ -10,7 +10,10 @@
  *   header    answers the value of the x-test header ("<none>" without it)
  *   route     answers "METHOD PATH function id>0"
  *   forward   forwards to CFN_TARGET
- *   sleep     sleeps 2 s, then upper-cases (to be killed in the middle)
+ *   sleep     says "cfn: holding BODY" on stderr (zerohop up echoes it: the test knows the
+ *             request reached the handler), sleeps 2 s (60 s for a body starting with
+ *             "hold": a request the test kills, which only the kill ends in time), then
+ *             upper-cases
  */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
@@ -140,7 +143,9 @@ static zh_next handle(zh_request *req, void *user) {
         return zh_forward(req, target ? target : "");
     }
     if (strcmp(mode, "sleep") == 0) {
-        sleep(2);
+        fprintf(stderr, "cfn: holding %.*s\n", (int)len, (const char *)body);
+        fflush(stderr);
+        sleep(len >= 4 && memcmp(body, "hold", 4) == 0 ? 60 : 2);
         for (size_t i = 0; i < len; i++) body[i] = (uint8_t)toupper(body[i]);
         return ZH_CONTINUE;
     }
