@@ -1,6 +1,8 @@
 // Step 4 of the polyglot chain, in Node.js: checks that the Rust step came before it and
 // appends its tag (req.body is a Buffer over the slot). A body starting with `SLEEP-JS:`
-// waits 2 s first, without blocking the event loop.
+// first says "js: holding the request" on standard error and holds it for a minute, without
+// blocking the event loop (the tests wait for that line, then kill the instance while it
+// holds the request).
 'use strict';
 
 const zerohop = require('zerohop');
@@ -12,7 +14,8 @@ exports.handle = async (req) => {
     throw new zerohop.HandlerError(500, 'node: the Rust step did not run first');
   }
   if (body.subarray(0, 9).toString('latin1') === 'SLEEP-JS:') {
-    await new Promise((resolve) => setTimeout(resolve, 2000));
+    process.stderr.write('js: holding the request\n');
+    await new Promise((resolve) => setTimeout(resolve, 60_000));
   }
   req.extend(Buffer.from('+js'));
 };

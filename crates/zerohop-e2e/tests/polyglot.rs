@@ -69,8 +69,8 @@ fn start() -> ChainProcess {
         );
     }
     // From the checkout's root, as `cargo xtask polyglot` runs it: the spec's PYTHONPATH is
-    // relative to it.
-    ChainProcess::start_file_in(
+    // relative to it. Watched: each step says when it holds a `sleep-` request.
+    ChainProcess::start_file_in_watched(
         &root.join("examples/polyglot/chain.yaml"),
         &[],
         TempDir::new("polyglot"),
@@ -133,14 +133,19 @@ fn one_route_through_five_languages_on_one_slot() {
         );
     }
 
-    // Each language's instance killed while it holds a request: 502, restarted, serving.
+    // Each language's instance killed while it holds a request (it says so, and holds it a
+    // minute: only the kill ends it within the chain's 10 s timeout): 502, restarted, serving.
     for (name, _) in STEPS {
         let victim = pids(&chain)[name];
         let held = {
             let url = url.clone();
             std::thread::spawn(move || post(&client(), &url, &format!("sleep-{name}:x")))
         };
-        std::thread::sleep(Duration::from_millis(600));
+        chain.wait_for_output(
+            &format!("{name}: holding the request"),
+            Duration::from_secs(30),
+            &format!("{name}'s instance holding the request"),
+        );
         signal_pid(victim, Signal::SIGKILL);
         let r = held.join().expect("the held request's client");
         assert_eq!(r.status, 502, "{name} killed with the request: {}", r.body);

@@ -1,10 +1,13 @@
 // Step 2 of the polyglot chain, in Go: checks that the Python step came first and appends
 // its tag, both on the slot's bytes (r.Body is a slice over shared memory). A body starting
-// with `SLEEP-GO:` waits 2 s first.
+// with `SLEEP-GO:` first says "go: holding the request" on standard error and holds it for a
+// minute (the tests wait for that line, then kill the instance while it holds the request).
 package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"time"
 
 	"zerohop.dev/zerohop"
@@ -17,7 +20,8 @@ func main() {
 			return zerohop.Continue, &zerohop.Error{Status: 500, Message: "go: the Python step did not run first"}
 		}
 		if bytes.HasPrefix(b, []byte("SLEEP-GO:")) {
-			time.Sleep(2 * time.Second)
+			fmt.Fprintln(os.Stderr, "go: holding the request")
+			time.Sleep(time.Minute)
 		}
 		return zerohop.Continue, r.Extend([]byte("+go"))
 	})

@@ -1,5 +1,7 @@
 //! Step 3 of the polyglot chain, in Rust: checks that the Go step came before it and appends
-//! its tag to the body in the slot. A body starting with `SLEEP-RS:` waits 2 s first.
+//! its tag to the body in the slot. A body starting with `SLEEP-RS:` first says "rs: holding
+//! the request" on standard error and holds it for a minute (the tests wait for that line,
+//! then kill the instance while it holds the request).
 
 use std::time::Duration;
 
@@ -13,7 +15,8 @@ fn main() {
             ));
         }
         if req.body().starts_with(b"SLEEP-RS:") {
-            std::thread::sleep(Duration::from_secs(2));
+            eprintln!("rs: holding the request");
+            std::thread::sleep(Duration::from_secs(60));
         }
         req.extend(b"+rs")?;
         Ok(Next::Continue)
