@@ -23,6 +23,9 @@ import (
 type chain struct {
 	cmd *exec.Cmd
 	url string
+	// The lines it writes to standard error (its own and, echoed as
+	// "[function/instance] text", every instance's), each passed on to the test's too.
+	stderr chan string
 }
 
 func zerohopBin(t *testing.T) string {
@@ -61,7 +64,10 @@ func start(t *testing.T, dir, spec string) *chain {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(zerohopBin(t), "up", file, "--listen", "127.0.0.1:0")
-	cmd.Stderr = os.Stderr
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +75,27 @@ func start(t *testing.T, dir, spec string) *chain {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &chain{cmd: cmd}
+	c := &chain{cmd: cmd, stderr: make(chan string, 4096)}
+	go func() {
+		s := bufio.NewScanner(stderr)
+		s.Buffer(make([]byte, 64<<10), 1<<20)
+		for s.Scan() {
+			fmt.Fprintln(os.Stderr, s.Text())
+			// Lines no test waits for pile up: a full buffer lets its oldest go rather
+			// than hold up the chain.
+			for sent := false; !sent; {
+				select {
+				case c.stderr <- s.Text():
+					sent = true
+				default:
+					select {
+					case <-c.stderr:
+					default:
+					}
+				}
+			}
+		}
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
@@ -95,6 +121,24 @@ func start(t *testing.T, dir, spec string) *chain {
 		t.Fatal("zerohop up was not ready within 30 s")
 	}
 	return c
+}
+
+// waitFor waits at most guard for a line of the chain's standard error containing marker
+// (lines before it are passed over); the test fails saying what never happened when none
+// comes.
+func (c *chain) waitFor(t *testing.T, marker string, guard time.Duration, what string) {
+	t.Helper()
+	deadline := time.After(guard)
+	for {
+		select {
+		case line := <-c.stderr:
+			if strings.Contains(line, marker) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%s never happened: the chain wrote no line with %q within %v", what, marker, guard)
+		}
+	}
 }
 
 // post sends body to url and returns the answer; it fails the test on an error, so call it
@@ -281,13 +325,15 @@ func TestIdleAndKilled(t *testing.T) {
 		body   string
 		err    error
 	}
-	// The request's goroutine reports back; only this one may end the test.
+	// The request's goroutine reports back; only this one may end the test. The function
+	// says when it holds the request, and holds it a minute: only the kill ends it within
+	// the chain's timeout.
 	got := make(chan answer, 1)
 	go func() {
-		s, b, err := tryPost(c.url+"/slow", "late")
+		s, b, err := tryPost(c.url+"/slow", "hold")
 		got <- answer{s, b, err}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	c.waitFor(t, "gofn: holding hold", 30*time.Second, "the Go instance holding the request")
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

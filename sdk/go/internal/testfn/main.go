@@ -2,7 +2,10 @@
 // upper (in place), exclaim (appends "!"), fail (422 "refusing BODY"), panic, call
 // (calls GOFN_CALLS, comma separated, at once: "name=output;" or "name!status;"), count
 // (adds one to the state counter named by the body), header (the X-Test header),
-// forward (to GOFN_TARGET), sleep (2 s, then upper-cases).
+// forward (to GOFN_TARGET), sleep (says "gofn: holding BODY" on stderr, which zerohop up
+// echoes, so the test knows the request reached the handler; then 2 s, or 60 s for a body
+// starting with "hold": a request the test kills, which only the kill ends in time; then
+// upper-cases).
 package main
 
 import (
@@ -77,7 +80,12 @@ func main() {
 		case "forward":
 			return zerohop.Forward(os.Getenv("GOFN_TARGET")), nil
 		case "sleep":
-			time.Sleep(2 * time.Second)
+			fmt.Fprintf(os.Stderr, "gofn: holding %s\n", r.Body())
+			if strings.HasPrefix(string(r.Body()), "hold") {
+				time.Sleep(time.Minute)
+			} else {
+				time.Sleep(2 * time.Second)
+			}
 			upper(r.Body())
 			return zerohop.Continue, nil
 		}
