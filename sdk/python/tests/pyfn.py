@@ -3,9 +3,13 @@ upper (in place), exclaim (returns bytes), raise (ValueError), fail (HandlerErro
 call (calls PYFN_CALLS, comma separated: "name=output;" or "name!status;"), callall (the
 same with one fan-out call), join (the same over a static fan-out's branches), count (state
 counter named by the body), header (the X-Test header), forward (to PYFN_TARGET),
-keep (keeps a view of the body past its return), sleep (2 s, then upper-cases)."""
+keep (keeps a view of the body past its return), sleep (says "pyfn: holding BODY" on stderr,
+which zerohop up echoes, so the test knows the request reached the handler; then 2 s, or 60 s
+for a body starting with "hold": a request the test kills, which only the kill ends in time;
+then upper-cases)."""
 
 import os
+import sys
 import time
 
 import zerohop
@@ -66,7 +70,10 @@ def handle(req: zerohop.Request):
         KEPT.append(req.body)
         return None
     if MODE == "sleep":
-        time.sleep(2)
+        with req.body as body:
+            held = bytes(body)
+        print(f"pyfn: holding {held.decode(errors='replace')}", file=sys.stderr, flush=True)
+        time.sleep(60 if held.startswith(b"hold") else 2)
         with req.body as body:
             body[:] = bytes(body).upper()
         return None

@@ -65,9 +65,25 @@ class Chain:
         self.proc = subprocess.Popen(
             [_zerohop(), "up", str(file), "--listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
+            errors="replace",
         )
         found: list[str] = []
+        # What it writes to standard error (its own lines and, echoed as
+        # "[function/instance] text", every instance's), each passed on to ours too.
+        self.lines: list[str] = []
+        self.lines_changed = threading.Condition()
+
+        def read_stderr() -> None:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                sys.stderr.write(line)
+                with self.lines_changed:
+                    self.lines.append(line)
+                    self.lines_changed.notify_all()
+
+        threading.Thread(target=read_stderr, daemon=True).start()
 
         def read() -> None:
             assert self.proc.stdout is not None
@@ -84,6 +100,20 @@ class Chain:
             self.stop()
             pytest.fail("zerohop up was not ready within 30 s")
         self.url = found[0]
+
+    def wait_for(self, marker: str, guard: float, what: str) -> str:
+        """Waits at most ``guard`` seconds for a line of the chain's standard error that
+        contains ``marker``; fails the test saying that ``what`` never happened otherwise."""
+        with self.lines_changed:
+            found = self.lines_changed.wait_for(
+                lambda: next((line for line in self.lines if marker in line), None), guard
+            )
+        if found is None:
+            pytest.fail(
+                f"{what} never happened: the chain wrote no line with {marker!r} "
+                f"within {guard} s"
+            )
+        return found
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -255,10 +285,12 @@ def test_an_idle_instance_uses_no_cpu_and_a_killed_one_is_restarted(chain_of) ->
     time.sleep(2)
     used = _ticks(pid) - before
     assert used <= 3, f"an idle Python instance used {used} ticks in 2 s"
+    # The function says when it holds the request, and holds it a minute: only the kill ends
+    # it within the chain's timeout.
     answers: list[tuple[int, str]] = []
-    t = threading.Thread(target=lambda: answers.append(post(c.url + "/slow", b"late")))
+    t = threading.Thread(target=lambda: answers.append(post(c.url + "/slow", b"hold")))
     t.start()
-    time.sleep(0.5)
+    c.wait_for("pyfn: holding hold", 30, "the Python instance holding the request")
     os.kill(pid, signal.SIGKILL)
     t.join(30)
     assert answers and answers[0][0] == 502, answers
