@@ -175,8 +175,14 @@ test('an idle instance uses no CPU; a killed one is answered 502 and restarted',
   const used = ticks(pid) - before;
   assert.ok(used <= 5, `an idle Node.js instance used ${used} ticks in 2 s`);
 
-  const inFlight = post(`${c.url}/slow`, 'late');
-  await new Promise((r) => setTimeout(r, 500));
+  // The function says when it holds the request, and holds it a minute: only the kill ends
+  // it within the chain's timeout.
+  const inFlight = post(`${c.url}/slow`, 'hold');
+  await until(
+    () => c.log().includes('jsfn: holding hold'),
+    30_000,
+    'the Node.js instance holding the request',
+  );
   process.kill(pid, 'SIGKILL');
   const killed = await inFlight;
   assert.equal(killed.status, 502, killed.text);

@@ -16,8 +16,11 @@
 //   meta      "id function method path capacity" of the request
 //   resize    extend(" more"), then setLen(body length - 1), then returns req.body
 //   toolarge  setLen past the capacity (a HandlerError 500 naming it)
-//   sleep     waits JSFN_SLEEP_MS (default 300) on a timer, then upper-cases the body and
-//             appends " max=N": the most handlers this instance had in flight at once
+//   sleep     says "jsfn: holding BODY" on stderr (zerohop up echoes it: the test knows the
+//             request reached the handler), waits JSFN_SLEEP_MS (default 300) on a timer (60 s
+//             for a body starting with "hold": a request the test kills, which only the kill
+//             ends in time), then upper-cases the body and appends " max=N": the most
+//             handlers this instance had in flight at once
 //   keep      keeps the body's Buffer; answers the length the Buffer kept by the previous
 //             request reads now ("kept=N")
 //   gone      keeps the request; the next request answers what using it throws
@@ -124,7 +127,9 @@ const handlers = {
     inFlight++;
     most = Math.max(most, inFlight);
     try {
-      await new Promise((r) => setTimeout(r, SLEEP_MS));
+      process.stderr.write(`jsfn: holding ${req.body.toString()}\n`);
+      const hold = req.body.subarray(0, 4).toString('latin1') === 'hold';
+      await new Promise((r) => setTimeout(r, hold ? 60_000 : SLEEP_MS));
       upper(req.body);
       req.extend(` max=${most}`);
     } finally {
