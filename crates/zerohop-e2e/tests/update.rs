@@ -167,15 +167,20 @@ struct Answer {
 /// Keep-alive clients posting to `url` back to back until finished; every answer is kept.
 struct Load {
     stop: Arc<AtomicBool>,
+    /// Per client: when it sent the latest request that got an HTTP answer.
+    latest: Arc<Mutex<Vec<Option<Instant>>>>,
     threads: Vec<JoinHandle<Vec<Answer>>>,
 }
 
 impl Load {
+    /// Starts the clients and returns once each has had its first HTTP answer.
     fn start(url: &str, clients: usize) -> Self {
+        let began = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
+        let latest = Arc::new(Mutex::new(vec![None; clients]));
         let threads = (0..clients)
             .map(|c| {
-                let (url, stop) = (url.to_owned(), stop.clone());
+                let (url, stop, latest) = (url.to_owned(), stop.clone(), latest.clone());
                 std::thread::spawn(move || {
                     let http = client();
                     let mut answers = Vec::new();
@@ -192,6 +197,9 @@ impl Load {
                         };
                         let done = Instant::now();
                         let refused = status == 0;
+                        if !refused {
+                            latest.lock().expect("the load's clients")[c] = Some(sent);
+                        }
                         answers.push(Answer {
                             sent,
                             done,
@@ -209,9 +217,37 @@ impl Load {
                 })
             })
             .collect();
+        // Made first, so that a failed wait stops the clients as it unwinds (Drop).
+        let load = Self {
+            stop,
+            latest,
+            threads,
+        };
         // Every client has had its first answer: the chain serves under load.
-        std::thread::sleep(Duration::from_millis(300));
-        Self { stop, threads }
+        load.answered_after(began, "the load getting going");
+        load
+    }
+
+    /// Waits until every client has had an HTTP answer to a request it sent after `t`: the
+    /// load went on past `t`, so answers from after it are there to be judged. Panics saying
+    /// that `what` never happened, after a guard of 30 s.
+    fn answered_after(&self, t: Instant, what: &str) {
+        let guard = Duration::from_secs(30);
+        // (clients past `t`, clients)
+        let past = || {
+            let latest = self.latest.lock().expect("the load's clients");
+            let n = latest.iter().filter(|l| l.is_some_and(|s| s > t)).count();
+            (n, latest.len())
+        };
+        assert!(
+            wait_until(guard, || {
+                let (n, clients) = past();
+                n == clients
+            }),
+            "{what} never happened: {:?} (clients with an HTTP answer to a request sent after \
+             it, clients) within {guard:?}",
+            past()
+        );
     }
 
     /// Stops the clients once their current requests are answered; returns every answer.
@@ -523,7 +559,10 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
         "a's instances are untouched: {}",
         shape(&after_env)
     );
-    std::thread::sleep(Duration::from_millis(500));
+    load.answered_after(
+        env.returned + SLACK,
+        "the load going on after the environment update",
+    );
 
     // a and b move to a copy of the program elsewhere (a new command for both), in a folder
     // the chain's uid can reach, as a build folder is (the agent runs it by path)...
@@ -545,7 +584,10 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
             "function 'b': new command; rolling its instances",
         ],
     );
-    std::thread::sleep(Duration::from_millis(500));
+    load.answered_after(
+        moved.returned + SLACK,
+        "the load going on after the new command",
+    );
 
     // ...which is then rebuilt in place: the same spec applied again rolls both.
     let before_binary = pids(&listed(&d.status("roll")));
@@ -575,7 +617,10 @@ fn apply_of_a_new_version_under_load_fails_no_request() {
         "every instance has a new pid after the new binary: before {before_binary:?}, after {}",
         shape(&after_binary)
     );
-    std::thread::sleep(Duration::from_millis(500));
+    load.answered_after(
+        binary.returned + SLACK,
+        "the load going on after the new binary",
+    );
     let answers = load.finish();
     let end = Instant::now();
 
@@ -686,7 +731,10 @@ fn rolled_back(d: &Daemon, url: &str, v1: &str, broken: &str, why: &str, what: &
         applying.join().expect("the apply thread")
     });
     let message = u.assert_failed();
-    std::thread::sleep(Duration::from_millis(300));
+    load.answered_after(
+        u.returned + SLACK,
+        &format!("{what}: the load going on after it"),
+    );
     let answers = load.finish();
     eprintln!("{what}: apply said: {message}");
     assert!(
@@ -779,7 +827,10 @@ fn a_broken_new_version_is_rolled_back() {
             "function 'b': scale target 8 -> 6",
         ],
     );
-    std::thread::sleep(Duration::from_millis(300));
+    load.answered_after(
+        good.returned + SLACK,
+        "the load going on after the good version",
+    );
     let answers = load.finish();
     let all = (answers[0].sent, Instant::now());
     judge(
@@ -901,7 +952,12 @@ fn structural_changes_replace_the_chain_under_load() {
         before = after;
         last = Some(u);
     }
-    std::thread::sleep(Duration::from_millis(300));
+    if let Some(u) = &last {
+        load.answered_after(
+            u.returned + SLACK,
+            "the load going on after the replacements",
+        );
+    }
     let answers = load.finish();
     // Every request of the load, before, during and after the replacements: answered,
     // 200, right (both versions answer /go alike).
@@ -1175,7 +1231,7 @@ fn scaling_bounds_change_without_a_restart() {
         "b max 3 -> 2 under load",
         |l| count(l, "b", "ready") == 2 && l.iter().filter(|i| i.function == "b").count() == 2,
     );
-    std::thread::sleep(Duration::from_millis(300));
+    load.answered_after(Instant::now(), "the load going on with b at 2");
     let answers = load.finish();
     let all = (answers[0].sent, Instant::now());
     judge("b max 3 -> 2", &answers, &shrink, all, exclaimed, exclaimed);
@@ -1230,7 +1286,10 @@ fn a_broken_rebuild_is_rolled_back(mode: u32) {
     rebuild(Path::new("/bin/true"), &copy);
     let u = apply(&d, "rebuilt", &v1);
     let message = u.assert_failed();
-    std::thread::sleep(Duration::from_millis(300));
+    load.answered_after(
+        u.returned + SLACK,
+        &format!("folder {mode:o}: the load going on after the broken rebuild"),
+    );
     let answers = load.finish();
     eprintln!("folder {mode:o}: apply said: {message}");
     assert!(
