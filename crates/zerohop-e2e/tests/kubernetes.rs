@@ -803,7 +803,12 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
                 }
             });
         }
-        std::thread::sleep(Duration::from_secs(2));
+        // The load is answered before the daemon stops.
+        assert!(
+            wait_until(Duration::from_secs(30), || ok.load(Ordering::Relaxed) > 0),
+            "the load through the endpoints never had an answer within 30 s\n{}",
+            cluster.logs()
+        );
         let before = ok.load(Ordering::Relaxed);
         let lost = cluster.nodes[1].name.clone();
         let mut daemon = cluster.nodes[1].daemon.take().unwrap();
@@ -823,7 +828,14 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
         );
         // Its replica moved: three ready endpoints again, none on the stopped node.
         let moved = cluster.wait_ready("hello", 3, |n| !n.contains(&lost), Duration::from_secs(30));
-        std::thread::sleep(Duration::from_secs(2));
+        // And the load is answered after its replica moved.
+        let at_move = ok.load(Ordering::Relaxed);
+        let answered_since = || ok.load(Ordering::Relaxed) > at_move;
+        assert!(
+            wait_until(Duration::from_secs(30), answered_since),
+            "the load had no answer within 30 s after the replica moved off {lost}\n{}",
+            cluster.logs()
+        );
         (lost, before, moved)
     });
     let failures = failures.lock().unwrap().clone();
@@ -1009,7 +1021,12 @@ fn a_chain_split_over_two_nodes_answers_through_the_hop_and_every_request_once_w
                 }
             });
         }
-        std::thread::sleep(Duration::from_secs(1));
+        // The load is answered before the kill.
+        assert!(
+            wait_until(Duration::from_secs(30), || ok.load(Ordering::Relaxed) > 0),
+            "the load on the split chain never had an answer within 30 s\n{}",
+            cluster.logs()
+        );
         let victim = cluster
             .nodes
             .iter()
