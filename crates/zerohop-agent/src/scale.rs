@@ -291,23 +291,15 @@ fn decide(b: &ScaleSpec, mem: &mut Memory, seen: &[Seen], busy: usize, now: Inst
         .map(|s| s.party)
         .collect();
     let mut count = serving;
-    let set = |want: &mut [Want], p: PartyId, w: Want, out: &mut Vec<(PartyId, Want)>| {
-        if let Some(i) = seen.iter().position(|s| s.party == p) {
-            want[i] = w;
-        }
-        out.push((p, w));
-    };
     if wanted > serving || !stranded.is_empty() {
         mem.low = None;
         let mut add = wanted.saturating_sub(serving).max(stranded.len() as u16);
-        for p in order_to_activate(seen, &stranded) {
+        for i in order_to_activate(seen, &stranded) {
             if add == 0 {
                 break;
             }
-            if let Some(i) = seen.iter().position(|s| s.party == p) {
-                want[i] = Want::Run;
-            }
-            d.activate.push(p);
+            want[i] = Want::Run;
+            d.activate.push(seen[i].party);
             add -= 1;
             count += 1;
         }
@@ -322,12 +314,13 @@ fn decide(b: &ScaleSpec, mem: &mut Memory, seen: &[Seen], busy: usize, now: Inst
         {
             let mut extra = serving - most.max(wanted);
             // The highest parties go first, those with nothing queued.
-            for s in seen.iter().rev() {
+            for (i, s) in seen.iter().enumerate().rev() {
                 if extra == 0 {
                     break;
                 }
                 if s.want == Want::Run && s.queued == 0 {
-                    set(&mut want, s.party, Want::Stop, &mut d.wants);
+                    want[i] = Want::Stop;
+                    d.wants.push((s.party, Want::Stop));
                     extra -= 1;
                     count -= 1;
                 }
@@ -349,32 +342,20 @@ fn decide(b: &ScaleSpec, mem: &mut Memory, seen: &[Seen], busy: usize, now: Inst
     }
     // Parked instances: as many as asked, within what `max` leaves.
     let parked_wanted = b.parked.min(max.saturating_sub(count));
-    let parked: Vec<PartyId> = seen
-        .iter()
-        .zip(&want)
-        .filter(|(_, &w)| w == Want::Park)
-        .map(|(s, _)| s.party)
-        .collect();
+    let parked: Vec<usize> = (0..seen.len()).filter(|&i| want[i] == Want::Park).collect();
     let parked_count = parked.len() as u16;
-    if parked_count < parked_wanted {
-        let free = seen
-            .iter()
-            .zip(&want)
-            .filter(|(s, &w)| w == Want::Stop && s.queued == 0)
-            .map(|(s, _)| s.party)
+    let change = if parked_count < parked_wanted {
+        let free: Vec<usize> = (0..seen.len())
+            .filter(|&i| want[i] == Want::Stop && seen[i].queued == 0)
             .take(usize::from(parked_wanted - parked_count))
-            .collect::<Vec<_>>();
-        for p in free {
-            set(&mut want, p, Want::Park, &mut d.wants);
-        }
-    } else if parked_count > parked_wanted {
-        for &p in parked
-            .iter()
-            .rev()
-            .take(usize::from(parked_count - parked_wanted))
-        {
-            set(&mut want, p, Want::Stop, &mut d.wants);
-        }
+            .collect();
+        (free, Want::Park)
+    } else {
+        let extra = usize::from(parked_count.saturating_sub(parked_wanted));
+        (parked.into_iter().rev().take(extra).collect(), Want::Stop)
+    };
+    for i in change.0 {
+        d.wants.push((seen[i].party, change.1));
     }
     d
 }
@@ -398,10 +379,10 @@ fn busy_threads(shared: &Shared, party: PartyId, threads: usize) -> usize {
     }
 }
 
-/// Which parties to activate first: those with something stranded in their queue, then
-/// parked ones (attached, then still starting to park), then those without a process,
-/// lowest first. Parties already serving are not listed.
-fn order_to_activate(seen: &[Seen], stranded: &[PartyId]) -> Vec<PartyId> {
+/// Which parties to activate first, as indices into `seen`: those with something stranded
+/// in their queue, then parked ones (attached, then still starting to park), then those
+/// without a process, lowest first. Parties already serving are not listed.
+fn order_to_activate(seen: &[Seen], stranded: &[PartyId]) -> Vec<usize> {
     let rank = |s: &Seen| {
         if stranded.contains(&s.party) {
             0
@@ -413,9 +394,11 @@ fn order_to_activate(seen: &[Seen], stranded: &[PartyId]) -> Vec<PartyId> {
             }
         }
     };
-    let mut list: Vec<&Seen> = seen.iter().filter(|s| s.want != Want::Run).collect();
-    list.sort_by_key(|s| (rank(s), s.party));
-    list.into_iter().map(|s| s.party).collect()
+    let mut list: Vec<usize> = (0..seen.len())
+        .filter(|&i| seen[i].want != Want::Run)
+        .collect();
+    list.sort_by_key(|&i| (rank(&seen[i]), seen[i].party));
+    list
 }
 
 /// Wants `party` serving; a parked instance is activated right here (no hop through its
