@@ -10,48 +10,38 @@ use zerohop_test_support::{all_stats, descendants};
 
 use super::{ticks_per_second, tree_ticks};
 
-/// Steal time of all CPUs together in clock ticks, from the text of `/proc/stat` (its first
-/// line, `cpu user nice system idle iowait irq softirq steal ...`); `None` when the line or
-/// the field is missing.
-fn parse_steal(proc_stat: &str) -> Option<u64> {
-    let cpu = proc_stat.lines().next()?;
-    let mut fields = cpu.split_whitespace();
-    if fields.next() != Some("cpu") {
-        return None;
-    }
-    fields.nth(7)?.parse().ok()
+/// The fields of `/proc/stat`'s first line (`cpu user nice system idle iowait irq softirq
+/// steal ...`), after its name; `None` when it is not the `cpu` line.
+fn cpu_fields(proc_stat: &str) -> Option<Vec<&str>> {
+    let mut fields = proc_stat.lines().next()?.split_whitespace();
+    (fields.next() == Some("cpu")).then(|| fields.collect())
 }
 
-/// Steal time of all CPUs together, clock ticks (0 when unreadable).
-fn steal_ticks() -> u64 {
-    std::fs::read_to_string("/proc/stat")
-        .ok()
-        .and_then(|s| parse_steal(&s))
-        .unwrap_or(0)
+/// Steal time of all CPUs together in clock ticks, from the text of `/proc/stat`; `None`
+/// when the line or the field is missing.
+fn parse_steal(proc_stat: &str) -> Option<u64> {
+    cpu_fields(proc_stat)?.get(7)?.parse().ok()
 }
 
 /// Ticks all CPUs together spent running anything (user, nice, system, irq, softirq: the
 /// first line's fields 1, 2, 3, 6 and 7; not idle, iowait or steal), from the text of
 /// `/proc/stat`; `None` when the line or a field is missing.
 fn parse_busy(proc_stat: &str) -> Option<u64> {
-    let cpu = proc_stat.lines().next()?;
-    let mut fields = cpu.split_whitespace();
-    if fields.next() != Some("cpu") {
-        return None;
-    }
-    let n: Vec<u64> = fields
-        .take(7)
-        .map(str::parse)
+    let f = cpu_fields(proc_stat)?;
+    let n: Vec<u64> = f
+        .get(..7)?
+        .iter()
+        .map(|v| v.parse())
         .collect::<Result<_, _>>()
         .ok()?;
-    (n.len() == 7).then(|| n[0] + n[1] + n[2] + n[5] + n[6])
+    Some(n[0] + n[1] + n[2] + n[5] + n[6])
 }
 
-/// Busy ticks of all CPUs together (`None` when unreadable).
-fn busy_ticks() -> Option<u64> {
-    std::fs::read_to_string("/proc/stat")
-        .ok()
-        .and_then(|s| parse_busy(&s))
+/// Steal ticks (0 when unreadable) and busy ticks (`None` when unreadable) of all CPUs,
+/// from one read of `/proc/stat`.
+fn stat_ticks() -> (u64, Option<u64>) {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    (parse_steal(&text).unwrap_or(0), parse_busy(&text))
 }
 
 /// The others' ticks over a window: what their processes say (`per_process`), but never
@@ -89,23 +79,24 @@ pub struct MachineTicks {
     at: Instant,
     /// [`others_ticks`].
     others: BTreeMap<(i32, u64), u64>,
-    /// [`steal_ticks`].
+    /// Steal ticks ([`stat_ticks`]).
     steal: u64,
     /// This process and every process below it.
     own: u64,
-    /// [`busy_ticks`].
+    /// Busy ticks ([`stat_ticks`]).
     busy: Option<u64>,
 }
 
 impl MachineTicks {
     /// The counters now.
     pub fn now() -> Self {
+        let (steal, busy) = stat_ticks();
         Self {
             at: Instant::now(),
             others: others_ticks(),
-            steal: steal_ticks(),
+            steal,
             own: tree_ticks(std::process::id()),
-            busy: busy_ticks(),
+            busy,
         }
     }
 

@@ -26,15 +26,17 @@ fn kib_lines(text: &str, names: &[&str]) -> Vec<Option<u64>> {
     out
 }
 
-/// [`kib_lines`] of the file at `path`, 0 for a line absent; `None` when it cannot be read.
+/// [`kib_lines`], 0 for a line absent.
+fn kib_values(text: &str, names: &[&str]) -> Vec<u64> {
+    kib_lines(text, names)
+        .into_iter()
+        .map(|v| v.unwrap_or(0))
+        .collect()
+}
+
+/// [`kib_values`] of the file at `path`; `None` when it cannot be read.
 fn read_kib_lines(path: &str, names: &[&str]) -> Option<Vec<u64>> {
-    let text = std::fs::read_to_string(path).ok()?;
-    Some(
-        kib_lines(&text, names)
-            .into_iter()
-            .map(|v| v.unwrap_or(0))
-            .collect(),
-    )
+    Some(kib_values(&std::fs::read_to_string(path).ok()?, names))
 }
 
 /// The memory lines of `/proc/PID/status`.
@@ -61,12 +63,7 @@ impl Status {
 
     /// Parses the text of a status file.
     pub fn parse(text: &str) -> Self {
-        Self::from_values(
-            kib_lines(text, &Self::LINES)
-                .into_iter()
-                .map(|v| v.unwrap_or(0))
-                .collect(),
-        )
+        Self::from_values(kib_values(text, &Self::LINES))
     }
 
     /// Reads `/proc/PID/status`.
@@ -115,12 +112,7 @@ impl Rollup {
 
     /// Parses the text of a smaps_rollup file.
     pub fn parse(text: &str) -> Self {
-        Self::from_values(
-            kib_lines(text, &Self::LINES)
-                .into_iter()
-                .map(|v| v.unwrap_or(0))
-                .collect(),
-        )
+        Self::from_values(kib_values(text, &Self::LINES))
     }
 
     /// Reads `/proc/PID/smaps_rollup`.
