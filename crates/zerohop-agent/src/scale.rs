@@ -12,8 +12,11 @@
 //!   activated: that is how a request sent to a function scaled to zero, by the gateway or
 //!   by another function, gets an instance.
 //! - **In after `cooldown`.** Fewer wanted than serving for a whole `cooldown`: down to the
-//!   most wanted during that time. An instance is drained before it stops (senders avoid
-//!   it; what they sent meanwhile is served or waits for the next activation).
+//!   most wanted during that time, the highest parties first. An instance is drained
+//!   before it stops (senders avoid it; what they sent meanwhile is served or waits for the
+//!   next activation). A party with something queued is not stopped, and no lower one
+//!   stops in its place: the scale-in waits until its queue is drained, so that what a
+//!   sender queued cannot choose which instance of another function stops.
 //! - **To zero after `zero_after`.** A `min: 0` function with no demand for `zero_after`
 //!   stops its last serving instance.
 //! - **Parked.** Besides the serving ones, `parked` instances (at most `max` minus the
@@ -63,6 +66,8 @@ use crate::supervise::{Shared, Want};
 
 /// How often the scaler looks while requests are in flight.
 pub const TICK: Duration = Duration::from_millis(10);
+/// How soon the scaler looks again at a scale-in held up by a party with something queued.
+const HELD_LOOK: Duration = Duration::from_millis(100);
 
 /// What the scaler remembers of one function.
 #[derive(Clone, Debug)]
@@ -313,22 +318,34 @@ fn decide(b: &ScaleSpec, mem: &mut Memory, seen: &[Seen], busy: usize, now: Inst
         if wanted == 0 || !b.scales() || serving > b.max || now.duration_since(since) >= b.cooldown
         {
             let mut extra = serving - most.max(wanted);
-            // The highest parties go first, those with nothing queued.
+            // The highest serving parties go first, in order. One with something queued
+            // stays until its queue is drained, and no lower party stops in its place:
+            // what a sender queued (garbage included, see the module docs) must not choose
+            // which instance of another function stops.
+            let mut held = false;
             for (i, s) in seen.iter().enumerate().rev() {
                 if extra == 0 {
                     break;
                 }
-                if s.want == Want::Run && s.queued == 0 {
-                    want[i] = Want::Stop;
-                    d.wants.push((s.party, Want::Stop));
-                    extra -= 1;
-                    count -= 1;
+                if s.want != Want::Run {
+                    continue;
                 }
+                if s.queued > 0 {
+                    held = true;
+                    break;
+                }
+                want[i] = Want::Stop;
+                d.wants.push((s.party, Want::Stop));
+                extra -= 1;
+                count -= 1;
             }
-            // Still more than wanted now (the last requests of a load kept the most
-            // wanted up): another cooldown from here, with its own deadline, so an idle
-            // chain gets there too.
-            if count > wanted {
+            if held {
+                // The same scale-in, as soon as that queue is drained.
+                at(now + HELD_LOOK);
+            } else if count > wanted {
+                // Still more than wanted now (the last requests of a load kept the most
+                // wanted up): another cooldown from here, with its own deadline, so an
+                // idle chain gets there too.
                 mem.low = Some((now, wanted));
                 at(now + b.cooldown);
             } else {
@@ -667,9 +684,10 @@ mod tests {
     }
 
     #[test]
-    fn a_party_with_something_queued_is_not_the_one_stopped() {
+    fn a_party_with_something_queued_holds_the_scale_in_and_no_lower_one_stops_for_it() {
         let t0 = Instant::now();
-        let seen = [
+        let s = Duration::from_secs;
+        let mut seen = [
             party(1, R, PartyState::Ready, 0),
             party(2, R, PartyState::Ready, 1),
             party(3, R, PartyState::Ready, 0),
@@ -677,9 +695,47 @@ mod tests {
         let b = bounds(1, 3, 0);
         let mut mem = memory(Some(t0));
         decide(&b, &mut mem, &seen, 0, t0);
-        let d = decide(&b, &mut mem, &seen, 0, t0 + Duration::from_secs(10));
-        // 1 queued: 1 wanted; the two stopped are those with nothing queued.
-        assert_eq!(d.wants, [(3, S), (1, S)]);
+        let d = decide(&b, &mut mem, &seen, 0, t0 + s(10));
+        // 1 queued: 1 wanted. Party 3 goes; party 2 has something queued, so it stays, and
+        // party 1 is not stopped in its place: a look again soon, not a whole cooldown.
+        assert_eq!(d.wants, [(3, S)]);
+        assert_eq!(d.next, Some(t0 + s(10) + HELD_LOOK));
+        assert_eq!(
+            mem.low,
+            Some((t0, 1)),
+            "the cooldown that ran out still counts"
+        );
+        // Drained: party 2 goes at the next look.
+        seen[1].queued = 0;
+        seen[2].want = S;
+        let d = decide(&b, &mut mem, &seen, 0, t0 + s(10) + HELD_LOOK);
+        assert_eq!(d.wants, [(2, S)]);
+    }
+
+    #[test]
+    fn garbage_queued_for_a_spare_party_stops_no_serving_instance() {
+        // A fixed count of 1 (party 1) and the spare party 2, whose queue another function
+        // keeps full of garbage (credited one, as a request is in flight).
+        let t = Instant::now();
+        let mut seen = [
+            party(1, R, PartyState::Ready, 0),
+            party(2, S, PartyState::Stopped, 1),
+        ];
+        let b = bounds(1, 1, 0);
+        let mut mem = memory(Some(t));
+        // It looks stranded: activated (one instance more, for as long as it has work).
+        let d = decide(&b, &mut mem, &seen, 1, t);
+        assert_eq!(d.activate, [2]);
+        // Two serve, one is wanted: party 2 still has something queued, so nothing stops
+        // (party 1 is not stopped in its place).
+        seen[1].want = R;
+        seen[1].state = PartyState::Ready;
+        let d = decide(&b, &mut mem, &seen, 1, t + TICK);
+        assert_eq!((d.activate.len(), d.wants.len()), (0, 0));
+        // The garbage is gone (dropped by party 2's instance): party 2 stops.
+        seen[1].queued = 0;
+        let d = decide(&b, &mut mem, &seen, 1, t + TICK + HELD_LOOK);
+        assert_eq!(d.wants, [(2, S)]);
     }
 
     #[test]

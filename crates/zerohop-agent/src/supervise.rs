@@ -465,7 +465,7 @@ const REPLACED: &str = "replaced by a new version";
 enum Drained {
     /// Nothing in its handlers, queued for it or held by it (twice in a row).
     Idle,
-    /// The scaler wants it to serve again: it is `Ready` again.
+    /// The scaler wants it to serve again: it is `Ready` again (`Starting`, if it was).
     Wanted,
     /// Its process ended while draining.
     Exited(std::io::Result<ExitStatus>),
@@ -484,12 +484,18 @@ async fn drain(
     stop: &mut watch::Receiver<bool>,
     called_off_by_run: bool,
 ) -> Drained {
+    // An instance still starting goes back to starting when the drain is called off (it
+    // attaches as usual); one that saw `Draining` at its start has left already.
+    let back = match shared.state(inst.party) {
+        PartyState::Starting => PartyState::Starting,
+        _ => PartyState::Ready,
+    };
     shared.set_state(inst.party, PartyState::Draining);
     let deadline = Instant::now() + shared.timeout + Duration::from_secs(1);
     let mut idle = 0;
     loop {
         if called_off_by_run && *want.borrow_and_update() == Want::Run {
-            shared.set_state(inst.party, PartyState::Ready);
+            shared.set_state(inst.party, back);
             return Drained::Wanted;
         }
         if shared.involved(inst.party) == 0 {
@@ -530,6 +536,9 @@ async fn retire(
         let called_off_by_run = why != REPLACED;
         match drain(shared, inst, instance, want, stop, called_off_by_run).await {
             Drained::Wanted => return Ok(false),
+            // It had not attached yet: it saw `Draining` at its start and left, as asked
+            // (it took nothing from its queue).
+            Drained::Exited(Ok(s)) if state == PartyState::Starting && s.success() => {}
             Drained::Exited(s) => return Err(s),
             Drained::Idle | Drained::Stopping => {}
             Drained::TimedOut => tracing::warn!(
