@@ -17,7 +17,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{cargo, phases, run, workspace_root};
+use crate::cmd::{cargo, run, workspace_root};
+use crate::phases;
 
 const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [TARGET...]";
 

@@ -8,7 +8,8 @@
 //!
 //! A program is looked for on `PATH` only (as the tests start it), a header or a library at
 //! its path. The decision ([`plan`]) is a pure function of what was found, so it is tested
-//! with tables; [`ensure`] only gathers the facts and carries the plan out.
+//! with tables (and, as part of each task's whole plan, in `crate::plan`); [`missing`] and
+//! [`this_machine`] gather the facts, [`carry_out`] carries the decision out.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -291,7 +292,8 @@ pub fn missing(needs: &[Need]) -> Vec<&'static Requirement> {
         .collect()
 }
 
-fn this_machine() -> Machine {
+/// Whether this process runs as root and apt-get is on `PATH`.
+pub fn this_machine() -> Machine {
     let path = std::env::var_os("PATH").unwrap_or_default();
     Machine {
         root: is_root(),
@@ -311,14 +313,13 @@ pub fn is_root() -> bool {
     effective_uid() == Some(0)
 }
 
-/// Makes sure the requirements of `needs` are met: installs what is missing (root with apt)
-/// or stops with one line per missing program. `task` names the command for the messages.
-pub fn ensure(task: &str, needs: &[Need]) -> Result<()> {
-    let missing = missing(needs);
-    match plan(&missing, this_machine()) {
+/// Carries out `plan`, the plan for the requirements `missing`: installs them (root with
+/// apt) or stops with one line per missing program. `task` names the command for the messages.
+pub fn carry_out(task: &str, plan: &Plan, missing: &[&Requirement]) -> Result<()> {
+    match plan {
         Plan::Ready => Ok(()),
         Plan::Refuse(lines) => {
-            for l in &lines {
+            for l in lines {
                 eprintln!("xtask: {l}");
             }
             bail!(
@@ -326,7 +327,7 @@ pub fn ensure(task: &str, needs: &[Need]) -> Result<()> {
                 lines.len()
             )
         }
-        Plan::Install(packages) => install(&packages, &missing),
+        Plan::Install(packages) => install(packages, missing),
     }
 }
 
@@ -384,23 +385,6 @@ fn install(packages: &[&str], missing: &[&Requirement]) -> Result<()> {
     }
     eprintln!("xtask: installed {}", packages.join(" "));
     Ok(())
-}
-
-/// What `cargo xtask demo` says: it needs nothing beyond the Rust toolchain, and which
-/// packages the tests would install.
-pub fn demo_note() {
-    let missing = missing(&[Need::Build, Need::Tests]);
-    let packages: Vec<&str> = missing.iter().filter_map(|r| r.package).collect();
-    if packages.is_empty() {
-        eprintln!("xtask: the demo needs no system packages beyond the Rust toolchain");
-    } else {
-        eprintln!(
-            "xtask: the demo needs no system packages beyond the Rust toolchain; `cargo xtask \
-             test` would install {} (the sockmap transport's eBPF programs and the tests' \
-             programs)",
-            packages.join(" ")
-        );
-    }
 }
 
 #[cfg(test)]

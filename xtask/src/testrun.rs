@@ -5,7 +5,9 @@
 //! it. Every binary runs even when one fails; the output of a failed one is printed whole,
 //! and the run fails at the end naming each.
 //!
-//! Which run alone is a pure function ([`schedule`]), tested as such.
+//! Which binaries there are ([`parse_artifacts`], from cargo's messages) and which run alone
+//! ([`schedule`]) are pure functions, tested as such; [`names_from_metadata`] names the same
+//! binaries from `cargo metadata` before anything is built (`cargo xtask test --plan`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::cmd::{cargo, workspace_root};
 use crate::phases::Phases;
 
 /// Test binaries running at once (the machines this runs on have 2 cores; most end-to-end
@@ -51,7 +54,7 @@ pub struct TestBin {
 /// plus `extra`) and returns them.
 pub fn build(extra: &[String]) -> Result<Vec<TestBin>> {
     eprintln!("xtask: building the workspace's test binaries");
-    let mut child = crate::cargo()
+    let mut child = cargo()
         .args([
             "test",
             "--release",
@@ -74,8 +77,14 @@ pub fn build(extra: &[String]) -> Result<Vec<TestBin>> {
     if !status.success() {
         bail!("building the test binaries failed ({status})");
     }
+    Ok(parse_artifacts(&out))
+}
+
+/// The test binaries in cargo's JSON messages (`--message-format=json`, one a line): each
+/// `compiler-artifact` of the test profile with an executable, once, in name order.
+pub fn parse_artifacts(messages: &str) -> Vec<TestBin> {
     let mut bins = Vec::new();
-    for line in out.lines() {
+    for line in messages.lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
@@ -90,16 +99,9 @@ pub fn build(extra: &[String]) -> Result<Vec<TestBin>> {
         let package = msg["package_id"]
             .as_str()
             .and_then(package_name)
-            .unwrap_or("?")
-            .to_owned();
-        let kind = msg["target"]["kind"][0].as_str().unwrap_or("");
-        let target = if kind == "lib" || kind == "proc-macro" {
-            "lib".to_owned()
-        } else {
-            msg["target"]["name"].as_str().unwrap_or("?").to_owned()
-        };
+            .unwrap_or("?");
         bins.push(TestBin {
-            name: format!("{package}::{target}"),
+            name: bin_name(package, &msg["target"]),
             exe: PathBuf::from(exe),
             dir: Path::new(manifest)
                 .parent()
@@ -109,7 +111,60 @@ pub fn build(extra: &[String]) -> Result<Vec<TestBin>> {
     }
     bins.sort_by(|a, b| a.name.cmp(&b.name));
     bins.dedup_by(|a, b| a.exe == b.exe);
-    Ok(bins)
+    bins
+}
+
+/// A test binary's name, `package::target`, from a cargo target (as both cargo's messages
+/// and `cargo metadata` give it): a library's unit tests are `package::lib`.
+fn bin_name(package: &str, target: &serde_json::Value) -> String {
+    let kind = target["kind"][0].as_str().unwrap_or("");
+    if kind == "lib" || kind == "proc-macro" {
+        format!("{package}::lib")
+    } else {
+        format!("{package}::{}", target["name"].as_str().unwrap_or("?"))
+    }
+}
+
+/// The names of the test binaries `cargo test --workspace` builds, from the output of `cargo
+/// metadata --no-deps --format-version 1`: every target of a workspace member that is tested
+/// (`"test": true`), named as [`parse_artifacts`] names it, in name order (a name twice if
+/// two targets share it).
+pub fn names_from_metadata(metadata: &str) -> Result<Vec<String>> {
+    let m: serde_json::Value =
+        serde_json::from_str(metadata).context("reading cargo metadata's output")?;
+    let members: Vec<&str> = m["workspace_members"]
+        .as_array()
+        .context("cargo metadata gave no workspace_members")?
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    let mut names = Vec::new();
+    for p in m["packages"].as_array().into_iter().flatten() {
+        if !p["id"].as_str().is_some_and(|id| members.contains(&id)) {
+            continue;
+        }
+        let package = p["name"].as_str().unwrap_or("?");
+        for t in p["targets"].as_array().into_iter().flatten() {
+            if t["test"] == true {
+                names.push(bin_name(package, t));
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The names of the workspace's test binaries, from `cargo metadata` (nothing is built).
+pub fn workspace_names() -> Result<Vec<String>> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!("cargo metadata failed ({})", out.status);
+    }
+    names_from_metadata(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// The package name in a cargo package id: `path+file:///.../zerohop-e2e#0.1.0` or
@@ -124,18 +179,20 @@ fn package_name(id: &str) -> Option<&str> {
     id.split_whitespace().next()
 }
 
-/// Which of `bins` run alone (those named in `solo`, first, one after another) and which
-/// share the machine ([`PARALLEL`] at a time), each list in name order.
-pub fn schedule(bins: &[TestBin], solo: &[&str]) -> (Vec<usize>, Vec<usize>) {
-    (0..bins.len()).partition(|&i| solo.contains(&bins[i].name.as_str()))
+/// Which of the binaries `names` run alone (those named in `solo`, first, one after another)
+/// and which share the machine ([`PARALLEL`] at a time), as indices into `names`, each list
+/// in the order of `names`.
+pub fn schedule<S: AsRef<str>>(names: &[S], solo: &[&str]) -> (Vec<usize>, Vec<usize>) {
+    (0..names.len()).partition(|&i| solo.contains(&names[i].as_ref()))
 }
 
 /// Runs `bins` (solo ones alone, the others [`PARALLEL`] at a time, a slot refilled as soon
 /// as a binary ends), recording each in `phases`. Fails at the end if any failed.
 pub fn run(bins: &[TestBin], extra_args: &[String], phases: &mut Phases) -> Result<()> {
-    let logs = crate::workspace_root().join("target/xtask/test-logs");
+    let logs = workspace_root().join("target/xtask/test-logs");
     std::fs::create_dir_all(&logs).context("creating target/xtask/test-logs")?;
-    let (solo, shared) = schedule(bins, SOLO);
+    let names: Vec<&str> = bins.iter().map(|b| b.name.as_str()).collect();
+    let (solo, shared) = schedule(&names, SOLO);
     let mut failed = Vec::new();
     let total = bins.len();
     let mut done = 0usize;
@@ -320,20 +377,9 @@ impl Running {
 mod tests {
     use super::*;
 
-    fn bins(names: &[&str]) -> Vec<TestBin> {
-        names
-            .iter()
-            .map(|n| TestBin {
-                name: (*n).to_owned(),
-                exe: PathBuf::from(n),
-                dir: PathBuf::new(),
-            })
-            .collect()
-    }
-
     #[test]
     fn solo_binaries_run_alone_and_the_rest_share() {
-        let b = bins(&["a::lib", "e2e::kube", "b::lib", "c::t", "bench::smoke"]);
+        let b = ["a::lib", "e2e::kube", "b::lib", "c::t", "bench::smoke"];
         let (solo, shared) = schedule(&b, &["e2e::kube", "bench::smoke", "not::built"]);
         assert_eq!(solo, vec![1, 4]);
         assert_eq!(shared, vec![0, 2, 3]);

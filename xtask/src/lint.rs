@@ -1,0 +1,34 @@
+//! `cargo xtask lint`: what the build needs (clang for the eBPF programs), then `cargo fmt
+//! --check` and `cargo clippy -D warnings` over the workspace and the two SDK crates that
+//! live outside it, in the order of its plan (`crate::plan::lint`).
+
+use anyhow::{bail, Result};
+
+use crate::cmd::{cargo, run, workspace_root};
+use crate::phases::Phases;
+use crate::{plan, prereqs};
+
+pub fn lint(args: &[String]) -> Result<()> {
+    if let Some(a) = args.first() {
+        bail!("cargo xtask lint takes no arguments (got `{a}`)");
+    }
+    let mut ph = Phases::new(&workspace_root(), "lint");
+    let result = (|| -> Result<()> {
+        let missing = prereqs::missing(plan::LINT_NEEDS);
+        let plan = plan::lint(prereqs::this_machine(), &missing);
+        ph.time("system packages", || {
+            prereqs::carry_out("cargo xtask lint", &plan.packages, &plan.missing)
+        })?;
+        for step in &plan.steps {
+            ph.time(&step.phase, || {
+                for (said, args) in &step.commands {
+                    run(said, cargo().args(args))?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })();
+    ph.print();
+    result
+}
