@@ -18,14 +18,8 @@ pub const LINT_NEEDS: &[Need] = &[Need::Build];
 
 /// Programs the steps run that `prereqs::REQUIREMENTS` does not check, because the machine
 /// has them before anything is installed: the Rust toolchain (rustup, with its linker and
-/// rustfmt and clippy), `ldd` (libc-bin, an essential Debian package) and `kill` (procps, in
-/// every Debian installation, though not in every container image; `testrun` kills a test
-/// binary that overruns its limit with it).
-pub const BASE_PROGRAMS: &[Probe] = &[
-    Probe::Program("cargo"),
-    Probe::Program("ldd"),
-    Probe::Program("kill"),
-];
+/// rustfmt and clippy) and `ldd` (libc-bin, an essential Debian package).
+pub const BASE_PROGRAMS: &[Probe] = &[Probe::Program("cargo"), Probe::Program("ldd")];
 
 /// The message `cargo xtask test` stops with when it does not run as root.
 pub const NOT_ROOT: &str = "cargo xtask test runs as root: its tests run chains under uids of \
@@ -220,7 +214,6 @@ pub const TEST_STEPS: &[Step] = &[
             Probe::Program("ip"),
             Probe::Program("nsenter"),
             Probe::Program("runc"),
-            Probe::Program("kill"),
         ],
         uses: &[
             Artifact::TestBinaries,

@@ -341,10 +341,13 @@ impl Running {
                 log: self.log.clone(),
             }),
             Ok(None) if took > LIMIT => {
-                let pgid = self.child.id();
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{pgid}")])
-                    .status();
+                // The binary leads a process group of its own: everything it started goes.
+                if let Ok(pgid) = i32::try_from(self.child.id()) {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pgid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
                 let _ = self.child.wait();
                 Some(Outcome {
                     ok: false,
