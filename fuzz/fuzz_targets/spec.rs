@@ -126,7 +126,7 @@ fn check_spec(s: &spec::ChainSpec) {
     }
 
     // What the agent does next: the plan every party gets, and the policy from it.
-    let plan = zerohop_agent::plan_from_spec(s, "ring", 20, s.gateway_threads.unwrap_or(2));
+    let plan = spec::plan_from_spec(s, "ring", 20, s.gateway_threads.unwrap_or(2));
     check_plan(s, &plan);
 }
 
