@@ -64,7 +64,6 @@ impl Layout {
         layout
     }
 
-    /// The v1 hierarchy with `controller`: its controllers and the agent's group in it.
     /// Whether a group `name` exists beside the agent's own in any hierarchy.
     pub(super) fn taken(&self, name: &str) -> bool {
         self.v2
@@ -73,6 +72,7 @@ impl Layout {
             .any(|own| own.join(name).exists())
     }
 
+    /// The v1 hierarchy with `controller`: its controllers and the agent's group in it.
     pub(super) fn v1_with(&self, controller: &str) -> Option<&(Vec<String>, PathBuf)> {
         self.v1
             .iter()
