@@ -46,7 +46,7 @@ mod request;
 mod sys;
 
 pub use call::{Answer, CallError};
-pub use instance::{attach, run, start, Deferred, Instance, StartError};
+pub use instance::{attach, run, start, Deferred, HandOverError, Instance, StartError};
 pub use request::{HandlerError, Next, Request};
 /// The logging facade functions use; the runtime installs its subscriber (see "Logging").
 pub use tracing;
