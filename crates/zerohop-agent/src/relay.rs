@@ -17,7 +17,7 @@ use std::time::Duration;
 use zerohop_link::{Answer, Call, Peers};
 use zerohop_runtime::{Deferred, HandlerError, Next, Request};
 
-use crate::supervise::{handover_fds, InstanceSpec, Shared};
+use crate::supervise::{handover_fds, InstanceSpec, Supervision};
 
 /// How an agent reaches the daemons of its peer nodes: shared by all its chains.
 #[derive(Clone)]
@@ -54,23 +54,24 @@ impl RelayParty {
     }
 }
 
-/// Attaches `inst`'s party in this process and serves it, relaying to `peer`.
+/// Attaches `inst`'s party in this process and serves it, relaying to `peer`: it is handed
+/// what an instance of the party would be (`s`), with the offence counts to blame senders.
 pub(crate) fn start(
-    shared: &Shared,
+    s: Supervision<'_>,
     inst: &InstanceSpec,
     peer: SocketAddr,
     link: &Link,
 ) -> std::io::Result<RelayParty> {
     // Its handler threads are the agent's own: nobody watches these records.
-    let progress = shared.progress_for(inst.party)?;
-    let fds = handover_fds(shared, inst, &progress)?;
-    let plan = (**shared.gateways.plan()).clone();
+    let progress = s.parties.progress_for(inst.party)?;
+    let fds = handover_fds(s.parties, s.launch, s.transport, inst, &progress)?;
+    let plan = (**s.gateways.plan()).clone();
     let chain = plan.chain.clone();
     // A relay is one of the agent's own parties: what it receives is a count the agent
     // trusts (see `crate::offence`).
     let instance = zerohop_runtime::attach(plan, inst.party, fds)
         .map_err(|e| std::io::Error::other(e.to_string()))?
-        .with_blame(shared.offences.clone());
+        .with_blame(s.offences.clone());
     let stop = instance.stopper();
     let relay = Arc::new(Relay {
         link: link.clone(),

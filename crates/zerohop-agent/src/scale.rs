@@ -58,11 +58,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use zerohop_pool::PartyState;
-use zerohop_transport::PartyId;
+use zerohop_gateway::Gateways;
+use zerohop_pool::{PartyState, Pools};
+use zerohop_transport::{PartyId, Transport};
 
+use crate::parties::{Parties, Want};
+use crate::shared::Scaling;
 use crate::spec::ScaleSpec;
-use crate::supervise::{Shared, Want};
 
 /// How often the scaler looks while requests are in flight.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -87,13 +89,17 @@ struct Seen {
     queued: usize,
 }
 
-/// Runs until `stop` turns true.
-pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+/// Runs until `stop` turns true (bounds from `scaling`, demand from the others).
+pub(crate) async fn run(
+    scaling: &Scaling,
+    parties: &Parties,
+    gateways: &Gateways,
+    transport: &dyn Transport,
+    mut stop: watch::Receiver<bool>,
+) {
     let started = Instant::now();
-    let mut memory: Vec<Memory> = shared
-        .scale
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    let mut memory: Vec<Memory> = scaling
+        .bounds()
         .iter()
         .map(|s| Memory {
             low: None,
@@ -103,8 +109,8 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         .collect();
     loop {
         let now = Instant::now();
-        let deadline = tick(&shared, &mut memory, now);
-        let busy = shared.gateways.inflight() > 0;
+        let deadline = tick(scaling, parties, gateways, transport, &mut memory, now);
+        let busy = gateways.inflight() > 0;
         let wait = if busy {
             Some(TICK)
         } else {
@@ -117,9 +123,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     None => std::future::pending().await,
                 }
             } => Wake::Timer,
-            _ = shared.gateways.busy(), if !busy => Wake::Gateway,
-            _ = shared.gateways.wants_instance() => Wake::Gateway,
-            _ = shared.rescale.notified() => Wake::Instance,
+            _ = gateways.busy(), if !busy => Wake::Gateway,
+            _ = gateways.wants_instance() => Wake::Gateway,
+            _ = scaling.rescaled() => Wake::Instance,
             r = stop.changed() => if r.is_err() || *stop.borrow() { return } else { Wake::Timer },
         };
         let at = look_at(Some(now), Instant::now(), why);
@@ -181,45 +187,48 @@ fn credit(queued: &[(bool, usize)], inflight: usize) -> Vec<usize> {
 /// One look at every function; returns when the scaler must look again even if nothing
 /// happens (a cooldown or zero_after running out). Gathers what [`decide`] needs, then
 /// carries out what it decided.
-fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant> {
-    let plan = shared.gateways.plan();
-    let bounds: Vec<ScaleSpec> = shared
-        .scale
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+fn tick(
+    scaling: &Scaling,
+    parties: &Parties,
+    gateways: &Gateways,
+    transport: &dyn Transport,
+    memory: &mut [Memory],
+    now: Instant,
+) -> Option<Instant> {
+    let plan = gateways.plan();
+    let bounds: Vec<ScaleSpec> = scaling.bounds();
     let mut next: Option<Instant> = None;
-    let inflight = shared.gateways.inflight();
+    let inflight = gateways.inflight();
     for (f, (b, mem)) in bounds.iter().zip(memory.iter_mut()).enumerate() {
-        if shared.rolling[f].load(Ordering::Relaxed) {
+        if scaling.rolling(f) {
             // A live update swaps its instances one for one; the scaler waits for it.
             mem.low = None;
             continue;
         }
-        let parties = plan.parties_of(f as u8);
+        let function_parties = plan.parties_of(f as u8);
         let threads = plan
             .functions
             .get(f)
             .map_or(1, zerohop_transport::FunctionPlan::handler_threads);
-        let mut seen = Vec::with_capacity(parties.len());
+        let mut seen = Vec::with_capacity(function_parties.len());
         let mut busy = 0usize;
-        for p in parties {
-            let Some(c) = shared.parties.get(p as usize) else {
+        for p in function_parties {
+            let Some(c) = parties.get(p) else {
                 continue;
             };
             let want = c.wanted();
-            let state = shared.state(p);
+            let state = parties.state(p);
             let serving =
                 c.pgid() != 0 && matches!(state, PartyState::Ready | PartyState::Draining);
             if serving {
                 // What the instance says about itself alone (see the module docs).
-                busy += busy_threads(shared, p, threads);
+                busy += busy_threads(parties, p, threads);
             }
             seen.push(Seen {
                 party: p,
                 want,
                 state,
-                queued: shared.transport.queued(p),
+                queued: transport.queued(p),
             });
         }
         // Queue depth is anybody's word: believed up to the requests in flight.
@@ -235,10 +244,10 @@ fn tick(shared: &Shared, memory: &mut [Memory], now: Instant) -> Option<Instant>
         }
         let d = decide(b, mem, &seen, busy, now);
         for &p in &d.activate {
-            activate(shared, p);
+            activate(parties, p);
         }
         for &(p, want) in &d.wants {
-            shared.set_want(p, want);
+            parties.set_want(p, want);
         }
         next = match (next, d.next) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -380,16 +389,12 @@ fn decide(b: &ScaleSpec, mem: &mut Memory, seen: &[Seen], busy: usize, now: Inst
 /// Handler threads of `party`'s instance in a request now, by its progress records (which
 /// only it and the agent map); for a party without them (a relay, played by the agent), the
 /// pool's counter, at most `threads`.
-fn busy_threads(shared: &Shared, party: PartyId, threads: usize) -> usize {
-    let progress = shared
-        .parties
-        .get(party as usize)
-        .and_then(|c| c.progress.lock().unwrap_or_else(|p| p.into_inner()).clone());
-    match progress {
+fn busy_threads(parties: &Parties, party: PartyId, threads: usize) -> usize {
+    match parties.get(party).and_then(|c| c.progress()) {
         Some((_, records)) => (0..records.threads())
             .filter(|&t| records.seq(t) % 2 == 1)
             .count(),
-        None => shared
+        None => parties
             .records(party)
             .next()
             .map_or(0, |r| (r.busy() as usize).min(threads)),
@@ -420,18 +425,16 @@ fn order_to_activate(seen: &[Seen], stranded: &[PartyId]) -> Vec<usize> {
 
 /// Wants `party` serving; a parked instance is activated right here (no hop through its
 /// supervisor), one without a process is started cold by its supervisor.
-pub(crate) fn activate(shared: &Shared, party: PartyId) {
+pub(crate) fn activate(parties: &Parties, party: PartyId) {
     let parked = matches!(
-        shared.state(party),
+        parties.state(party),
         PartyState::Parked | PartyState::Parking
     );
-    if let Some(c) = shared.parties.get(party as usize) {
-        c.decided_cold.store(!parked, Ordering::Relaxed);
-        c.decided_ns
-            .store(zerohop_pool::monotonic_ns(), Ordering::Relaxed);
+    if let Some(c) = parties.get(party) {
+        c.decided(!parked);
     }
-    let woke = parked && shared.activate(party);
-    shared.set_want(party, Want::Run);
+    let woke = parked && parties.activate(party);
+    parties.set_want(party, Want::Run);
     if woke {
         // The woken instance usually lands on this CPU, and under SCHED_BATCH it would wait
         // until this thread blocks: give it the CPU now.
@@ -445,15 +448,15 @@ pub(crate) fn activate(shared: &Shared, party: PartyId) {
 pub(crate) struct Wakers {
     stop: Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    shared: Arc<Shared>,
+    pools: Pools,
 }
 
 impl Wakers {
-    pub fn start(shared: &Arc<Shared>) -> std::io::Result<Self> {
+    pub fn start(pools: &Pools, scaling: &Arc<Scaling>) -> std::io::Result<Self> {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut threads = Vec::new();
-        for (i, pool) in shared.gateways.pools().iter().enumerate() {
-            let (pool, stop, shared) = (pool.clone(), stop.clone(), shared.clone());
+        for (i, pool) in pools.iter().enumerate() {
+            let (pool, stop, scaling) = (pool.clone(), stop.clone(), scaling.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("waker-{i}"))
@@ -464,7 +467,7 @@ impl Wakers {
                             let now = pool.wait_wanted(seen, Duration::from_secs(3600));
                             if now != seen {
                                 seen = now;
-                                shared.rescale.notify_one();
+                                scaling.rescale();
                                 // Any party can bump the word in a loop: what moves it
                                 // during the next tick is one more wake-up, not thousands.
                                 std::thread::sleep(TICK);
@@ -476,14 +479,14 @@ impl Wakers {
         Ok(Self {
             stop,
             threads,
-            shared: shared.clone(),
+            pools: pools.clone(),
         })
     }
 
     fn signal(&self) {
         // SYNC POINT: Release pairs with the Acquire load in the threads' loop.
         self.stop.store(true, Ordering::Release);
-        for pool in self.shared.gateways.pools().iter() {
+        for pool in self.pools.iter() {
             pool.want_instance();
         }
     }

@@ -5,7 +5,6 @@
 //! Nothing here trusts shared memory for more than a number to show: party states and slot
 //! owners are read as they are, never acted upon.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,7 +15,8 @@ use crate::api::{
     ChainStatus, FunctionStatus, GatewayCounters, InstanceStatus, KernelCounters, RouteStatus,
     SlotCounters,
 };
-use crate::supervise::{PartyControl, Shared, Want};
+use crate::parties::{PartyControl, Want};
+use crate::shared::Shared;
 
 /// Why a function cannot be scaled as asked ([`ChainView::scale`]).
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -110,20 +110,14 @@ impl ChainView {
             });
         };
         let reserved = plan.parties_of(f).len() as u16;
-        let mut all = self.shared.scale.lock().unwrap_or_else(|p| p.into_inner());
-        let b = &mut all[f as usize];
-        if n > b.max {
-            return Err(ScaleError::AboveMax {
+        self.shared
+            .scaling
+            .set_min(usize::from(f), n)
+            .map_err(|b| ScaleError::AboveMax {
                 function: function.to_owned(),
                 max: b.max,
                 reserved,
-            });
-        }
-        b.min = n;
-        let now = *b;
-        drop(all);
-        self.shared.rescale.notify_one();
-        Ok(now)
+            })
     }
 
     /// Chain name.
@@ -143,7 +137,7 @@ impl ChainView {
 
     /// What its instances print.
     pub fn logs(&self) -> &crate::logs::LogBook {
-        &self.shared.logs
+        self.shared.launch.logs()
     }
 
     /// Seconds since the chain came up.
@@ -159,7 +153,7 @@ impl ChainView {
         let pools = gws.pools();
         let total =
             |c: fn(&zerohop_gateway::GatewayStats) -> &std::sync::atomic::AtomicU64| gws.total(c);
-        let bounds = s.scale.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let bounds = s.scaling.bounds();
         let mut functions: Vec<FunctionStatus> = plan
             .functions
             .iter()
@@ -209,21 +203,22 @@ impl ChainView {
                 continue;
             };
             let party = party as u16;
-            let control = s.parties.get(usize::from(party));
+            let parties = &s.parties;
+            let control = parties.get(party);
             let pgid = control.map_or(0, PartyControl::pgid);
-            let restarts = control.map_or(0, |c| c.restarts.load(Ordering::Relaxed));
+            let restarts = control.map_or(0, PartyControl::restarts);
             let want = control.map_or(Want::Stop, |c| c.wanted());
             let state = if pgid == 0 {
-                match (s.state(party), want) {
+                match (parties.state(party), want) {
                     (PartyState::Dead, _) => "dead",
                     // Wanted, its process about to be started.
                     (_, Want::Run | Want::Park) => "starting",
                     _ => "stopped",
                 }
-            } else if s.ready(party) {
+            } else if parties.ready(party) {
                 "ready"
             } else {
-                match s.state(party) {
+                match parties.state(party) {
                     PartyState::Dead => "dead",
                     PartyState::Parked => "parked",
                     PartyState::Draining => "draining",
@@ -240,11 +235,11 @@ impl ChainView {
             }
             fs.restarts += u64::from(restarts);
             if let Some(c) = control {
-                fs.activations += c.activations.load(Ordering::Relaxed);
-                fs.cold_starts += c.cold_starts.load(Ordering::Relaxed);
+                fs.activations += c.activations();
+                fs.cold_starts += c.cold_starts();
             }
             // The party's counters live in its first pool's record.
-            if let Some(r) = s.records(party).next() {
+            if let Some(r) = parties.records(party).next() {
                 let st = r.stats();
                 // A dead instance's handlers are not running, whatever its record says.
                 if pgid != 0 {
@@ -262,7 +257,7 @@ impl ChainView {
             }
             fs.slots += held[usize::from(party)];
             let usage = control
-                .and_then(|c| c.usage.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                .and_then(PartyControl::usage)
                 .map(|probe| probe.read())
                 .unwrap_or_default();
             // A party with no process and no wish for one is room to scale into, not an
@@ -273,12 +268,8 @@ impl ChainView {
             // The scaler's last activation decision: when, and parked or cold.
             let decided = control
                 .map(|c| {
-                    let how = if c.decided_cold.load(Ordering::Relaxed) {
-                        "cold"
-                    } else {
-                        "parked"
-                    };
-                    (c.decided_ns.load(Ordering::Relaxed), how)
+                    let (ns, cold) = c.last_decision();
+                    (ns, if cold { "cold" } else { "parked" })
                 })
                 .filter(|&(ns, _)| ns != 0);
             fs.instances.push(InstanceStatus {
@@ -327,7 +318,7 @@ impl ChainView {
             })
             .collect();
         for fs in &mut functions {
-            if let Some(l) = s.logs.stats(&fs.name) {
+            if let Some(l) = s.launch.logs().stats(&fs.name) {
                 fs.log_lines = l.kept + l.evicted;
                 fs.log_dropped = l.dropped;
             }
@@ -338,7 +329,7 @@ impl ChainView {
             listeners: self.listeners.clone(),
             metrics_url: None,
             transport: plan.transport.clone(),
-            confinement: s.jail.describe(),
+            confinement: s.launch.jail().describe(),
             uptime_s: self.uptime_s(),
             gateway: GatewayCounters {
                 accepted: total(|s| &s.accepted),

@@ -4,55 +4,110 @@
 
 use std::os::fd::OwnedFd;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 use zerohop_gateway::Gateways;
-use zerohop_pool::{Owner, PartyRecord, PartyState, Pool, Pools, Progress};
-use zerohop_transport::{handover, FunctionPlan, PartyId, Transport};
+use zerohop_pool::{Owner, PartyRecord, PartyState, Progress};
+use zerohop_transport::{handover, PartyId, Transport};
 
 use crate::confine::InstanceCgroup;
 use crate::confine::{self, Child, Jail, Program};
-use crate::spec::{ResourceSpec, ScaleSpec};
+use crate::logs::LogBook;
+use crate::offence::Offences;
+use crate::parties::{Parties, Want};
+use crate::spec::ResourceSpec;
 
-/// What all supervisors of a chain share.
-pub(crate) struct Shared {
-    /// Per party, the pools of its function's domains (all for the gateway's parties): what
-    /// it is handed and where its party records are.
-    pub party_pools: Vec<Pools>,
-    pub transport: Box<dyn Transport>,
-    pub gateways: Gateways,
-    /// Invalid descriptors each party sent to the agent's own parties.
-    pub offences: Arc<crate::offence::Offences>,
-    pub plan_json: String,
-    pub jail: Jail,
-    /// Per function, in spec order: what its instances run (replaced by a live update).
-    pub functions: Vec<RwLock<Arc<FunctionRun>>>,
-    /// Per function: its scaling bounds now (`zerohop scale` and live updates change them).
-    pub scale: Mutex<Vec<ScaleSpec>>,
-    /// Told when `scale` changed.
-    pub rescale: tokio::sync::Notify,
-    /// Per party (index = party; the gateway's parties unused): the agent's own record of each
-    /// instance, never read back from shared memory.
-    pub parties: Vec<PartyControl>,
-    /// The chain's state store and, per function, whether it maps it.
-    pub state: Option<Arc<zerohop_pool::State>>,
-    pub stateful: Vec<bool>,
-    /// Duplicates of the chain's listening HTTP sockets and its CoAP socket, to hand over
-    /// to a chain replacing this one ([`crate::ChainView::handover`]).
-    pub http_sockets: Vec<std::net::TcpListener>,
-    pub coap_socket: Option<std::net::UdpSocket>,
+/// What an instance is started from: per function its current run (a live update puts a
+/// new one in place) and whether it maps the chain's state store, and the chain's jail, the
+/// plan every instance is handed, where instances' output goes, and the chain's timeout.
+pub(crate) struct Launch {
+    /// Per function, in spec order: what its instances run.
+    runs: Vec<RwLock<Arc<FunctionRun>>>,
+    /// Per function: whether it maps the state store.
+    stateful: Vec<bool>,
+    /// The chain's state store.
+    state: Option<Arc<zerohop_pool::State>>,
+    /// The plan as every instance is handed it.
+    plan_json: String,
+    jail: Jail,
     /// Every instance's standard output and error.
-    pub logs: crate::logs::LogBook,
+    logs: LogBook,
     /// The chain's timeout: how long a drain may wait for an instance's last request.
-    pub timeout: Duration,
-    /// Per function: a live update is rolling its instances (the scaler does not scale it
-    /// in meanwhile).
-    pub rolling: Vec<std::sync::atomic::AtomicBool>,
+    timeout: Duration,
+}
+
+impl Launch {
+    /// Instances started from `runs` (per function, with whether it is `stateful`), in
+    /// `jail`, handed `plan_json` and `state`, their output in `logs`.
+    pub fn new(
+        runs: Vec<FunctionRun>,
+        stateful: Vec<bool>,
+        state: Option<Arc<zerohop_pool::State>>,
+        plan_json: String,
+        jail: Jail,
+        logs: LogBook,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            runs: runs.into_iter().map(|r| RwLock::new(Arc::new(r))).collect(),
+            stateful,
+            state,
+            plan_json,
+            jail,
+            logs,
+            timeout,
+        }
+    }
+
+    /// The function's current run.
+    pub fn run(&self, index: usize) -> Arc<FunctionRun> {
+        self.runs[index]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Puts a new run of function `index` in place.
+    pub fn set_run(&self, index: usize, run: Arc<FunctionRun>) {
+        *self.runs[index].write().unwrap_or_else(|p| p.into_inner()) = run;
+    }
+
+    /// The chain's security domain.
+    pub fn jail(&self) -> &Jail {
+        &self.jail
+    }
+
+    /// Every instance's standard output and error.
+    pub fn logs(&self) -> &LogBook {
+        &self.logs
+    }
+
+    /// The chain's timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The chain's state store, if it has one.
+    pub fn state(&self) -> Option<&Arc<zerohop_pool::State>> {
+        self.state.as_ref()
+    }
+}
+
+/// What supervising one party's instances touches, borrowed from the chain's parts: the
+/// parties' records, what instances are started from, the transport (their ends and
+/// queues), the gateways (which answer what a dead instance held) and the offence counts
+/// (forgiven for a new instance). A relay, played by the agent, is handed the same.
+#[derive(Clone, Copy)]
+pub(crate) struct Supervision<'a> {
+    pub parties: &'a Parties,
+    pub launch: &'a Launch,
+    pub transport: &'a dyn Transport,
+    pub gateways: &'a Gateways,
+    pub offences: &'a Arc<Offences>,
 }
 
 /// What one function's instances run: its program and how it is started. A live update
@@ -93,188 +148,6 @@ impl Fingerprint {
     }
 }
 
-impl Shared {
-    /// The pools of `party` (none for a party that does not exist).
-    fn pools_of(&self, party: PartyId) -> &[Arc<Pool>] {
-        self.party_pools
-            .get(party as usize)
-            .map_or(&[], Pools::as_slice)
-    }
-
-    /// `party`'s record in each of its pools (its counters are in the first).
-    pub fn records(&self, party: PartyId) -> impl Iterator<Item = &PartyRecord> {
-        self.party_pools
-            .get(party as usize)
-            .into_iter()
-            .flat_map(move |p| p.records(party))
-    }
-
-    /// `party`'s state, from its first pool's record (where the handshake happens).
-    pub fn state(&self, party: PartyId) -> PartyState {
-        self.records(party)
-            .next()
-            .map_or(PartyState::Empty, PartyRecord::state)
-    }
-
-    /// Sets `party`'s state in every one of its pools.
-    pub fn set_state(&self, party: PartyId, s: PartyState) {
-        self.records(party).for_each(|r| r.set_state(s));
-    }
-
-    /// Whether `party` has attached: ready in each of its pools.
-    pub fn ready(&self, party: PartyId) -> bool {
-        !self.pools_of(party).is_empty()
-            && self.records(party).all(|r| r.state() == PartyState::Ready)
-    }
-
-    /// New progress records for an instance of `party`: one per handler thread it runs (its
-    /// function's concurrency, as the plan the instance gets says).
-    pub fn progress_for(&self, party: PartyId) -> std::io::Result<Progress> {
-        let plan = self.gateways.plan();
-        let threads = plan
-            .party_function
-            .get(party as usize)
-            .and_then(|&f| plan.functions.get(f as usize))
-            .map_or(1, FunctionPlan::handler_threads);
-        Progress::create(&format!("zerohop-progress-{party}"), threads)
-            .map_err(std::io::Error::other)
-    }
-
-    /// The function's current run.
-    pub fn function(&self, index: usize) -> Arc<FunctionRun> {
-        self.functions[index]
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Puts a new run of function `index` in place.
-    pub fn set_function(&self, index: usize, run: Arc<FunctionRun>) {
-        *self.functions[index]
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = run;
-    }
-
-    /// Wants `party` serving, parked or stopped (its supervisor follows).
-    pub fn set_want(&self, party: PartyId, want: Want) {
-        if let Some(c) = self.parties.get(party as usize) {
-            c.want.send_if_modified(|w| {
-                let changed = *w != want;
-                *w = want;
-                changed
-            });
-        }
-    }
-
-    /// Makes `party`'s supervisor look again (its function has a new run).
-    pub fn poke(&self, party: PartyId) {
-        if let Some(c) = self.parties.get(party as usize) {
-            c.want.send_modify(|_| {});
-        }
-    }
-
-    /// Activates a parked instance of `party` (or one about to park): it serves from now
-    /// on. Returns whether there was one to activate.
-    pub fn activate(&self, party: PartyId) -> bool {
-        let mut records = self.records(party);
-        let Some(first) = records.next() else {
-            return false;
-        };
-        if !first.activate() {
-            return false;
-        }
-        let now = first.state();
-        records.for_each(|r| r.set_state(now));
-        if let Some(c) = self.parties.get(party as usize) {
-            c.activations.fetch_add(1, Ordering::Relaxed);
-        }
-        true
-    }
-
-    /// What the scaler wants of `party` (`Stop` for a party that does not exist).
-    pub fn want_of(&self, party: PartyId) -> Want {
-        self.parties
-            .get(party as usize)
-            .map_or(Want::Stop, PartyControl::wanted)
-    }
-
-    /// Requests `party` is involved in: in its handlers, queued for it, slots it holds.
-    fn involved(&self, party: PartyId) -> usize {
-        let busy = self.records(party).next().map_or(0, |r| r.busy() as usize);
-        busy + self.transport.queued(party)
-            + self.gateways.pools().held_by(Owner::party(party)).len()
-    }
-}
-
-/// What the scaler wants of a party.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Want {
-    /// An instance serving.
-    Run,
-    /// An instance started and waiting, activated without `fork` or `exec`.
-    Park,
-    /// No process (what is sent to it stays queued).
-    Stop,
-}
-
-/// What the agent knows about one party's current instance.
-pub(crate) struct PartyControl {
-    /// Process group (= pid) of the running instance, 0 when none.
-    pub pgid: AtomicU32,
-    /// Set by the watchdog when it kills the instance for hanging, or by the offence
-    /// enforcer for sending invalid descriptors: what to report.
-    pub hung: Mutex<Option<String>>,
-    /// The running instance's progress records (its handler threads' word about
-    /// themselves, for the watchdog), with its process group; `None` when none runs.
-    pub progress: Mutex<Option<(u32, Arc<Progress>)>>,
-    /// Times the instance was restarted.
-    pub restarts: AtomicU32,
-    /// Reads the running instance's CPU and memory from its cgroups (`None` without one).
-    pub usage: Mutex<Option<crate::confine::UsageProbe>>,
-    /// What the scaler wants; the party's supervisor follows it.
-    pub want: watch::Sender<Want>,
-    /// Times a parked instance of this party was activated.
-    pub activations: AtomicU64,
-    /// Times this party was started cold (no parked instance) because the scaler wanted it.
-    pub cold_starts: AtomicU64,
-    /// The version (`FunctionRun::generation`) its instance runs, if it has one.
-    pub generation: AtomicU64,
-    /// When the scaler last decided to activate this party (`CLOCK_MONOTONIC` ns, 0 never)
-    /// and whether it had to start it cold: for measuring activation.
-    pub decided_ns: AtomicU64,
-    pub decided_cold: std::sync::atomic::AtomicBool,
-}
-
-impl PartyControl {
-    pub fn new(want: Want) -> Self {
-        Self {
-            pgid: AtomicU32::new(0),
-            hung: Mutex::new(None),
-            progress: Mutex::new(None),
-            restarts: AtomicU32::new(0),
-            usage: Mutex::new(None),
-            want: watch::channel(want).0,
-            activations: AtomicU64::new(0),
-            cold_starts: AtomicU64::new(0),
-            generation: AtomicU64::new(0),
-            decided_ns: AtomicU64::new(0),
-            decided_cold: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// Process group (= pid) of the running instance, 0 when none.
-    pub fn pgid(&self) -> u32 {
-        // SYNC POINT: Acquire pairs with the Release stores of `pgid` in `spawn` and
-        // `kill_rest`: a pid seen is that of an instance whose records and cgroup are set.
-        self.pgid.load(Ordering::Acquire)
-    }
-
-    /// What the scaler wants now.
-    pub fn wanted(&self) -> Want {
-        *self.want.borrow()
-    }
-}
-
 /// One party to keep in the state the scaler wants.
 pub(crate) struct InstanceSpec {
     pub party: PartyId,
@@ -303,13 +176,15 @@ const TERM_GRACE: Duration = Duration::from_secs(2);
 /// (in domain order), the state store for a function with `state`, its `progress` records,
 /// its transport ends.
 pub(crate) fn handover_fds(
-    shared: &Shared,
+    parties: &Parties,
+    launch: &Launch,
+    transport: &dyn Transport,
     inst: &InstanceSpec,
     progress: &Progress,
 ) -> std::io::Result<Vec<OwnedFd>> {
     // A pool's header is what the plan says again before the instance compares the two:
     // a party of the domain may have rewritten it.
-    let mut fds: Vec<OwnedFd> = shared
+    let mut fds: Vec<OwnedFd> = parties
         .pools_of(inst.party)
         .iter()
         .map(|p| {
@@ -317,13 +192,12 @@ pub(crate) fn handover_fds(
             p.fd().try_clone_to_owned()
         })
         .collect::<Result<_, _>>()?;
-    if let (Some(state), true) = (&shared.state, shared.stateful[inst.index]) {
+    if let (Some(state), true) = (&launch.state, launch.stateful[inst.index]) {
         fds.push(state.fd().try_clone_to_owned()?);
     }
     fds.push(progress.try_clone_fd()?);
     fds.extend(
-        shared
-            .transport
+        transport
             .fds_for(inst.party)
             .map_err(std::io::Error::other)?,
     );
@@ -332,31 +206,42 @@ pub(crate) fn handover_fds(
 
 /// Starts an instance of `inst`'s party from its function's current run; `park`: it waits
 /// parked once attached.
-pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io::Result<Instance> {
-    let run = shared.function(inst.index);
+pub(crate) fn spawn(
+    s: Supervision<'_>,
+    inst: &InstanceSpec,
+    park: bool,
+) -> std::io::Result<Instance> {
+    let Supervision {
+        parties,
+        launch,
+        transport,
+        offences,
+        ..
+    } = s;
+    let run = launch.run(inst.index);
     // Records only this instance and the agent map: what the watchdog believes about it.
-    let progress = Arc::new(shared.progress_for(inst.party)?);
-    let fds = handover_fds(shared, inst, &progress)?;
+    let progress = Arc::new(parties.progress_for(inst.party)?);
+    let fds = handover_fds(parties, launch, transport, inst, &progress)?;
     let mut handover_env = vec![
-        (handover::PLAN, shared.plan_json.clone()),
+        (handover::PLAN, launch.plan_json.clone()),
         (handover::PARTY, inst.party.to_string()),
         (handover::FDS, fds.len().to_string()),
         (handover::AGENT_PID, std::process::id().to_string()),
     ];
-    if let Some(dir) = shared.jail.data_dir() {
+    if let Some(dir) = launch.jail.data_dir() {
         handover_env.push((confine::data::ENV, dir.display().to_string()));
     }
     let env = confine::environment(&run.env, &handover_env);
     // The new instance answers for its own descriptors only, not for what its predecessor
     // left queued.
-    shared.offences.forgive(inst.party);
-    let cgroup = shared
+    offences.forgive(inst.party);
+    let cgroup = launch
         .jail
         .instance_cgroup(&inst.function, inst.party, &run.resources)?;
     // Its standard output and error: pipes whose read ends only the agent keeps.
     let (out_r, out_w) = crate::logs::pipe()?;
     let (err_r, err_w) = crate::logs::pipe()?;
-    shared.set_state(
+    parties.set_state(
         inst.party,
         if park {
             PartyState::Parking
@@ -365,7 +250,7 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
         },
     );
     let child = confine::start(
-        &shared.jail,
+        &launch.jail,
         &run.program,
         &run.command[1..],
         env,
@@ -375,18 +260,14 @@ pub(crate) fn spawn(shared: &Shared, inst: &InstanceSpec, park: bool) -> std::io
     )
     .map_err(confine::explain)?;
     // Not read, its output would block it or fail: it goes (dropping `child` kills it).
-    shared.logs.attach(inst.index, inst.party, out_r, err_r)?;
+    launch.logs.attach(inst.index, inst.party, out_r, err_r)?;
     let pid = child.id();
-    shared.records(inst.party).for_each(|r| r.set_pid(pid));
+    parties.records(inst.party).for_each(|r| r.set_pid(pid));
     // The child leads its own group (process_group(0)): pgid = pid.
-    shared.jail.started(pid);
-    if let Some(c) = shared.parties.get(inst.party as usize) {
-        // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
-        c.pgid.store(pid, Ordering::Release);
-        c.generation.store(run.generation, Ordering::Relaxed);
-        *c.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some((pid, progress));
-        *c.usage.lock().unwrap_or_else(|p| p.into_inner()) =
-            cgroup.as_ref().map(InstanceCgroup::usage_probe);
+    launch.jail.started(pid);
+    if let Some(c) = parties.get(inst.party) {
+        let usage = cgroup.as_ref().map(InstanceCgroup::usage_probe);
+        c.started(pid, run.generation, progress, usage);
     }
     Ok(Instance {
         child,
@@ -412,7 +293,7 @@ fn describe(status: std::io::Result<ExitStatus>) -> String {
 /// Kills whatever is left of an instance whose leader has exited (or is being stopped):
 /// its process group, then its cgroup (which also catches anything that left the group),
 /// removes the cgroup and tells the reaper the group is gone.
-async fn kill_rest(shared: &Shared, party: PartyId, inst: &mut Instance) {
+async fn kill_rest(parties: &Parties, jail: &Jail, party: PartyId, inst: &mut Instance) {
     if inst.pgid != 0 {
         let _ = killpg(Pid::from_raw(inst.pgid as i32), Signal::SIGKILL);
     }
@@ -421,25 +302,22 @@ async fn kill_rest(shared: &Shared, party: PartyId, inst: &mut Instance) {
         let _ = tokio::task::spawn_blocking(move || drop(cg)).await;
     }
     if inst.pgid != 0 {
-        shared.jail.gone(inst.pgid);
+        jail.gone(inst.pgid);
         inst.pgid = 0;
     }
-    if let Some(c) = shared.parties.get(party as usize) {
-        // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
-        c.pgid.store(0, Ordering::Release);
-        *c.usage.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        *c.progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    if let Some(c) = parties.get(party) {
+        c.gone();
     }
 }
 
 /// Stops an instance: SIGTERM to its process group, then after a grace period SIGKILL to
 /// the group and its cgroup; the leader is always reaped.
-pub(crate) async fn terminate(shared: &Shared, party: PartyId, inst: &mut Instance) {
+pub(crate) async fn terminate(parties: &Parties, jail: &Jail, party: PartyId, inst: &mut Instance) {
     if inst.pgid != 0 {
         let _ = killpg(Pid::from_raw(inst.pgid as i32), Signal::SIGTERM);
         let _ = tokio::time::timeout(TERM_GRACE, inst.child.wait()).await;
     }
-    kill_rest(shared, party, inst).await;
+    kill_rest(parties, jail, party, inst).await;
     let _ = inst.child.kill().await;
 }
 
@@ -475,9 +353,19 @@ enum Drained {
     Stopping,
 }
 
+/// Requests `party` is involved in: in its handlers, queued for it, slots it holds.
+fn involved(s: Supervision<'_>, party: PartyId) -> usize {
+    let busy = s
+        .parties
+        .records(party)
+        .next()
+        .map_or(0, |r| r.busy() as usize);
+    busy + s.transport.queued(party) + s.gateways.pools().held_by(Owner::party(party)).len()
+}
+
 /// Lets an instance finish what it has: senders avoid it while it is `Draining`.
 async fn drain(
-    shared: &Shared,
+    s: Supervision<'_>,
     inst: &InstanceSpec,
     instance: &mut Instance,
     want: &mut watch::Receiver<Want>,
@@ -486,19 +374,19 @@ async fn drain(
 ) -> Drained {
     // An instance still starting goes back to starting when the drain is called off (it
     // attaches as usual); one that saw `Draining` at its start has left already.
-    let back = match shared.state(inst.party) {
+    let back = match s.parties.state(inst.party) {
         PartyState::Starting => PartyState::Starting,
         _ => PartyState::Ready,
     };
-    shared.set_state(inst.party, PartyState::Draining);
-    let deadline = Instant::now() + shared.timeout + Duration::from_secs(1);
+    s.parties.set_state(inst.party, PartyState::Draining);
+    let deadline = Instant::now() + s.launch.timeout + Duration::from_secs(1);
     let mut idle = 0;
     loop {
         if called_off_by_run && *want.borrow_and_update() == Want::Run {
-            shared.set_state(inst.party, back);
+            s.parties.set_state(inst.party, back);
             return Drained::Wanted;
         }
-        if shared.involved(inst.party) == 0 {
+        if involved(s, inst.party) == 0 {
             idle += 1;
             // Twice, a poll apart: a sender that chose it just before it turned `Draining`
             // has sent by then.
@@ -524,17 +412,17 @@ async fn drain(
 /// drain finished). Returns `Err` with the exit status when it died by itself meanwhile,
 /// `Ok(false)` when the drain was called off (it serves again).
 async fn retire(
-    shared: &Shared,
+    s: Supervision<'_>,
     inst: &InstanceSpec,
     instance: &mut Instance,
     want: &mut watch::Receiver<Want>,
     stop: &mut watch::Receiver<bool>,
     why: &str,
 ) -> Result<bool, std::io::Result<ExitStatus>> {
-    let state = shared.state(inst.party);
+    let state = s.parties.state(inst.party);
     if !matches!(state, PartyState::Parked | PartyState::Parking) {
         let called_off_by_run = why != REPLACED;
-        match drain(shared, inst, instance, want, stop, called_off_by_run).await {
+        match drain(s, inst, instance, want, stop, called_off_by_run).await {
             Drained::Wanted => return Ok(false),
             // It had not attached yet: it saw `Draining` at its start and left, as asked
             // (it took nothing from its queue).
@@ -548,8 +436,8 @@ async fn retire(
             ),
         }
     }
-    terminate(shared, inst.party, instance).await;
-    let failed = shared.gateways.party_died(inst.party, why);
+    terminate(s.parties, &s.launch.jail, inst.party, instance).await;
+    let failed = s.gateways.party_died(inst.party, why);
     if failed > 0 {
         tracing::warn!(
             function = %inst.function,
@@ -557,7 +445,9 @@ async fn retire(
             "{failed} request(s) it still held answered 502 ({why})"
         );
     }
-    shared.records(inst.party).for_each(PartyRecord::clear_busy);
+    s.parties
+        .records(inst.party)
+        .for_each(PartyRecord::clear_busy);
     Ok(true)
 }
 
@@ -566,37 +456,38 @@ async fn retire(
 /// instance that dies is restarted with backoff; one whose function got a new run is
 /// drained and replaced, one at a time per party.
 pub(crate) async fn supervise(
-    shared: Arc<Shared>,
+    s: Supervision<'_>,
     inst: InstanceSpec,
     mut instance: Option<Instance>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let Some(control) = shared.parties.get(inst.party as usize) else {
+    let parties = s.parties;
+    let Some(control) = parties.get(inst.party) else {
         return;
     };
-    let mut want = control.want.subscribe();
+    let mut want = control.subscribe();
     let mut backoff = BACKOFF_MIN;
     loop {
         if *stop.borrow() {
             if let Some(i) = &mut instance {
-                terminate(&shared, inst.party, i).await;
+                terminate(parties, &s.launch.jail, inst.party, i).await;
             }
             return;
         }
         let wanted = *want.borrow_and_update();
         let Some(running) = &mut instance else {
             if wanted == Want::Stop {
-                shared.set_state(inst.party, PartyState::Stopped);
+                parties.set_state(inst.party, PartyState::Stopped);
                 tokio::select! {
                     r = want.changed() => if r.is_err() { return },
                     _ = stopped(&mut stop) => return,
                 }
                 continue;
             }
-            match spawn(&shared, &inst, wanted == Want::Park) {
+            match spawn(s, &inst, wanted == Want::Park) {
                 Ok(i) => {
                     if wanted == Want::Run {
-                        control.cold_starts.fetch_add(1, Ordering::Relaxed);
+                        control.count_cold_start();
                     }
                     instance = Some(i);
                 }
@@ -606,7 +497,7 @@ pub(crate) async fn supervise(
                         instance = inst.party,
                         "start failed: {e}; retrying in {backoff:?}"
                     );
-                    shared.set_state(inst.party, PartyState::Dead);
+                    parties.set_state(inst.party, PartyState::Dead);
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
                         _ = stopped(&mut stop) => return,
@@ -616,8 +507,8 @@ pub(crate) async fn supervise(
             }
             continue;
         };
-        let current = shared.function(inst.index).generation;
-        let state = shared.state(inst.party);
+        let current = s.launch.run(inst.index).generation;
+        let state = parties.state(inst.party);
         // A serving instance of an older version is replaced by the update that made the
         // new one (a new instance first, then this one is stopped); a parked one at once.
         let parked = matches!(state, PartyState::Parked | PartyState::Parking);
@@ -633,7 +524,7 @@ pub(crate) async fn supervise(
             None
         };
         if let Some(why) = retire_why {
-            match retire(&shared, &inst, running, &mut want, &mut stop, why).await {
+            match retire(s, &inst, running, &mut want, &mut stop, why).await {
                 Ok(true) => {
                     tracing::debug!(function = %inst.function, instance = inst.party, "{why}");
                     instance = None;
@@ -641,18 +532,18 @@ pub(crate) async fn supervise(
                 Ok(false) => {}
                 Err(status) => {
                     let i = instance.take().expect("running");
-                    backoff = crashed(&shared, &inst, i, status, backoff).await;
+                    backoff = crashed(s, &inst, i, status, backoff).await;
                 }
             }
             continue;
         }
         if wanted == Want::Run && matches!(state, PartyState::Parked | PartyState::Parking) {
-            shared.activate(inst.party);
+            parties.activate(inst.party);
         }
         tokio::select! {
             status = running.child.wait() => {
                 let i = instance.take().expect("running");
-                backoff = crashed(&shared, &inst, i, status, backoff).await;
+                backoff = crashed(s, &inst, i, status, backoff).await;
                 if *stop.borrow() {
                     return;
                 }
@@ -673,7 +564,7 @@ pub(crate) async fn supervise(
 /// it is killed, its requests are answered, its record counts a restart. Returns the
 /// backoff before the next start.
 async fn crashed(
-    shared: &Shared,
+    s: Supervision<'_>,
     inst: &InstanceSpec,
     mut instance: Instance,
     status: std::io::Result<ExitStatus>,
@@ -682,26 +573,23 @@ async fn crashed(
     // An instance that had attached is not a crash loop at start: it restarts after the
     // shortest backoff (one that keeps dying before it attaches backs off up to 5 s).
     let attached = matches!(
-        shared.state(inst.party),
+        s.parties.state(inst.party),
         PartyState::Ready | PartyState::Draining | PartyState::Parked
     );
     // Nothing of the instance may run on while its slots are reclaimed.
-    kill_rest(shared, inst.party, &mut instance).await;
-    let hung = shared
-        .parties
-        .get(inst.party as usize)
-        .and_then(|c| c.hung.lock().unwrap_or_else(|p| p.into_inner()).take());
+    kill_rest(s.parties, &s.launch.jail, inst.party, &mut instance).await;
+    let hung = s.parties.get(inst.party).and_then(|c| c.take_condemned());
     let what = hung.unwrap_or_else(|| describe(status));
-    shared.records(inst.party).for_each(|r| {
+    s.parties.records(inst.party).for_each(|r| {
         r.set_state(PartyState::Dead);
         r.count_restart();
         // Its handlers are gone with it; the gateway answers what they held.
         r.clear_busy();
     });
-    if let Some(c) = shared.parties.get(inst.party as usize) {
-        c.restarts.fetch_add(1, Ordering::Relaxed);
+    if let Some(c) = s.parties.get(inst.party) {
+        c.count_restart();
     }
-    let failed = shared.gateways.party_died(inst.party, &what);
+    let failed = s.gateways.party_died(inst.party, &what);
     let backoff = if attached || instance.started.elapsed() > HEALTHY_AFTER {
         BACKOFF_MIN
     } else {

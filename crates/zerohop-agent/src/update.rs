@@ -21,16 +21,17 @@
 //! after all stays in its queue, which the scaler hands to a new instance. If the new version
 //! does not come up, the old one goes back in place and `apply` says why.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zerohop_pool::PartyState;
+use zerohop_transport::Plan as RoutingPlan;
 
 use crate::confine::{ConfineError, Program};
+use crate::parties::{Parties, PartyControl, Want};
 use crate::spec::{ChainSpec, FunctionSpec};
 use crate::status::ChainView;
-use crate::supervise::{Fingerprint, FunctionRun, PartyControl, Shared, Want};
+use crate::supervise::{Fingerprint, FunctionRun, Launch};
 
 /// How long a new instance gets to become ready during an update.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -324,7 +325,7 @@ impl ChainView {
             .collect();
         let prints: Vec<Option<Fingerprint>> = paths.iter().map(|p| Fingerprint::of(p)).collect();
         let rebuilt: Vec<bool> = (0..old.functions.len().min(prints.len()))
-            .map(|i| prints[i] != s.function(i).fingerprint)
+            .map(|i| prints[i] != s.launch.run(i).fingerprint)
             .collect();
         let (changes, to_roll, rescale) = match decide(old, new, &reserved, &rebuilt)? {
             Decision::Replace(why) => return Ok(Change::Replace(why)),
@@ -337,7 +338,8 @@ impl ChainView {
         let mut roll = Vec::new();
         for i in to_roll {
             let b = &new.functions[i];
-            let program = Program::open(&paths[i], &b.syscalls, &s.jail).map_err(|source| {
+            let jail = s.launch.jail();
+            let program = Program::open(&paths[i], &b.syscalls, jail).map_err(|source| {
                 UpdateError::Program {
                     function: b.name.clone(),
                     source,
@@ -363,11 +365,7 @@ impl ChainView {
         listen: Option<std::net::SocketAddr>,
     ) -> std::io::Result<crate::Inherit> {
         let s = &self.shared;
-        let mut http = s
-            .http_sockets
-            .iter()
-            .map(std::net::TcpListener::try_clone)
-            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut http = s.listeners.dup_http()?;
         let bound = http.first().map(|l| l.local_addr()).transpose()?;
         let same = match listen {
             None => true,
@@ -376,19 +374,20 @@ impl ChainView {
         if !same {
             http.clear();
         }
-        let coap = match (&s.coap_socket, old.coap == new.coap) {
-            (Some(c), true) => Some(c.try_clone()?),
-            _ => None,
+        let coap = if old.coap == new.coap {
+            s.listeners.dup_coap()?
+        } else {
+            None
         };
         Ok(crate::Inherit {
             http,
             coap,
             state: if new.state.is_some() {
-                s.state.clone()
+                s.launch.state().cloned()
             } else {
                 None
             },
-            data: s.jail.keep_data(),
+            data: s.launch.jail().keep_data(),
         })
     }
 
@@ -397,33 +396,32 @@ impl ChainView {
     pub(crate) async fn update(&self, new: &ChainSpec, plan: Plan) -> Result<(), UpdateError> {
         let s = &self.shared;
         if plan.rescale {
-            let mut all = s.scale.lock().unwrap_or_else(|p| p.into_inner());
-            for (b, f) in all.iter_mut().zip(&new.functions) {
-                *b = f.scale;
-            }
-            drop(all);
-            s.rescale.notify_one();
+            s.scaling.set_all(new.functions.iter().map(|f| f.scale));
         }
         for (i, program, print) in plan.roll {
             let f = &new.functions[i];
-            s.rolling[i].store(true, Ordering::Relaxed);
-            let result = roll(s, i, f, program, print).await;
-            s.rolling[i].store(false, Ordering::Relaxed);
+            s.scaling.set_rolling(i, true);
+            let plan = s.gateways.plan();
+            let result = roll(&s.parties, &s.launch, plan, i, f, program, print).await;
+            s.scaling.set_rolling(i, false);
             result?;
         }
         Ok(())
     }
 }
 
-/// Rolls function `i` to a new run, one serving instance at a time.
+/// Rolls function `i` of `plan` to a new run (as `f` says, running `program`, whose file
+/// has `print`), one serving instance at a time, on the parties the plan reserves for it.
 async fn roll(
-    s: &Arc<Shared>,
+    parties: &Parties,
+    launch: &Launch,
+    plan: &RoutingPlan,
     i: usize,
     f: &FunctionSpec,
     program: Program,
     print: Option<Fingerprint>,
 ) -> Result<(), UpdateError> {
-    let old = s.function(i);
+    let old = launch.run(i);
     let generation = old.generation + 1;
     let run = Arc::new(FunctionRun {
         generation,
@@ -433,77 +431,71 @@ async fn roll(
         resources: f.resources,
         fingerprint: print,
     });
-    s.set_function(i, run);
-    let parties = s.gateways.plan().parties_of(i as u8);
-    let generation_of = |p: u16| {
-        s.parties
-            .get(p as usize)
-            .map_or(0, |c| c.generation.load(Ordering::Relaxed))
-    };
+    launch.set_run(i, run);
+    let reserved = plan.parties_of(i as u8);
+    let generation_of = |p: u16| parties.get(p).map_or(0, PartyControl::generation);
     // Parked instances are replaced at once (their supervisors look again).
-    for &p in &parties {
-        if s.want_of(p) == Want::Park {
-            s.poke(p);
+    for &p in &reserved {
+        if parties.want_of(p) == Want::Park {
+            parties.poke(p);
         }
     }
-    let old_serving: Vec<u16> = parties
+    let old_serving: Vec<u16> = reserved
         .iter()
         .copied()
-        .filter(|&p| s.want_of(p) == Want::Run && generation_of(p) != generation)
+        .filter(|&p| parties.want_of(p) == Want::Run && generation_of(p) != generation)
         .collect();
     for p in old_serving {
-        if s.want_of(p) != Want::Run || generation_of(p) == generation {
+        if parties.want_of(p) != Want::Run || generation_of(p) == generation {
             continue;
         }
         // The surge instance: a parked one of the new version, else a party with no process.
-        let pgid = |q: u16| s.parties.get(q as usize).map_or(0, PartyControl::pgid);
-        let spare = parties
+        let spare = reserved
             .iter()
             .copied()
             .find(|&q| {
-                s.want_of(q) == Want::Park
+                parties.want_of(q) == Want::Park
                     && generation_of(q) == generation
-                    && s.state(q) == PartyState::Parked
+                    && parties.state(q) == PartyState::Parked
             })
             .or_else(|| {
-                parties
+                reserved
                     .iter()
                     .copied()
-                    .find(|&q| s.want_of(q) == Want::Stop && pgid(q) == 0)
+                    .find(|&q| parties.want_of(q) == Want::Stop && parties.pgid(q) == 0)
             });
         let spare = match spare {
             Some(q) => q,
             None => {
                 // Every party serves (the scaler used the spare): this one is replaced in
                 // place, drained first; what is sent to it meanwhile waits in its queue.
-                s.set_want(p, Want::Stop);
-                wait_stopped(s, p).await;
+                parties.set_want(p, Want::Stop);
+                wait_stopped(parties, launch.timeout(), p).await;
                 p
             }
         };
-        let restarts = |q: u16| {
-            s.parties
-                .get(q as usize)
-                .map_or(0, |c| c.restarts.load(Ordering::Relaxed))
-        };
+        let restarts = |q: u16| parties.get(q).map_or(0, PartyControl::restarts);
         let before = restarts(spare);
-        crate::scale::activate(s, spare);
+        crate::scale::activate(parties, spare);
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if s.ready(spare) && generation_of(spare) == generation && pgid(spare) != 0 {
+            if parties.ready(spare)
+                && generation_of(spare) == generation
+                && parties.pgid(spare) != 0
+            {
                 break;
             }
             let failed = restarts(spare) > before;
             if failed || Instant::now() > deadline {
                 // Back to the old version: the spare stops, the old instances stay.
-                s.set_want(spare, Want::Stop);
-                s.set_function(i, old.clone());
-                for &q in &parties {
-                    if s.want_of(q) == Want::Park {
-                        s.poke(q);
+                parties.set_want(spare, Want::Stop);
+                launch.set_run(i, old.clone());
+                for &q in &reserved {
+                    if parties.want_of(q) == Want::Park {
+                        parties.poke(q);
                     }
                 }
-                let (chain, function) = (s.gateways.plan().chain.clone(), f.name.clone());
+                let (chain, function) = (plan.chain.clone(), f.name.clone());
                 return Err(if failed {
                     UpdateError::Exited { chain, function }
                 } else {
@@ -518,19 +510,18 @@ async fn roll(
         }
         if spare != p {
             // The old instance drains (senders now prefer the new one) and stops.
-            s.set_want(p, Want::Stop);
-            wait_stopped(s, p).await;
+            parties.set_want(p, Want::Stop);
+            wait_stopped(parties, launch.timeout(), p).await;
         }
     }
     Ok(())
 }
 
-/// Waits until `party`'s instance is gone (its drain ends within the chain's timeout and a
+/// Waits until `party`'s instance is gone (its drain ends within the chain's `timeout` and a
 /// second, its stop within a few more).
-async fn wait_stopped(s: &Shared, party: u16) {
-    let deadline = Instant::now() + s.timeout + Duration::from_secs(5);
-    while s.parties.get(party as usize).is_some_and(|c| c.pgid() != 0) && Instant::now() < deadline
-    {
+async fn wait_stopped(parties: &Parties, timeout: Duration, party: u16) {
+    let deadline = Instant::now() + timeout + Duration::from_secs(5);
+    while parties.pgid(party) != 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

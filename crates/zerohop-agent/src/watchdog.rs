@@ -20,15 +20,16 @@
 //! A hang is detected within limit + SAMPLE.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::watch;
-use zerohop_transport::PartyId;
+use zerohop_transport::{PartyId, Plan};
 
-use crate::supervise::Shared;
+use zerohop_gateway::Gateways;
+
+use crate::parties::Parties;
 
 /// Sampling period while requests are in flight.
 pub const SAMPLE: Duration = Duration::from_millis(300);
@@ -41,16 +42,22 @@ pub fn limit(timeout: Duration) -> Duration {
 /// One handler thread of one instance: (party, the instance's process group, thread).
 type Thread = (PartyId, u32, usize);
 
-/// Runs until `stop` turns true.
-pub(crate) async fn watch(shared: Arc<Shared>, timeout: Duration, mut stop: watch::Receiver<bool>) {
+/// Runs until `stop` turns true: watches the instances of `parties`, sampling while the
+/// `gateways` have requests in flight.
+pub(crate) async fn watch(
+    parties: &Parties,
+    gateways: &Gateways,
+    timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let limit = limit(timeout);
     // busy thread -> (its record, first seen with it)
     let mut seen: HashMap<Thread, (u64, Instant)> = HashMap::new();
     loop {
-        if shared.gateways.inflight() == 0 && seen.is_empty() {
+        if gateways.inflight() == 0 && seen.is_empty() {
             // Idle: no timer at all until a request enters the chain.
             tokio::select! {
-                _ = shared.gateways.busy() => {}
+                _ = gateways.busy() => {}
                 r = stop.changed() => if r.is_err() || *stop.borrow() { return },
             }
         }
@@ -58,27 +65,26 @@ pub(crate) async fn watch(shared: Arc<Shared>, timeout: Duration, mut stop: watc
             _ = tokio::time::sleep(SAMPLE) => {}
             r = stop.changed() => if r.is_err() || *stop.borrow() { return },
         }
-        let busy = busy_threads(&shared);
+        let busy = busy_threads(parties, gateways.plan());
         for (thread, held) in stuck(&mut seen, &busy, Instant::now(), limit) {
-            kill(&shared, thread, held, timeout, limit);
+            kill(parties, gateways.plan(), thread, held, timeout, limit);
         }
     }
 }
 
 /// The handler threads of the chain's instances that are in a request now, with their
 /// records.
-fn busy_threads(shared: &Shared) -> Vec<(Thread, u64)> {
-    let gateways = usize::from(shared.gateways.plan().gateways());
+fn busy_threads(parties: &Parties, plan: &Plan) -> Vec<(Thread, u64)> {
+    let gateways = usize::from(plan.gateways());
     let mut busy = Vec::new();
-    for (party, control) in shared.parties.iter().enumerate().skip(gateways) {
-        let progress = control.progress.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((pgid, records)) = progress.as_ref() else {
+    for (party, control) in parties.iter().skip(gateways) {
+        let Some((pgid, records)) = control.progress() else {
             continue;
         };
         for t in 0..records.threads() {
             let seq = records.seq(t);
             if seq % 2 == 1 {
-                busy.push(((party as PartyId, *pgid, t), seq));
+                busy.push(((party, pgid, t), seq));
             }
         }
     }
@@ -111,15 +117,21 @@ fn stuck(
 }
 
 /// Kills the instance of a stuck `thread` (with its process group), if it still runs.
-fn kill(shared: &Shared, thread: Thread, held: Duration, timeout: Duration, limit: Duration) {
+fn kill(
+    parties: &Parties,
+    plan: &Plan,
+    thread: Thread,
+    held: Duration,
+    timeout: Duration,
+    limit: Duration,
+) {
     let (party, pgid, t) = thread;
-    let Some(control) = shared.parties.get(party as usize) else {
+    let Some(control) = parties.get(party) else {
         return;
     };
     if pgid == 0 || control.pgid() != pgid {
         return; // already gone or replaced
     }
-    let plan = shared.gateways.plan();
     let function = plan
         .party_function
         .get(party as usize)
@@ -134,7 +146,7 @@ fn kill(shared: &Shared, thread: Thread, held: Duration, timeout: Duration, limi
         held.as_secs_f64(),
         limit - timeout,
     );
-    *control.hung.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+    control.condemn(format!(
         "hung (held a request for {:.1}s, past the chain timeout of {timeout:?}) and was killed",
         held.as_secs_f64()
     ));

@@ -9,8 +9,10 @@ use zerohop_pool::PartyState;
 
 use super::listen::{join_threads, serve_all, Bound, GatewaysUp};
 use super::{AgentError, Running, UpOptions};
+use crate::parties::Want;
+use crate::shared::Shared;
 use crate::spec::ChainSpec;
-use crate::supervise::{self, Instance, InstanceSpec, Shared, Want};
+use crate::supervise::{self, Instance, InstanceSpec};
 use crate::watchdog;
 
 /// Every party started as [`start_instances`] says and attached; on failure every instance
@@ -36,13 +38,13 @@ pub(super) async fn start_all(
     };
     for (inst, instance) in &mut instances {
         if let Some(i) = instance {
-            supervise::terminate(shared, inst.party, i).await;
+            supervise::terminate(&shared.parties, shared.launch.jail(), inst.party, i).await;
         }
     }
     join_threads(relays.into_iter().map(|r| r.stop()).collect()).await;
     // What they printed (why they failed) is read and echoed before the error returns,
     // and its last lines go into the error (a daemon has no terminal to echo to).
-    shared.logs.close().await;
+    shared.launch.logs().close().await;
     let e = match e {
         AgentError::NotReady {
             function,
@@ -51,7 +53,8 @@ pub(super) async fn start_all(
             ..
         } => {
             let lines: Vec<String> = shared
-                .logs
+                .launch
+                .logs()
                 .snapshot(Some(&function), 50)
                 .into_iter()
                 .filter(|l| l.instance == party)
@@ -96,19 +99,28 @@ pub(super) fn supervise_all(
         instance_stop,
         stop_rx,
     } = gateways;
+    // Each task owns a handle on `shared` and borrows from it only the parts it uses.
     let supervisors = instances
         .into_iter()
         .map(|(inst, instance)| {
-            tokio::spawn(supervise::supervise(
-                shared.clone(),
-                inst,
-                instance,
-                stop_rx.clone(),
-            ))
+            let (s, stop) = (shared.clone(), stop_rx.clone());
+            tokio::spawn(async move {
+                supervise::supervise(s.supervision(), inst, instance, stop).await
+            })
         })
         .collect();
-    let scaler = tokio::spawn(crate::scale::run(shared.clone(), stop_rx.clone()));
-    let wakers = match crate::scale::Wakers::start(&shared) {
+    let (s, stop) = (shared.clone(), stop_rx.clone());
+    let scaler = tokio::spawn(async move {
+        crate::scale::run(
+            &s.scaling,
+            &s.parties,
+            &s.gateways,
+            s.transport.as_ref(),
+            stop,
+        )
+        .await
+    });
+    let wakers = match crate::scale::Wakers::start(shared.gateways.pools(), &shared.scaling) {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::warn!(
@@ -118,8 +130,16 @@ pub(super) fn supervise_all(
             None
         }
     };
-    let enforcer = tokio::spawn(crate::enforcer::run(shared.clone(), stop_rx.clone()));
-    let watchdog = tokio::spawn(watchdog::watch(shared.clone(), spec.timeout, stop_rx));
+    let (s, stop) = (shared.clone(), stop_rx.clone());
+    let enforcer = tokio::spawn(async move {
+        let transport = s.transport.as_ref();
+        crate::enforcer::run(&s.parties, &s.gateways, transport, &s.offences, stop).await
+    });
+    let (s, timeout) = (shared.clone(), spec.timeout);
+    let watchdog = tokio::spawn(async move {
+        let (parties, gateways) = (&s.parties, &s.gateways);
+        watchdog::watch(parties, gateways, timeout, stop_rx).await
+    });
     let first = shared.gateways.iter().next().expect("one").clone();
     let mut others = Vec::new();
     if let Some(m) = bound.mqtt {
@@ -172,9 +192,10 @@ async fn start_instances(
     relays: &mut Vec<crate::relay::RelayParty>,
 ) -> Result<(), AgentError> {
     let plan = shared.gateways.plan().clone();
+    let parties = &shared.parties;
     let mut relaying = Vec::new();
     for (index, f) in spec.functions.iter().enumerate() {
-        let parties = plan.parties_of(index as u8);
+        let reserved = plan.parties_of(index as u8);
         if let Some(peer) = f.relay {
             // Played here: its first party relays, the spare one stays unused.
             let spawn_err = |source: std::io::Error| AgentError::Spawn {
@@ -187,29 +208,28 @@ async fn start_instances(
                     "the function runs on a peer node, and this agent has no peer link",
                 ))
             })?;
-            for (k, party) in parties.into_iter().enumerate() {
+            for (k, party) in reserved.into_iter().enumerate() {
                 let want = if k == 0 { Want::Run } else { Want::Stop };
-                if let Some(c) = shared.parties.get(party as usize) {
-                    c.want.send_replace(want);
-                }
+                parties.init_want(party, want);
                 if want == Want::Stop {
-                    shared.set_state(party, PartyState::Stopped);
+                    parties.set_state(party, PartyState::Stopped);
                     continue;
                 }
-                shared.set_state(party, PartyState::Starting);
+                parties.set_state(party, PartyState::Starting);
                 let inst = InstanceSpec {
                     party,
                     index,
                     function: f.name.clone(),
                 };
-                relays.push(crate::relay::start(shared, &inst, peer, link).map_err(spawn_err)?);
+                let relay = crate::relay::start(shared.supervision(), &inst, peer, link);
+                relays.push(relay.map_err(spawn_err)?);
                 relaying.push((f.name.clone(), party));
             }
             continue;
         }
         let serving = usize::from(f.scale.initial);
-        let parked = usize::from(f.scale.parked).min(parties.len().saturating_sub(serving));
-        for (k, party) in parties.into_iter().enumerate() {
+        let parked = usize::from(f.scale.parked).min(reserved.len().saturating_sub(serving));
+        for (k, party) in reserved.into_iter().enumerate() {
             let want = if k < serving {
                 Want::Run
             } else if k < serving + parked {
@@ -217,20 +237,19 @@ async fn start_instances(
             } else {
                 Want::Stop
             };
-            if let Some(c) = shared.parties.get(party as usize) {
-                c.want.send_replace(want);
-            }
+            parties.init_want(party, want);
             let inst = InstanceSpec {
                 party,
                 index,
                 function: f.name.clone(),
             };
             if want == Want::Stop {
-                shared.set_state(party, PartyState::Stopped);
+                parties.set_state(party, PartyState::Stopped);
                 instances.push((inst, None));
                 continue;
             }
-            let child = supervise::spawn(shared, &inst, want == Want::Park).map_err(|source| {
+            let park = want == Want::Park;
+            let child = supervise::spawn(shared.supervision(), &inst, park).map_err(|source| {
                 AgentError::Spawn {
                     function: f.name.clone(),
                     program: f.command[0].clone(),
@@ -240,9 +259,9 @@ async fn start_instances(
             instances.push((inst, Some(child)));
         }
     }
-    let attached = |party: u16| match shared.want_of(party) {
-        Want::Run => shared.ready(party),
-        Want::Park => shared.state(party) == PartyState::Parked,
+    let attached = |party: u16| match parties.want_of(party) {
+        Want::Run => parties.ready(party),
+        Want::Park => parties.state(party) == PartyState::Parked,
         Want::Stop => true,
     };
     let deadline = Instant::now() + opts.ready_timeout;
@@ -260,7 +279,7 @@ async fn start_instances(
             }
             all_ready &= attached(inst.party);
         }
-        if let Some((function, party)) = relaying.iter().find(|(_, p)| !shared.ready(*p)) {
+        if let Some((function, party)) = relaying.iter().find(|(_, p)| !parties.ready(*p)) {
             all_ready = false;
             if Instant::now() > deadline {
                 return Err(AgentError::NotReady {

@@ -35,8 +35,10 @@ use zerohop_transport::{Backend, TransportError};
 use self::listen::join_threads;
 use crate::confine::{CgroupMode, ConfineError, UidRange};
 use crate::logs::LogBook;
+use crate::parties::{Parties, PartyControl, Want};
+use crate::shared::{Listeners, Scaling, Shared};
 use crate::spec::{ChainSpec, SpecError};
-use crate::supervise::{Fingerprint, FunctionRun, PartyControl, Shared, Want};
+use crate::supervise::{Fingerprint, FunctionRun, Launch};
 
 /// How to bring a chain up.
 #[derive(Clone, Debug)]
@@ -269,7 +271,7 @@ impl Running {
     /// The chain's state store, if it has one (the agent's own mapping; for tests and
     /// diagnostics).
     pub fn state(&self) -> Option<&zerohop_pool::State> {
-        self.shared.state.as_deref()
+        self.shared.launch.state().map(Arc::as_ref)
     }
 
     /// The chain's pools, one per security domain (slot accounting).
@@ -282,7 +284,7 @@ impl Running {
     pub fn parties_of(&self, function: &str) -> Vec<u16> {
         self.reserved_parties(function)
             .into_iter()
-            .filter(|&p| self.shared.want_of(p) == Want::Run)
+            .filter(|&p| self.shared.parties.want_of(p) == Want::Run)
             .collect()
     }
 
@@ -298,41 +300,36 @@ impl Running {
     pub fn restarts(&self, party: u16) -> u32 {
         self.shared
             .parties
-            .get(party as usize)
-            .map_or(0, |c| c.restarts.load(std::sync::atomic::Ordering::Relaxed))
+            .get(party)
+            .map_or(0, PartyControl::restarts)
     }
 
     /// The uid the chain's instances run as (seen from outside their namespace).
     pub fn uid(&self) -> u32 {
-        self.shared.jail.uid()
+        self.shared.launch.jail().uid()
     }
 
     /// Pid of party `party`'s running instance (it leads its own process group), from the
     /// agent's own records; `None` when it has none right now.
     pub fn instance_pid(&self, party: u16) -> Option<u32> {
-        self.shared
-            .parties
-            .get(party as usize)
-            .map(PartyControl::pgid)
-            .filter(|&p| p != 0)
+        Some(self.shared.parties.pgid(party)).filter(|&p| p != 0)
     }
 
     /// CPU time, memory and CPU throttling of party `party`'s running instance, from its
     /// cgroups; `None` when it has no instance or no cgroup right now.
     pub fn instance_usage(&self, party: u16) -> Option<crate::confine::Usage> {
-        let c = self.shared.parties.get(party as usize)?;
-        let probe = c.usage.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let probe = self.shared.parties.get(party)?.usage();
         probe.map(|p| p.read())
     }
 
     /// What the instances print: see [`LogBook`].
     pub fn logs(&self) -> &LogBook {
-        &self.shared.logs
+        self.shared.launch.logs()
     }
 
     /// One line: who instances run as, and their cgroup.
     pub fn confinement(&self) -> String {
-        self.shared.jail.describe()
+        self.shared.launch.jail().describe()
     }
 
     /// Stops accepting, lets open requests finish (up to the chain timeout), stops every
@@ -372,7 +369,7 @@ impl Running {
             let _ = s.await;
         }
         join_threads(self.relays.drain(..).map(|r| r.stop()).collect()).await;
-        self.shared.logs.close().await;
+        self.shared.launch.logs().close().await;
         let _ = (&mut self.watchdog).await;
         let _ = (&mut self.enforcer).await;
         let _ = (&mut self.scaler).await;
@@ -406,60 +403,56 @@ pub async fn up_with(
         plan,
     } = validate::validate(&spec, &opts)?;
     let (jail, programs) = jail::confine(&spec, &opts, inherit.data, &paths)?;
-    let parties = plan.parties();
     let wired = wire::wire(&spec, backend, gateway_threads, plan, inherit.state)?;
     let mut bound = listen::bind_all(&spec, &opts, inherit.http, inherit.coap, gateway_threads)?;
     let per_thread = std::mem::take(&mut bound.per_thread);
     let gateways =
         listen::start_gateways(&wired.gateways, wired.endpoints, per_thread, bound.addr).await?;
     tracing::info!(chain = %spec.name, "{}", jail.describe());
+    let runs = spec
+        .functions
+        .iter()
+        .zip(programs)
+        .zip(&paths)
+        .map(|((f, program), path)| FunctionRun {
+            generation: 0,
+            program,
+            command: f.command.clone(),
+            env: f.env.clone(),
+            resources: f.resources,
+            fingerprint: Fingerprint::of(path),
+        })
+        .collect();
+    let logs = {
+        let names: Vec<&str> = spec.functions.iter().map(|f| f.name.as_str()).collect();
+        let book = LogBook::new(&spec.name, &names, crate::logs::DEFAULT_CAPACITY);
+        if opts.echo_logs {
+            book.with_echo()
+        } else {
+            book
+        }
+    };
     let shared = Arc::new(Shared {
-        party_pools: wired.party_pools,
-        transport: wired.transport,
+        parties: Parties::new(wired.party_pools, wired.gateways.plan()),
+        launch: Launch::new(
+            runs,
+            spec.functions.iter().map(|f| f.state).collect(),
+            wired.state,
+            wired.plan_json,
+            jail,
+            logs,
+            spec.timeout,
+        ),
+        scaling: Arc::new(Scaling::new(
+            spec.functions.iter().map(|f| f.scale).collect(),
+        )),
+        listeners: Listeners::new(
+            std::mem::take(&mut bound.http_sockets),
+            bound.coap_socket.take(),
+        ),
         gateways: wired.gateways,
+        transport: wired.transport,
         offences: wired.offences,
-        plan_json: wired.plan_json,
-        jail,
-        functions: spec
-            .functions
-            .iter()
-            .zip(programs)
-            .zip(&paths)
-            .map(|((f, program), path)| {
-                std::sync::RwLock::new(Arc::new(FunctionRun {
-                    generation: 0,
-                    program,
-                    command: f.command.clone(),
-                    env: f.env.clone(),
-                    resources: f.resources,
-                    fingerprint: Fingerprint::of(path),
-                }))
-            })
-            .collect(),
-        rolling: spec
-            .functions
-            .iter()
-            .map(|_| std::sync::atomic::AtomicBool::new(false))
-            .collect(),
-        scale: std::sync::Mutex::new(spec.functions.iter().map(|f| f.scale).collect()),
-        rescale: tokio::sync::Notify::new(),
-        timeout: spec.timeout,
-        parties: (0..parties)
-            .map(|_| PartyControl::new(Want::Stop))
-            .collect(),
-        state: wired.state,
-        http_sockets: std::mem::take(&mut bound.http_sockets),
-        coap_socket: bound.coap_socket.take(),
-        stateful: spec.functions.iter().map(|f| f.state).collect(),
-        logs: {
-            let names: Vec<&str> = spec.functions.iter().map(|f| f.name.as_str()).collect();
-            let book = LogBook::new(&spec.name, &names, crate::logs::DEFAULT_CAPACITY);
-            if opts.echo_logs {
-                book.with_echo()
-            } else {
-                book
-            }
-        },
     });
     let (instances, relays, gateways) =
         instances::start_all(&spec, &shared, &opts, gateways).await?;
