@@ -19,12 +19,12 @@
 //! checked for namespace flags; glibc then falls back to `clone`, which is checked).
 //!
 //! Where instances share the agent's IPC namespace (an agent without `CAP_SYS_ADMIN`, see
-//! [`ipc_namespaces`](super::sys::ipc_namespaces)), `mq_open` is refused too: a POSIX
+//! `sys::ipc_namespaces`), `mq_open` is refused too: a POSIX
 //! message queue would outlive the instance where no sweep can find it (the uid's SysV
 //! objects are removed before its next chain starts, see `leftovers`).
 //!
 //! A function can be given more with `syscalls: [name, ...]` in the spec; names come from
-//! [`known`].
+//! [`zerohop_spec::syscalls::known`].
 
 use std::collections::BTreeMap;
 

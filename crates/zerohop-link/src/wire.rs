@@ -32,7 +32,7 @@ pub(crate) const READ_BUF: usize = 64 << 10;
 const KEEP_BUF: usize = 1 << 20;
 
 /// While more than this many bytes wait to be written on a connection, nothing more joins
-/// them: a server reads no further frame, CALLs and ANSWERs wait (see [`Wire`]).
+/// them: a server reads no further frame, CALLs and ANSWERs wait (see the module docs).
 pub const BACKLOG_ROOM: usize = 1 << 20;
 
 /// The first allocation for a frame's body; it then doubles as bytes arrive.

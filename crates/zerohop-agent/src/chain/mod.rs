@@ -338,14 +338,13 @@ impl Running {
         self.shutdown_inner(false).await;
     }
 
-    /// Shuts down a chain whose listeners another chain took over ([`ChainView::handover`]
+    /// Shuts down a chain whose listeners another chain took over (`ChainView::handover`
     /// gave them, [`up_with`] serves them): it stops accepting (the new chain accepts from
     /// the same sockets), answers what its connections still send with `Connection: close`
     /// until they are closed, then shuts down as [`Running::shutdown`] does. No accepted
     /// request goes unanswered, and a keep-alive client is moved to the new chain between
     /// two requests.
     ///
-    /// [`ChainView::handover`]: crate::ChainView::handover
     pub async fn wind_down(self) {
         self.shutdown_inner(true).await;
     }

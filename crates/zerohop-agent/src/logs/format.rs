@@ -34,7 +34,7 @@ pub fn is_escaped(c: char) -> bool {
 /// (`\u{9b}`, `\u{202e}`); the rest, backslashes included, unchanged. So the result holds no
 /// character [`is_escaped`] accepts and escaping it again changes nothing (each layer that
 /// prints may escape without doubling); the price is that a function's own text `\x1b`
-/// reads the same as an ESC it printed. At most [`ESCAPE_GROWTH`] times as long as `text`.
+/// reads the same as an ESC it printed. At most [`ESCAPE_GROWTH`](super::ESCAPE_GROWTH) times as long as `text`.
 pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
     use std::fmt::Write as _;
     let Some(first) = text.find(is_escaped) else {

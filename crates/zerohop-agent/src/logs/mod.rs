@@ -282,7 +282,7 @@ impl LogBook {
     }
 
     /// Reads `stdout` and `stderr` (the read ends of an instance's output pipes, made with
-    /// [`pipe`]) as instance `party` of function `function` (its index in spec order) until
+    /// `pipe`) as instance `party` of function `function` (its index in spec order) until
     /// each reports end of file, or the book closes. Spawns a task per pipe on the current
     /// tokio runtime (call it from inside one).
     pub fn attach(
