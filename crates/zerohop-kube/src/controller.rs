@@ -554,13 +554,7 @@ impl World {
             .state()
             .into_iter()
             .find(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.name_any() == name);
-        let port_now = current
-            .as_ref()
-            .and_then(|s| s.spec.as_ref())
-            .and_then(|s| s.ports.as_ref())
-            .and_then(|p| p.first())
-            .map(|p| p.port);
-        if port_now != Some(i32::from(desired::service_port(chain))) {
+        if desired::service_needs_apply(chain, current.as_deref()) {
             Api::<Service>::namespaced(self.client.clone(), &ns)
                 .patch(
                     &name,

@@ -376,6 +376,36 @@ pub(crate) fn service(chain: &Chain) -> Value {
     })
 }
 
+/// Whether the Chain's Service must be applied: it is missing, or someone changed what the
+/// controller owns of it (its port, its labels, its owner reference to the Chain).
+pub(crate) fn service_needs_apply(
+    chain: &Chain,
+    current: Option<&k8s_openapi::api::core::v1::Service>,
+) -> bool {
+    let Some(current) = current else {
+        return true;
+    };
+    let want = service(chain);
+    let port = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.first())
+        .map(|p| p.port);
+    let labels_kept = want["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| current.labels().get(k).map(String::as_str) == v.as_str());
+    let owned = chain.uid().is_some_and(|uid| {
+        current
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == uid && o.controller == Some(true))
+    });
+    port != Some(i32::from(service_port(chain))) || !labels_kept || !owned
+}
+
 /// The port of the Chain's Service.
 pub(crate) fn service_port(chain: &Chain) -> u16 {
     chain.spec.port.unwrap_or(80)

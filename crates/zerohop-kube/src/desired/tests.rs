@@ -870,6 +870,51 @@ fn validate_names_the_field_of_the_chain_that_is_wrong() {
 }
 
 #[test]
+fn the_service_is_applied_when_missing_or_when_what_the_controller_owns_of_it_changed() {
+    use k8s_openapi::api::core::v1::Service;
+    let c = chain(2, false);
+    let applied: Service = serde_json::from_value(service(&c)).expect("a Service");
+    assert!(service_needs_apply(&c, None), "missing");
+    assert!(!service_needs_apply(&c, Some(&applied)), "as applied");
+    let mut other_port = applied.clone();
+    other_port.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 81;
+    assert!(service_needs_apply(&c, Some(&other_port)), "port changed");
+    let mut unlabelled = applied.clone();
+    unlabelled
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove(LABEL_CHAIN);
+    assert!(service_needs_apply(&c, Some(&unlabelled)), "label removed");
+    let mut relabelled = applied.clone();
+    relabelled
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(LABEL_CHAIN.into(), "other".into());
+    assert!(service_needs_apply(&c, Some(&relabelled)), "label changed");
+    let mut orphan = applied.clone();
+    orphan.metadata.owner_references = None;
+    assert!(
+        service_needs_apply(&c, Some(&orphan)),
+        "owner reference removed"
+    );
+    let mut extra = applied;
+    extra
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("team".into(), "a".into());
+    assert!(
+        !service_needs_apply(&c, Some(&extra)),
+        "a label of someone else's is theirs"
+    );
+}
+
+#[test]
 fn a_service_has_one_slice_per_port_and_family_of_replicas_with_an_address() {
     let mut c = chain(4, false);
     assert_eq!(service(&c)["spec"]["ports"][0]["port"], 80);
