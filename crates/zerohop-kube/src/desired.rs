@@ -520,15 +520,22 @@ pub(crate) fn placed_condition(chain: &Chain, decision: &Decision) -> Condition 
 
 /// `Ready`, from the replicas' `endpoints` and the Chain's `parts`: AllReady, else
 /// InvalidSpec when the spec is `invalid`, PartFailed (with the first failed part's message)
-/// when a part failed, Starting otherwise.
+/// when a part failed, Starting otherwise. Only the wanted replicas count (one being removed
+/// after a scale-down is neither ready nor failed), and only a failure of a part's current
+/// spec (a status that describes a generation before is stale).
 pub(crate) fn ready_condition(
     chain: &Chain,
     invalid: bool,
     endpoints: &[ReplicaEndpoint],
     parts: &[Arc<ChainPart>],
 ) -> Condition {
-    let ready = endpoints.iter().filter(|e| e.ready).count() as u32;
     let replicas = chain.spec.replicas;
+    let ready = endpoints
+        .iter()
+        .filter(|e| e.ready && e.replica < replicas)
+        .map(|e| e.replica)
+        .collect::<BTreeSet<_>>()
+        .len() as u32;
     if ready == replicas && !invalid {
         return condition(
             "Ready",
@@ -539,8 +546,14 @@ pub(crate) fn ready_condition(
     }
     let why = parts
         .iter()
-        .filter_map(|p| p.status.as_ref())
-        .find(|s| s.phase == "Failed")
+        .filter(|p| p.spec.replica < replicas)
+        .filter_map(|p| {
+            let s = p.status.as_ref()?;
+            let current =
+                s.observed_generation.is_none() || s.observed_generation == p.metadata.generation;
+            (s.phase == "Failed" && current).then_some(s)
+        })
+        .next()
         .map(|s| format!("; {}", s.message))
         .unwrap_or_default();
     let reason = if invalid {

@@ -357,7 +357,16 @@ fn the_ready_condition_is_all_ready_or_says_why_not() {
         message: "exclaim exited with status 1".into(),
         ..Default::default()
     });
-    let failed = arcs(vec![part(0, 0, "a"), broken]);
+    let failed = arcs(vec![part(0, 0, "a"), broken.clone()]);
+    // The failure was of the part's spec before (it has been changed since), or of a
+    // replica a scale-down removes.
+    let mut changed = broken.clone();
+    changed.metadata.generation = Some(2);
+    changed.status.as_mut().unwrap().observed_generation = Some(1);
+    let stale = arcs(vec![part(0, 0, "a"), changed]);
+    let mut removed = broken;
+    removed.spec.replica = 2;
+    let gone = arcs(vec![part(0, 0, "a"), part(1, 0, "b"), removed]);
     let rows = [
         // (what, invalid, endpoints' readiness, parts, status, reason, message)
         (
@@ -395,6 +404,24 @@ fn the_ready_condition_is_all_ready_or_says_why_not() {
             "False",
             "PartFailed",
             "1 of 2 replicas ready; exclaim exited with status 1",
+        ),
+        (
+            "a failure of the part's spec before",
+            false,
+            endpoints_of(&[true, false]),
+            &stale,
+            "False",
+            "Starting",
+            "1 of 2 replicas ready",
+        ),
+        (
+            "a scale-down from 3: the third replica still answers, and failed",
+            false,
+            endpoints_of(&[true, true, true]),
+            &gone,
+            "True",
+            "AllReady",
+            "2 of 2 replicas ready",
         ),
         (
             "the spec is invalid, though the parts before it still run",
