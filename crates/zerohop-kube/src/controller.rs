@@ -554,7 +554,7 @@ impl World {
             .state()
             .into_iter()
             .find(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.name_any() == name);
-        if desired::service_needs_apply(chain, current.as_deref()) {
+        if desired::service_needs_apply(chain, &service, current.as_deref()) {
             Api::<Service>::namespaced(self.client.clone(), &ns)
                 .patch(
                     &name,

@@ -376,16 +376,17 @@ pub(crate) fn service(chain: &Chain) -> Value {
     })
 }
 
-/// Whether the Chain's Service must be applied: it is missing, or someone changed what the
-/// controller owns of it (its port, its labels, its owner reference to the Chain).
+/// Whether the Chain's Service (`want`, its [`service`]) must be applied: it is missing, or
+/// someone changed what the controller owns of it (its port, its labels, its owner reference
+/// to the Chain).
 pub(crate) fn service_needs_apply(
     chain: &Chain,
+    want: &Value,
     current: Option<&k8s_openapi::api::core::v1::Service>,
 ) -> bool {
     let Some(current) = current else {
         return true;
     };
-    let want = service(chain);
     let port = current
         .spec
         .as_ref()

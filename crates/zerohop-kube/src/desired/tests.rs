@@ -900,12 +900,19 @@ fn validate_names_the_field_of_the_chain_that_is_wrong() {
 fn the_service_is_applied_when_missing_or_when_what_the_controller_owns_of_it_changed() {
     use k8s_openapi::api::core::v1::Service;
     let c = chain(2, false);
-    let applied: Service = serde_json::from_value(service(&c)).expect("a Service");
-    assert!(service_needs_apply(&c, None), "missing");
-    assert!(!service_needs_apply(&c, Some(&applied)), "as applied");
+    let want = service(&c);
+    let applied: Service = serde_json::from_value(want.clone()).expect("a Service");
+    assert!(service_needs_apply(&c, &want, None), "missing");
+    assert!(
+        !service_needs_apply(&c, &want, Some(&applied)),
+        "as applied"
+    );
     let mut other_port = applied.clone();
     other_port.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 81;
-    assert!(service_needs_apply(&c, Some(&other_port)), "port changed");
+    assert!(
+        service_needs_apply(&c, &want, Some(&other_port)),
+        "port changed"
+    );
     let mut unlabelled = applied.clone();
     unlabelled
         .metadata
@@ -913,7 +920,10 @@ fn the_service_is_applied_when_missing_or_when_what_the_controller_owns_of_it_ch
         .as_mut()
         .unwrap()
         .remove(LABEL_CHAIN);
-    assert!(service_needs_apply(&c, Some(&unlabelled)), "label removed");
+    assert!(
+        service_needs_apply(&c, &want, Some(&unlabelled)),
+        "label removed"
+    );
     let mut relabelled = applied.clone();
     relabelled
         .metadata
@@ -921,11 +931,14 @@ fn the_service_is_applied_when_missing_or_when_what_the_controller_owns_of_it_ch
         .as_mut()
         .unwrap()
         .insert(LABEL_CHAIN.into(), "other".into());
-    assert!(service_needs_apply(&c, Some(&relabelled)), "label changed");
+    assert!(
+        service_needs_apply(&c, &want, Some(&relabelled)),
+        "label changed"
+    );
     let mut orphan = applied.clone();
     orphan.metadata.owner_references = None;
     assert!(
-        service_needs_apply(&c, Some(&orphan)),
+        service_needs_apply(&c, &want, Some(&orphan)),
         "owner reference removed"
     );
     let mut extra = applied;
@@ -936,7 +949,7 @@ fn the_service_is_applied_when_missing_or_when_what_the_controller_owns_of_it_ch
         .unwrap()
         .insert("team".into(), "a".into());
     assert!(
-        !service_needs_apply(&c, Some(&extra)),
+        !service_needs_apply(&c, &want, Some(&extra)),
         "a label of someone else's is theirs"
     );
 }
