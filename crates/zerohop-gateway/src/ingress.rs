@@ -1,66 +1,18 @@
-//! The way in: HTTP server, body into a slot, descriptor to the head function, answer.
+//! The way in for every protocol: a slot, the one copy in, the descriptor to the head
+//! function, the answer (the one copy out).
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch, Semaphore};
+use http::{header, StatusCode};
+use tokio::sync::oneshot;
 use tracing::Instrument;
 use zerohop_pool::{Descriptor, OwnedSlot, Owner, SlotHeader};
 use zerohop_transport::{PartyId, SendError};
 
 use crate::egress::Outcome;
-use crate::error::error_response;
 use crate::{ErrorSource, Gateway, GatewayError, Inflight, META_RESERVE};
-
-/// The gateway as hyper's service (a named type, so connections of it can be named too).
-struct Service(Arc<Gateway>);
-
-impl hyper::service::Service<Request<Incoming>> for Service {
-    type Response = Answer;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
-
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let gw = self.0.clone();
-        Box::pin(async move {
-            let mut answer = gw.handle(req).await;
-            // Relaxed: a late sight of the flag costs one more keep-alive answer, no more.
-            if gw.closing.load(Ordering::Relaxed) {
-                // hyper closes the connection once this answer is written.
-                answer.headers_mut().insert(
-                    header::CONNECTION,
-                    header::HeaderValue::from_static("close"),
-                );
-            }
-            Ok(answer)
-        })
-    }
-}
-
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// After [`Gateway::close_connections`], how long connections get to close after their next
-/// answer (a client between two requests sends its next one and is told to close) before
-/// the rest are shut down gracefully (idle ones closed, busy ones after their answer).
-const IDLE_GRACE: Duration = Duration::from_secs(1);
-/// How often the winding down looks at the connections.
-const CLOSE_POLL: Duration = Duration::from_millis(5);
-
-type Answer = Response<Full<Bytes>>;
 
 /// Removes a request from the in-flight table when its HTTP task ends before an outcome
 /// arrived (timed out, client gone, send failed). An outcome's sender already removed it, so
@@ -85,183 +37,6 @@ impl Drop for InflightGuard<'_> {
 }
 
 impl Gateway {
-    /// Serves HTTP on `listener` until `shutdown` turns true, then lets open requests finish
-    /// (up to the chain timeout) and returns. At most `max_connections` connections are
-    /// served at once; the next waits in the listen backlog until one closes.
-    ///
-    /// After [`Gateway::close_connections`] it first waits, once stopped, for its
-    /// connections to close after their next answer: until none is left or [`IDLE_GRACE`]
-    /// has passed; the graceful shutdown then closes the idle ones and lets busy ones
-    /// finish their request.
-    pub async fn serve(
-        self: Arc<Self>,
-        listener: TcpListener,
-        mut shutdown: watch::Receiver<bool>,
-    ) {
-        let graceful = GracefulShutdown::new();
-        let slots = Arc::new(Semaphore::new(self.config.max_connections.max(1) as usize));
-        let mut backoff = ACCEPT_BACKOFF_MIN;
-        loop {
-            let permit = tokio::select! {
-                p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-                _ = shutdown.changed() => break,
-            };
-            let stream = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => {
-                        backoff = ACCEPT_BACKOFF_MIN;
-                        stream
-                    }
-                    Err(e) => {
-                        // EMFILE, ENFILE, ENOBUFS...: retrying at once would spin.
-                        tracing::warn!("gateway: accept failed: {e}; retrying in {backoff:?}");
-                        tokio::select! {
-                            _ = tokio::time::sleep(backoff) => {}
-                            _ = shutdown.changed() => break,
-                        }
-                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-                        continue;
-                    }
-                },
-                _ = shutdown.changed() => break,
-            };
-            let _ = stream.set_nodelay(true);
-            let conn = graceful.watch(self.connection(stream, true));
-            tokio::spawn(async move {
-                let _ = conn.await;
-                drop(permit);
-            });
-        }
-        // Relaxed: `close_connections` is called before the shutdown signal this loop was
-        // stopped by, and the watch channel orders the two.
-        let handed_over = self.closing.load(Ordering::Relaxed);
-        let mut last = Vec::new();
-        if !handed_over {
-            // Connections the kernel completed that nobody accepted yet would be reset when
-            // the listener closes, though their clients already sent their requests: serve
-            // them too. (Handed over, the listener lives on in the new chain, which takes
-            // them.) `timeout(ZERO, ..)` polls the accept once: only what is waiting now.
-            // Each gets one answer and is closed (a graceful shutdown would close a
-            // connection whose request was not read yet).
-            while let Ok(Ok((stream, _))) =
-                tokio::time::timeout(Duration::ZERO, listener.accept()).await
-            {
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    break;
-                };
-                let _ = stream.set_nodelay(true);
-                let conn = self.connection(stream, false);
-                last.push(tokio::spawn(async move {
-                    let _ = conn.await;
-                    drop(permit);
-                }));
-            }
-        }
-        drop(listener);
-        if handed_over {
-            let all = self.config.max_connections.max(1) as usize;
-            let started = tokio::time::Instant::now();
-            loop {
-                let waited = started.elapsed();
-                let open = all - slots.available_permits();
-                if open == 0 || waited >= IDLE_GRACE {
-                    tracing::debug!(
-                        open,
-                        "gateway {}: connections wound down in {waited:?}",
-                        self.party
-                    );
-                    break;
-                }
-                tokio::time::sleep(CLOSE_POLL).await;
-            }
-        }
-        let _ = tokio::time::timeout(self.config.timeout, async {
-            graceful.shutdown().await;
-            for c in last {
-                let _ = c.await;
-            }
-        })
-        .await;
-    }
-
-    /// Serves one connection over any byte stream (the fuzz target of the HTTP ingress feeds
-    /// it arbitrary bytes this way); returns when the connection ends.
-    pub async fn serve_io<I>(self: &Arc<Self>, io: I)
-    where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let _ = self.connection(io, true).await;
-    }
-
-    /// One HTTP/1.1 connection over `io`, answering with [`Gateway::handle`].
-    fn connection<I>(
-        self: &Arc<Self>,
-        io: I,
-        keep_alive: bool,
-    ) -> http1::Connection<TokioIo<I>, Service>
-    where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
-            .keep_alive(keep_alive)
-            .serve_connection(TokioIo::new(io), Service(self.clone()))
-    }
-
-    /// Answers one HTTP request.
-    pub(crate) async fn handle(&self, req: Request<Incoming>) -> Answer {
-        match self.handle_inner(req).await {
-            Ok(reply) => reply.into_http(),
-            Err(e) => e.into_response(),
-        }
-    }
-
-    async fn handle_inner(&self, req: Request<Incoming>) -> Result<Reply, GatewayError> {
-        let route = self
-            .router
-            .find(req.method(), req.uri().path())
-            .inspect_err(|_| self.count_error())?;
-        let max = self.config.max_body;
-        if let Some(len) = content_length(req.headers()).inspect_err(|_| self.count_error())? {
-            if len > max {
-                self.count_error();
-                return Err(too_large(max));
-            }
-        }
-        let (parts, body) = req.into_parts();
-        // The whole body first, as the chunks hyper read it (no copy), bounded in size and
-        // time: a slow client holds memory of its own, never a slot.
-        let chunks =
-            match tokio::time::timeout(self.config.body_timeout, read_body(body, max)).await {
-                Ok(Ok(chunks)) => chunks,
-                Ok(Err(e)) => {
-                    self.count_error();
-                    return Err(e);
-                }
-                Err(_) => {
-                    self.count_error();
-                    return Err(GatewayError::new(
-                        StatusCode::REQUEST_TIMEOUT,
-                        ErrorSource::Gateway,
-                        format!(
-                            "the request body did not arrive within {:?} (body_timeout)",
-                            self.config.body_timeout
-                        ),
-                    ));
-                }
-            };
-        let mut meta: Vec<(&str, &str)> = Vec::new();
-        for name in &self.plan.headers {
-            for v in parts.headers.get_all(name.as_str()) {
-                if let Ok(v) = v.to_str() {
-                    meta.push((name, v));
-                }
-            }
-        }
-        self.submit(route, meta, &chunks).await
-    }
-
     /// Runs one request through route `route` of the chain, whatever protocol it came by:
     /// takes a slot, writes `meta` (name, value pairs the chain's functions asked for: HTTP
     /// looks up only those, other protocols filter theirs with [`Gateway::asked`]) and the body (`chunks`, the only copy in), sends it to the head
@@ -598,20 +373,6 @@ pub struct Reply {
     pub left: bool,
 }
 
-impl Reply {
-    /// The HTTP answer: the body as it is, or a function's error as a `text/plain` line.
-    fn into_http(self) -> Answer {
-        if self.status.is_success() || self.status.is_redirection() {
-            let mut r = Response::new(Full::new(self.body));
-            *r.status_mut() = self.status;
-            return r;
-        }
-        let mut text = String::from_utf8_lossy(&self.body).into_owned();
-        text.push('\n');
-        error_response(self.status, text, &[])
-    }
-}
-
 /// A status a function may answer with: final (200..=599) and one that carries a body.
 fn answerable(s: StatusCode) -> bool {
     (200..=599).contains(&s.as_u16())
@@ -620,48 +381,7 @@ fn answerable(s: StatusCode) -> bool {
         && s != StatusCode::NOT_MODIFIED
 }
 
-/// Reads a whole body as hyper's chunks, refusing it as soon as it exceeds `max`.
-async fn read_body(mut body: Incoming, max: u64) -> Result<Vec<Bytes>, GatewayError> {
-    let mut chunks = Vec::new();
-    let mut len = 0u64;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            GatewayError::new(
-                StatusCode::BAD_REQUEST,
-                ErrorSource::Gateway,
-                format!("malformed request body: {e}"),
-            )
-        })?;
-        if let Ok(data) = frame.into_data() {
-            len += data.len() as u64;
-            if len > max {
-                return Err(too_large(max));
-            }
-            chunks.push(data);
-        }
-    }
-    Ok(chunks)
-}
-
-fn content_length(h: &HeaderMap) -> Result<Option<u64>, GatewayError> {
-    match h.get(header::CONTENT_LENGTH) {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .map(Some)
-            .ok_or_else(|| {
-                GatewayError::new(
-                    StatusCode::BAD_REQUEST,
-                    ErrorSource::Gateway,
-                    "Content-Length is not a number",
-                )
-            }),
-    }
-}
-
-fn too_large(max: u64) -> GatewayError {
+pub(crate) fn too_large(max: u64) -> GatewayError {
     GatewayError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         ErrorSource::Gateway,

@@ -40,9 +40,11 @@
 mod coap;
 mod egress;
 mod error;
+mod http;
 mod ingress;
 mod mqtt;
 mod router;
+mod serve;
 
 mod group;
 
