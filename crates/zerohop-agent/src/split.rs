@@ -76,6 +76,7 @@ pub fn split(
                     mqtt: String::new(),
                     mqtt_reply: String::new(),
                     coap: String::new(),
+                    content_type: String::new(),
                     sequence: vec![f.name.clone()],
                     relay_of: Some(i),
                 });

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
 use http::{header, StatusCode};
 use tokio::sync::oneshot;
 use tracing::Instrument;
@@ -12,6 +13,7 @@ use zerohop_pool::{Descriptor, OwnedSlot, Owner, SlotHeader};
 use zerohop_transport::{PartyId, SendError};
 
 use crate::egress::Outcome;
+use crate::response::response_headers;
 use crate::{ErrorSource, Gateway, GatewayError, Inflight, META_RESERVE};
 
 /// Removes a request from the in-flight table when its HTTP task ends before an outcome
@@ -291,7 +293,20 @@ impl Gateway {
     ) -> Result<Reply, GatewayError> {
         let m = header.meta_len as usize;
         let body = Bytes::copy_from_slice(&slot.data()[m..m + len as usize]);
+        let headers = response_headers(&slot.data()[..m]);
         drop(slot);
+        let headers = headers.map_err(|why| {
+            tracing::warn!(
+                request = header.request,
+                function = self.plan.function_name(function),
+                "{why}; answered 502"
+            );
+            GatewayError::new(
+                StatusCode::BAD_GATEWAY,
+                ErrorSource::Function(self.plan.function_name(function).to_owned()),
+                format!("answered with a bad response header: {why}"),
+            )
+        })?;
         let status = match header.status {
             0 => StatusCode::OK,
             s => match StatusCode::from_u16(s) {
@@ -313,6 +328,7 @@ impl Gateway {
         Ok(Reply {
             status,
             body,
+            headers,
             left: header.flags & SlotHeader::FLAG_DYNAMIC != 0,
         })
     }
@@ -368,6 +384,9 @@ pub struct Reply {
     pub status: StatusCode,
     /// The output, copied out of the slot.
     pub body: Bytes,
+    /// Response headers the functions set (HTTP sends them; MQTT and CoAP have no place
+    /// for them).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
     /// The request left its route's sequence before the end (dynamic routing, or a function
     /// that replied early).
     pub left: bool,

@@ -40,9 +40,10 @@
 mod coap;
 mod egress;
 mod error;
-mod http;
+mod handle;
 mod ingress;
 mod mqtt;
+mod response;
 mod router;
 mod serve;
 
@@ -131,6 +132,8 @@ pub struct Gateway {
     sender: Box<dyn Sender>,
     plan: Arc<Plan>,
     router: Router,
+    /// Per route, the `Content-Type` of its successful answers (`content_type` in the spec).
+    content_types: Vec<Option<http::HeaderValue>>,
     config: GatewayConfig,
     inflight: Mutex<HashMap<u32, Inflight>>,
     /// Requests sent so far; the request id is [`RequestIds::id`] of it.
@@ -202,6 +205,15 @@ impl Gateway {
         Arc::new(Self {
             route_pools,
             router: Router::new(&plan),
+            content_types: plan
+                .routes
+                .iter()
+                .map(|r| {
+                    http::HeaderValue::from_str(&r.content_type)
+                        .ok()
+                        .filter(|_| !r.content_type.is_empty())
+                })
+                .collect(),
             party,
             ids: plan.request_ids(),
             picker: Picker::new(&plan, party),

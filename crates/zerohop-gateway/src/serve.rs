@@ -16,7 +16,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-use crate::http::Answer;
+use crate::handle::Answer;
 use crate::Gateway;
 
 /// The gateway as hyper's service (a named type, so connections of it can be named too).

@@ -1,6 +1,7 @@
 //! What a handler sees and returns.
 
 use zerohop_pool::{OwnedSlot, SlotHeader, State, StateError};
+use zerohop_spec::meta;
 use zerohop_transport::Plan;
 
 use crate::call::{not_allowed, Answer, CallError, Calls};
@@ -137,12 +138,103 @@ impl Request<'_> {
             .map_or("", |r| r.method.as_str())
     }
 
-    /// HTTP path of the route the request came in by.
+    /// The request's path: as the client sent it (percent-encoded) when a function of the
+    /// chain lists `:path` in its `headers`, otherwise the path of the route it came in by
+    /// (with its parameters as written in the spec, e.g. `/product/{id}`).
     pub fn path(&self) -> &str {
+        self.header(meta::PATH).unwrap_or_else(|| self.route_path())
+    }
+
+    /// The path of the route the request came in by, as the spec writes it
+    /// (`/product/{id}`, `/static/{*rest}`).
+    pub fn route_path(&self) -> &str {
         self.plan
             .routes
             .get(self.route_index() as usize)
             .map_or("", |r| r.path.as_str())
+    }
+
+    /// A parameter of the route's path (`{id}` in `GET /product/{id}`, `rest` for a trailing
+    /// `*`), percent-decoded.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        let key = meta::param(name);
+        meta::lines(self.meta()).find_map(|(k, v)| (k == key).then_some(v))
+    }
+
+    /// The query string as the client sent it (after `?`), when a function of the chain
+    /// lists `:query` in its `headers` and the request had one.
+    pub fn query_string(&self) -> Option<&str> {
+        self.header(meta::QUERY)
+    }
+
+    /// The first value of query parameter `name` (`application/x-www-form-urlencoded`
+    /// decoding), when a function lists `:query`; see [`Request::query_string`].
+    pub fn query(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query_string()?.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    }
+
+    /// The value of cookie `name` from the request's `Cookie` headers, when a function of
+    /// the chain lists `cookie` in its `headers`.
+    pub fn cookie(&self, name: &str) -> Option<&str> {
+        meta::lines(self.meta())
+            .filter(|(k, _)| k.eq_ignore_ascii_case("cookie"))
+            .flat_map(|(_, v)| v.split(';'))
+            .find_map(|pair| {
+                let (k, v) = pair.trim().split_once('=')?;
+                (k.trim() == name).then(|| v.trim().trim_matches('"'))
+            })
+    }
+
+    /// Sets the answer's status for the client: 200 (the default) to 399, except 204, 205
+    /// and 304, which carry no body (an error status is a [`HandlerError`]). With a 3xx, add
+    /// a `Location` ([`Request::add_response_header`]). A later function of the route may
+    /// set another; a call's answer with a 3xx is an error for its caller.
+    pub fn set_status(&mut self, status: u16) -> Result<(), HandlerError> {
+        if !(200..=399).contains(&status) || matches!(status, 204 | 205 | 304) {
+            return Err(HandlerError::internal(format!(
+                "status {status} is not one a function answers with: 200..=399 but 204, 205 \
+                 and 304 (errors are a HandlerError)"
+            )));
+        }
+        self.header.status = status;
+        Ok(())
+    }
+
+    /// Adds a header to the client's answer (HTTP only: MQTT and CoAP answers have no
+    /// headers), e.g. `Location` with a 303, `Set-Cookie`, or a `Content-Type` of its own
+    /// (which replaces the route's `content_type`). Headers about the framing and the
+    /// connection (`Content-Length`, `Connection`, ...) are the gateway's and refused here;
+    /// at most 64 per answer. The header rides in the slot's metadata area, so the body
+    /// moves up by the line's length within its slot (no new slot, no copy elsewhere).
+    pub fn add_response_header(&mut self, name: &str, value: &str) -> Result<(), HandlerError> {
+        if let Some(why) = meta::response_header_error(name, value.as_bytes()) {
+            return Err(HandlerError::internal(why));
+        }
+        let count = meta::lines(self.meta())
+            .filter(|(k, _)| k.starts_with(meta::RESPONSE_PREFIX))
+            .count();
+        if count >= meta::MAX_RESPONSE_HEADERS {
+            return Err(HandlerError::internal(format!(
+                "more than {} response headers",
+                meta::MAX_RESPONSE_HEADERS
+            )));
+        }
+        let line = format!("{}{name}: {value}\n", meta::RESPONSE_PREFIX);
+        let (m, len, n) = (self.header.meta_len as usize, self.len, line.len());
+        let fits = m + n + len <= self.slot.data().len() && m + n <= usize::from(u16::MAX);
+        if !fits {
+            return Err(HandlerError::internal(format!(
+                "response header `{name}` does not fit the slot beside the body; raise \
+                 pool.slot_size"
+            )));
+        }
+        let data = self.slot.data_mut();
+        data.copy_within(m..m + len, m + n);
+        data[m..m + n].copy_from_slice(line.as_bytes());
+        self.header.meta_len = (m + n) as u16;
+        Ok(())
     }
 
     /// The slot's metadata area: the request headers the spec asked for, as `name: value\n`
@@ -260,5 +352,111 @@ impl Request<'_> {
         self.set_len(old + bytes.len())?;
         self.body_mut()[old..].copy_from_slice(bytes);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use zerohop_pool::{Owner, Pool, PoolGeometry};
+
+    use super::*;
+    use crate::instance::testing::hello;
+
+    /// Runs `f` on a request of `hello`'s route 0 whose slot holds `meta` then `body`.
+    fn with_request(name: &str, meta: &str, body: &[u8], f: impl FnOnce(&mut Request<'_>)) {
+        let pool = Arc::new(
+            Pool::create(
+                name,
+                &PoolGeometry {
+                    slots: 2,
+                    first_slot: 0,
+                    slot_size: 256,
+                    max_parties: 3,
+                    hugepages: false,
+                },
+            )
+            .unwrap(),
+        );
+        let mut slot = pool.alloc(Owner::party(1)).unwrap();
+        let header = SlotHeader {
+            meta_len: meta.len() as u16,
+            ..SlotHeader::default()
+        };
+        slot.set_header(&header);
+        slot.data_mut()[..meta.len()].copy_from_slice(meta.as_bytes());
+        slot.data_mut()[meta.len()..meta.len() + body.len()].copy_from_slice(body);
+        let plan = hello();
+        let mut req = Request {
+            slot: &mut slot,
+            header,
+            len: body.len(),
+            plan: &plan,
+            function: 0,
+            calls: None,
+            branches: Vec::new(),
+            state: None,
+        };
+        f(&mut req);
+    }
+
+    #[test]
+    fn parameters_path_query_and_cookies_come_from_the_metadata() {
+        let meta = ":path: /product/a%20b\n:query: q=caf%C3%A9&n=1&q=2\ncookie: shop_session-id=s1; shop_currency=\"EUR\"\n{id}: a b\n";
+        with_request("zh-rt-req-meta", meta, b"x", |req| {
+            assert_eq!(req.path(), "/product/a%20b");
+            assert_eq!(req.route_path(), "/hello");
+            assert_eq!(req.param("id"), Some("a b"));
+            assert_eq!(req.param("other"), None);
+            assert_eq!(req.query_string(), Some("q=caf%C3%A9&n=1&q=2"));
+            assert_eq!(req.query("q").as_deref(), Some("café"));
+            assert_eq!(req.query("n").as_deref(), Some("1"));
+            assert_eq!(req.query("none"), None);
+            assert_eq!(req.cookie("shop_session-id"), Some("s1"));
+            assert_eq!(req.cookie("shop_currency"), Some("EUR"));
+            assert_eq!(req.cookie("shop"), None);
+            assert_eq!(req.body(), b"x");
+        });
+        with_request("zh-rt-req-bare", "", b"", |req| {
+            assert_eq!(req.path(), "/hello", "without :path, the route's path");
+            assert_eq!(req.query_string(), None);
+            assert_eq!(req.cookie("a"), None);
+        });
+    }
+
+    #[test]
+    fn a_response_header_moves_the_body_up_within_its_slot() {
+        with_request("zh-rt-req-resp", "x-trace: t\n", b"hello", |req| {
+            req.add_response_header("Location", "/cart").unwrap();
+            req.add_response_header("set-cookie", "a=1; Path=/")
+                .unwrap();
+            assert_eq!(req.body(), b"hello");
+            assert_eq!(
+                req.meta(),
+                b"x-trace: t\n>Location: /cart\n>set-cookie: a=1; Path=/\n"
+            );
+            assert_eq!(req.header("x-trace"), Some("t"));
+            for (name, value) in [
+                ("content-length", "1"),
+                ("bad name", "v"),
+                ("x-a", "a\r\nb"),
+            ] {
+                assert!(req.add_response_header(name, value).is_err(), "{name}");
+            }
+            let big = "v".repeat(200);
+            let e = req.add_response_header("x-big", &big).unwrap_err();
+            assert!(e.message.contains("does not fit"), "{e}");
+            assert_eq!(
+                req.body(),
+                b"hello",
+                "a refused header leaves the body alone"
+            );
+            req.set_status(303).unwrap();
+            assert_eq!(req.header.status, 303);
+            for bad in [100, 204, 304, 404, 600] {
+                assert!(req.set_status(bad).is_err(), "{bad}");
+            }
+        });
     }
 }

@@ -234,11 +234,15 @@ impl Cx {
                 Some(n) => {
                     let hs = self.strings(n, &format!("{p}headers"))?;
                     for (i, h) in hs.iter().enumerate() {
-                        if http_header_name_invalid(h) {
+                        if http_header_name_invalid(h) && !crate::meta::PSEUDO.contains(&h.as_str())
+                        {
                             return Err(self.err(
                                 line(n),
                                 &format!("{p}headers[{i}]"),
-                                format!("`{h}` is not an HTTP header name"),
+                                format!(
+                                    "`{h}` is not an HTTP header name, nor one of {}",
+                                    crate::meta::PSEUDO.join(", ")
+                                ),
                             ));
                         }
                     }

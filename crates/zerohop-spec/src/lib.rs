@@ -10,6 +10,9 @@ mod functions;
 #[cfg(feature = "reader")]
 mod graph;
 pub mod handover;
+pub mod meta;
+#[cfg(feature = "reader")]
+mod paths;
 pub mod plan;
 #[cfg(feature = "reader")]
 mod read;

@@ -98,6 +98,10 @@ pub struct RoutePlan {
     /// CoAP path that selects this route (empty: none).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub coap: String,
+    /// `Content-Type` of the route's successful HTTP answers unless a function sets one
+    /// (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub content_type: String,
     /// Function indices, in order.
     pub sequence: Vec<u8>,
     /// Set on a route the agent adds for hops relayed from a peer node (a chain split over

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use saphyr::{MarkedYaml, YamlData};
 
+use crate::paths;
 use crate::plan::JoinPolicy;
 use crate::yaml::{get, line, Cx, Map};
 use crate::*;
@@ -25,11 +26,23 @@ impl Cx {
         let owned: Vec<String> = functions.iter().map(|f| f.name.clone()).collect();
         let names: Vec<&str> = owned.iter().map(String::as_str).collect();
         let mut seen = HashSet::new();
+        let mut ambiguity = paths::Ambiguity::default();
         let mut out = Vec::new();
         for (i, r) in list.iter().enumerate() {
             let p = format!("routes[{i}].");
             let m = self.mapping(r, &format!("routes[{i}]"))?;
-            self.only_known(&m, &p, &["http", "mqtt", "mqtt_reply", "coap", "sequence"])?;
+            self.only_known(
+                &m,
+                &p,
+                &[
+                    "http",
+                    "mqtt",
+                    "mqtt_reply",
+                    "coap",
+                    "content_type",
+                    "sequence",
+                ],
+            )?;
             let (mut method, mut path) = (String::new(), String::new());
             if let Some(http) = get(&m, "http") {
                 let text = self.string(http, &format!("{p}http"))?;
@@ -37,21 +50,31 @@ impl Cx {
                 let (mt, pt) = (mt.trim(), pt.trim());
                 let method_ok =
                     !mt.is_empty() && mt.bytes().all(|b| b.is_ascii_uppercase()) && mt.len() <= 16;
-                if !method_ok || !pt.starts_with('/') || pt.contains(char::is_whitespace) {
+                if !method_ok || !pt.starts_with('/') {
                     return Err(self.err(
                         line(http),
                         &format!("{p}http"),
-                        format!("`{text}` is not `METHOD /path`; write e.g. `POST /hello`"),
+                        format!(
+                            "`{text}` is not `METHOD /path`; write e.g. `POST /hello`, \
+                             `GET /product/{{id}}` or `GET /static/*`"
+                        ),
                     ));
                 }
-                if !seen.insert(("http", format!("{mt} {pt}"))) {
+                let pattern = paths::pattern(pt).map_err(|why| {
+                    self.err(
+                        line(http),
+                        &format!("{p}http"),
+                        format!("`{pt}` is not a route path: {why}"),
+                    )
+                })?;
+                if let Err((earlier, why)) = ambiguity.add(mt, &pattern, i) {
                     return Err(self.err(
                         line(http),
                         &format!("{p}http"),
-                        format!("`{mt} {pt}` is already routed by an earlier route"),
+                        format!("{why} (routes[{earlier}])"),
                     ));
                 }
-                (method, path) = (mt.to_owned(), pt.to_owned());
+                (method, path) = (mt.to_owned(), pattern);
             }
             let mut mqtt = String::new();
             if let Some(n) = get(&m, "mqtt") {
@@ -112,6 +135,32 @@ impl Cx {
                         line(n),
                         &format!("{p}coap"),
                         format!("CoAP path `{coap}` is already routed by an earlier route"),
+                    ));
+                }
+            }
+            let mut content_type = String::new();
+            if let Some(n) = get(&m, "content_type") {
+                content_type = self.string(n, &format!("{p}content_type"))?;
+                let ok = content_type.contains('/')
+                    && content_type.len() <= 256
+                    && content_type
+                        .bytes()
+                        .all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+                if !ok {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}content_type"),
+                        format!(
+                            "`{content_type}` is not a media type; write e.g. `application/json` \
+                             or `text/html; charset=utf-8`"
+                        ),
+                    ));
+                }
+                if path.is_empty() {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}content_type"),
+                        "only HTTP answers carry a content type; this route has no `http`",
                     ));
                 }
             }
@@ -194,6 +243,7 @@ impl Cx {
                 mqtt,
                 mqtt_reply,
                 coap,
+                content_type,
                 sequence,
                 relay_of: None,
             });

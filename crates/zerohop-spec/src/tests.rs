@@ -380,6 +380,21 @@ fn mqtt_and_coap_triggers() {
 }
 
 #[test]
+fn http_routes_take_parameters_a_catch_all_and_pseudo_headers() {
+    let t = HELLO
+        .replace("POST /hello", "GET /product/{id}")
+        .replace("[X-Trace]", "[X-Trace, \":path\", \":query\", Cookie]");
+    let t = format!("{t}  - http: GET /static/*\n    sequence: [upper]\n  - http: GET /product/top\n    sequence: [upper]\n");
+    let s = parse(Path::new("c.yaml"), &t).unwrap();
+    let paths: Vec<&str> = s.routes.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["/product/{id}", "/static/{*rest}", "/product/top"]);
+    assert_eq!(
+        s.functions[1].headers,
+        ["x-trace", ":path", ":query", "cookie"]
+    );
+}
+
+#[test]
 fn errors_name_line_and_field() {
     let cases = [
             (HELLO.replace("timeout: 2s", "timeot: 2s"), "c.yaml:3: timeot: unknown field"),
@@ -409,6 +424,11 @@ fn errors_name_line_and_field() {
             (HELLO.replace("env: { MODE: loud, N: 3 }", "env: [MODE]"), "c.yaml:8: functions.exclaim.env: expected a mapping"),
             (HELLO.replace("{ slots: 64,", "{ slots: 64, hugepages: maybe,"), "c.yaml:2: pool.hugepages: expected true or false"),
             (format!("{HELLO}  - http: POST /hello\n    sequence: [upper]\n"), "c.yaml:15: routes[1].http: `POST /hello` is already routed"),
+            (format!("{HELLO}  - http: POST /{{name}}\n    sequence: [upper]\n  - http: POST /{{who}}\n    sequence: [upper]\n"), "c.yaml:17: routes[2].http: `POST /{who}` cannot be told apart from an earlier route"),
+            (HELLO.replace("POST /hello", "GET /product/{id}/{id}"), "c.yaml:13: routes[0].http: `/product/{id}/{id}` is not a route path: parameter `id` appears twice"),
+            (HELLO.replace("POST /hello", "GET /static/*/x"), "c.yaml:13: routes[0].http: `/static/*/x` is not a route path: `*` matches the rest"),
+            (HELLO.replace("POST /hello", "GET /hello?x=1"), "c.yaml:13: routes[0].http: `/hello?x=1` is not a route path: `?` has no place"),
+            (HELLO.replace("[X-Trace]", "[\":cookie\"]"), "c.yaml:9: functions.exclaim.headers[0]: `:cookie` is not an HTTP header name, nor one of :path, :query"),
             (HELLO.replace("[upper, exclaim]", "[upper]"), "c.yaml:6: functions.exclaim: no route reaches this function"),
             ("name: x\nfunctions: {\n".into(), "c.yaml:3: (yaml): not valid YAML"),
             ("".into(), "c.yaml:1: (spec): the spec is empty"),

@@ -186,6 +186,9 @@ pub struct RouteSpec {
     pub mqtt_reply: String,
     /// CoAP path (POST and PUT) that enters by this route (empty: none).
     pub coap: String,
+    /// `Content-Type` of the route's successful HTTP answers unless a function sets one
+    /// (empty: none).
+    pub content_type: String,
     /// Functions, in order.
     pub sequence: Vec<String>,
     /// Set on the routes the agent's `split` adds for hops a peer node relays (no trigger; see

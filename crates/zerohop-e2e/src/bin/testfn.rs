@@ -3,7 +3,11 @@
 //! says `testfn NAME: holding BODY` on stderr, which `zerohop up` echoes, so that a test
 //! knows the request reached the handler), `fail` (422),
 //! `panic`, `abort` (the process dies), `forward` (to `TARGET`), `header` (body = the
-//! header named by `TESTFN_HEADER`, `x-test` by default).
+//! header named by `TESTFN_HEADER`, `x-test` by default), `request` (body = what the request
+//! says of itself: `path=`, `route=`, `query=` lines, then `param.N=`, `query.N=` and
+//! `cookie.N=` for the names in `TESTFN_PARAMS`, `TESTFN_QUERY` and `TESTFN_COOKIES`
+//! (comma-separated); it answers with `TESTFN_STATUS` and adds the response headers of
+//! `TESTFN_RESPONSE` (`name=value|name=value`)).
 
 #![forbid(unsafe_code)]
 
@@ -51,6 +55,47 @@ fn main() {
         "header" => {
             let v = req.header(&header).unwrap_or("<none>").to_owned();
             req.set_body(v.as_bytes())?;
+            Ok(Next::Continue)
+        }
+        "request" => {
+            let list = |var: &str| -> Vec<String> {
+                std::env::var(var)
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            };
+            let mut out = format!(
+                "path={}\nroute={}\nquery={}\n",
+                req.path(),
+                req.route_path(),
+                req.query_string().unwrap_or("-")
+            );
+            for n in list("TESTFN_PARAMS") {
+                out += &format!("param.{n}={}\n", req.param(&n).unwrap_or("-"));
+            }
+            for n in list("TESTFN_QUERY") {
+                out += &format!("query.{n}={}\n", req.query(&n).as_deref().unwrap_or("-"));
+            }
+            for n in list("TESTFN_COOKIES") {
+                out += &format!("cookie.{n}={}\n", req.cookie(&n).unwrap_or("-"));
+            }
+            req.set_body(out.as_bytes())?;
+            if let Some(status) = std::env::var("TESTFN_STATUS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+            {
+                req.set_status(status)?;
+            }
+            for pair in std::env::var("TESTFN_RESPONSE")
+                .unwrap_or_default()
+                .split('|')
+            {
+                if let Some((k, v)) = pair.split_once('=') {
+                    req.add_response_header(k, v)?;
+                }
+            }
             Ok(Next::Continue)
         }
         other => Err(HandlerError::internal(format!(

@@ -19,7 +19,7 @@ mod error;
 mod serve;
 mod start;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 pub use deferred::Deferred;
 pub use error::{HandOverError, StartError};

@@ -27,7 +27,7 @@ impl Sender for Kept {
 }
 
 /// `POST /hello` through upper (party 1) then exclaim (party 2); the gateway is party 0.
-pub(super) fn hello() -> Plan {
+pub(crate) fn hello() -> Plan {
     let function = |name: &str| FunctionPlan {
         name: name.into(),
         concurrency: 1,

@@ -2,6 +2,7 @@
 //! answer.
 
 use bytes::Bytes;
+use http::header::HeaderValue;
 use http::{header, HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -17,15 +18,17 @@ impl Gateway {
     /// Answers one HTTP request.
     pub(crate) async fn handle(&self, req: Request<Incoming>) -> Answer {
         match self.handle_inner(req).await {
-            Ok(reply) => reply.into_http(),
+            Ok((reply, route)) => reply.into_http(self.content_types[route as usize].as_ref()),
             Err(e) => e.into_response(),
         }
     }
 
-    async fn handle_inner(&self, req: Request<Incoming>) -> Result<Reply, GatewayError> {
-        let route = self
+    /// The reply and the route it came by.
+    async fn handle_inner(&self, req: Request<Incoming>) -> Result<(Reply, u16), GatewayError> {
+        let uri = req.uri().clone();
+        let matched = self
             .router
-            .find(req.method(), req.uri().path())
+            .find(req.method(), uri.path())
             .inspect_err(|_| self.count_error())?;
         let max = self.config.max_body;
         if let Some(len) = content_length(req.headers()).inspect_err(|_| self.count_error())? {
@@ -56,29 +59,69 @@ impl Gateway {
                     ));
                 }
             };
+        // What the functions asked for (`headers`), then the route's parameters.
         let mut meta: Vec<(&str, &str)> = Vec::new();
         for name in &self.plan.headers {
-            for v in parts.headers.get_all(name.as_str()) {
-                if let Ok(v) = v.to_str() {
-                    meta.push((name, v));
+            match name.as_str() {
+                zerohop_spec::meta::PATH => meta.push((name, uri.path())),
+                zerohop_spec::meta::QUERY => {
+                    if let Some(q) = uri.query() {
+                        meta.push((name, q));
+                    }
+                }
+                _ => {
+                    for v in parts.headers.get_all(name.as_str()) {
+                        if let Ok(v) = v.to_str() {
+                            meta.push((name, v));
+                        }
+                    }
                 }
             }
         }
-        self.submit(route, meta, &chunks).await
+        let names: Vec<String> = matched
+            .params
+            .iter()
+            .map(|(n, _)| zerohop_spec::meta::param(n))
+            .collect();
+        meta.extend(
+            names
+                .iter()
+                .zip(&matched.params)
+                .map(|(n, (_, v))| (n.as_str(), v.as_str())),
+        );
+        let route = matched.route;
+        Ok((self.submit(route, meta, &chunks).await?, route))
     }
 }
 
 impl Reply {
     /// The HTTP answer: the body as it is, or a function's error as a `text/plain` line.
-    fn into_http(self) -> Answer {
-        if self.status.is_success() || self.status.is_redirection() {
+    /// Its headers follow: the functions' own, then the route's `content_type` if they set
+    /// no `Content-Type`.
+    fn into_http(self, content_type: Option<&HeaderValue>) -> Answer {
+        let mut r = if self.status.is_success() || self.status.is_redirection() {
             let mut r = Response::new(Full::new(self.body));
             *r.status_mut() = self.status;
-            return r;
+            if let Some(t) = content_type {
+                r.headers_mut().insert(header::CONTENT_TYPE, t.clone());
+            }
+            r
+        } else {
+            let mut text = String::from_utf8_lossy(&self.body).into_owned();
+            text.push('\n');
+            error_response(self.status, text, &[])
+        };
+        let h = r.headers_mut();
+        let mut typed = false;
+        for (name, value) in self.headers {
+            // A function's own type replaces the route's (or the error's text/plain).
+            if name == header::CONTENT_TYPE && !typed {
+                h.remove(header::CONTENT_TYPE);
+                typed = true;
+            }
+            h.append(name, value);
         }
-        let mut text = String::from_utf8_lossy(&self.body).into_owned();
-        text.push('\n');
-        error_response(self.status, text, &[])
+        r
     }
 }
 

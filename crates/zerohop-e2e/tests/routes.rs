@@ -1,0 +1,164 @@
+//! HTTP routes as users write them: path parameters, a catch-all, the most specific route
+//! winning, the query string and cookies reaching functions, and the headers, status and
+//! content type functions answer with. Driven with curl.
+
+mod common;
+
+use std::process::Command;
+
+use common::func;
+use zerohop_test_support::ChainProcess;
+
+/// An answer as curl saw it: status, headers (lower-case names, in order), body.
+struct Seen {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+/// `curl -i` with `args` (bounded in time); panics if curl fails to talk HTTP at all.
+fn curl(args: &[&str]) -> Seen {
+    let out = Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("curl runs");
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8 answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a header block");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
+        .collect();
+    Seen {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+fn spec() -> String {
+    let echo_env = "TESTFN_PARAMS: \"id,rest\", TESTFN_QUERY: \"q,n\", TESTFN_COOKIES: \"shop_session-id,shop_currency\"";
+    let top_env = "TESTFN_STATUS: \"303\", TESTFN_RESPONSE: \"location=/cart|set-cookie=a=1; Path=/|set-cookie=b=2|content-type=text/x-top\"";
+    format!(
+        "name: routes\nfunctions:\n{}{}{}routes:\n  \
+         - {{ http: GET /product/{{id}}, sequence: [echo], content_type: application/json }}\n  \
+         - {{ http: POST /product/{{id}}, sequence: [echo] }}\n  \
+         - {{ http: GET /product/top, sequence: [top] }}\n  \
+         - {{ http: GET /static/*, sequence: [echo] }}\n  \
+         - {{ http: GET /, sequence: [plain] }}\n",
+        func(
+            "echo",
+            "request",
+            echo_env,
+            ", headers: [\":path\", \":query\", Cookie]"
+        ),
+        func("top", "request", top_env, ""),
+        func("plain", "request", "", ""),
+    )
+}
+
+#[test]
+fn parameters_a_catch_all_the_query_and_cookies_reach_functions() {
+    let chain = ChainProcess::start(&spec(), &[]);
+    let url = &chain.url;
+
+    let a = curl(&[
+        "-b",
+        "shop_session-id=s-42; shop_currency=EUR",
+        &format!("{url}/product/OLJCESPC7Z?q=caf%C3%A9&n=1"),
+    ]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(
+        a.body,
+        "path=/product/OLJCESPC7Z\nroute=/product/{id}\nquery=q=caf%C3%A9&n=1\n\
+         param.id=OLJCESPC7Z\nparam.rest=-\nquery.q=café\nquery.n=1\n\
+         cookie.shop_session-id=s-42\ncookie.shop_currency=EUR\n"
+    );
+    assert_eq!(
+        a.header("content-type"),
+        ["application/json"],
+        "the route's type"
+    );
+
+    // Parameters are percent-decoded; the path stays as sent.
+    let a = curl(&["-X", "POST", "-d", "x", &format!("{url}/product/a%20b")]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.starts_with("path=/product/a%20b\n"), "{}", a.body);
+    assert!(a.body.contains("param.id=a b\n"), "{}", a.body);
+    assert!(
+        a.header("content-type").is_empty(),
+        "POST's route sets no type"
+    );
+
+    // The catch-all takes the rest of the path, slashes included.
+    let a = curl(&[&format!("{url}/static/css/site.css")]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.contains("route=/static/{*rest}\n"), "{}", a.body);
+    assert!(a.body.contains("param.rest=css/site.css\n"), "{}", a.body);
+
+    // What one function of the chain lists reaches them all.
+    let a = curl(&[&format!("{url}/?x=1")]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(
+        a.body.starts_with("path=/\nroute=/\nquery=x=1\n"),
+        "{}",
+        a.body
+    );
+
+    // 404 and 405 still told apart, with parameters.
+    let a = curl(&[&format!("{url}/product/1/more")]);
+    assert_eq!(a.status, 404, "{}", a.body);
+    let a = curl(&["-X", "DELETE", &format!("{url}/product/1")]);
+    assert_eq!(a.status, 405, "{}", a.body);
+    assert_eq!(a.header("allow"), ["GET, POST"]);
+    // A parameter that decodes to a line break cannot forge a metadata line.
+    let a = curl(&[&format!("{url}/product/a%0Ab")]);
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(
+        a.body.contains("path parameter `id` holds a line break"),
+        "{}",
+        a.body
+    );
+    assert_eq!(chain.stop(), Some(0));
+}
+
+#[test]
+fn the_most_specific_route_wins_and_functions_set_status_and_headers() {
+    let chain = ChainProcess::start(&spec(), &[]);
+    let a = curl(&[&format!("{}/product/top", chain.url)]);
+    assert_eq!(
+        a.status, 303,
+        "the literal route beats `{{id}}`: {}",
+        a.body
+    );
+    assert_eq!(a.header("location"), ["/cart"]);
+    assert_eq!(a.header("set-cookie"), ["a=1; Path=/", "b=2"]);
+    assert_eq!(
+        a.header("content-type"),
+        ["text/x-top"],
+        "the function's own type"
+    );
+    assert!(a.body.starts_with("path=/product/top\n"), "{}", a.body);
+    assert_eq!(chain.stop(), Some(0));
+}
