@@ -1,7 +1,8 @@
 //! `zerohop-gateway`: the ingress of one chain: HTTP, MQTT and CoAP.
 //!
 //! Does the protocol work once per request (hyper, HTTP/1.1 with keep-alive; MQTT 3.1.1 and
-//! 5; CoAP over UDP), matches the route, copies the body into a slot (the only copy in), sends the descriptor straight to
+//! 5; CoAP over UDP), matches the route (the most specific of its method, with path
+//! parameters; see `router`), copies the body into a slot (the only copy in), sends the descriptor straight to
 //! an instance of the route's head function, waits for the descriptor that comes back from
 //! the last function, and writes the response from that slot (the only copy out).
 //!
@@ -12,12 +13,12 @@
 //! |---|---|
 //! | 404 | no route for the path |
 //! | 405 | the path exists, the method does not (`Allow` lists the methods) |
-//! | 400 | malformed request or body (hyper answers malformed framing itself) |
+//! | 400 | malformed request or body (hyper answers malformed framing itself), or a path parameter that is not UTF-8 or holds a line break once decoded |
 //! | 408 | the body did not arrive within `body_timeout` |
 //! | 413 | body over the chain's `max_body` |
 //! | 431 | the headers the functions asked for do not fit the slot's metadata area |
 //! | 503 | no free slot, or the head function's queue is full (`Retry-After: 1`), or it cannot be reached |
-//! | 502 | a function instance crashed (or hung) with the request in hand, or answered with a status outside 200..=599 |
+//! | 502 | a function instance crashed (or hung) with the request in hand, or answered with a status outside 200..=599 or a response header it may not set |
 //! | 504 | the chain did not answer within its `timeout` |
 //! | 4xx/5xx | a function returned an error |
 //!
