@@ -20,6 +20,8 @@ mod read;
 mod routes;
 #[cfg(feature = "reader")]
 mod storage;
+#[cfg(feature = "reader")]
+mod tls;
 pub mod syscalls;
 #[cfg(all(test, feature = "reader"))]
 mod tests;

@@ -83,6 +83,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         "state",
         "listen",
         "data",
+        "tls",
     ];
     cx.only_known(&top, "", &known)?;
 
@@ -211,7 +212,25 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
     let routes = cx.routes(root, &top, &mut functions)?;
     cx.no_call_cycle(&functions)?;
     let state = cx.state(&top, &functions)?;
-    let mqtt = cx.mqtt(&top, &routes, &name)?;
+    let tls = cx.tls(&top, dir)?;
+    // `mqtt.listen_tls` is read apart from the rest of `mqtt`.
+    let (mqtt_tls, mqtt_node) = cx.mqtt_tls(&top)?;
+    let mqtt = match &mqtt_node {
+        None => cx.mqtt(&top, &routes, &name)?,
+        Some(node) => {
+            let rest: crate::yaml::Map<'_, '_> = top
+                .iter()
+                .map(|&(k, v)| match crate::yaml::scalar_text(k).as_deref() {
+                    Some("mqtt") => (k, node),
+                    _ => (k, v),
+                })
+                .collect();
+            cx.mqtt(&rest, &routes, &name)?
+        }
+    };
+    if let Some((_, at)) = mqtt_tls {
+        cx.check_mqtt_tls(at, mqtt.as_ref(), tls.as_ref())?;
+    }
     let coap = cx.coap(&top, &routes)?;
     // Every function must be able to receive a request: on a route, or a dynamic `next`
     // target of one that is. (It would have no security domain, so no pool, either.)
@@ -270,5 +289,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         state,
         listen,
         data,
+        tls,
+        mqtt_tls: mqtt_tls.map(|(a, _)| a),
     })
 }

@@ -247,6 +247,36 @@ pub struct ChainSpec {
     pub listen: Option<SocketAddr>,
     /// The chain's data folder (`data:`), if it has one.
     pub data: Option<DataSpec>,
+    /// TLS on the HTTP listener (and on `mqtt_tls`), if the spec has a `tls` section.
+    pub tls: Option<TlsSpec>,
+    /// Where the MQTT broker also listens over TLS (`mqtt.listen_tls`), beside
+    /// [`MqttSpec::Listen`].
+    pub mqtt_tls: Option<SocketAddr>,
+}
+
+/// The certificates of the chain's listeners (`tls:`): with it the HTTP listener speaks
+/// HTTPS (HTTP/2 and HTTP/1.1 by ALPN) instead of clear text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSpec {
+    /// Line of the section.
+    pub line: usize,
+    /// The certificates, the default first (used when the client's SNI names none of them).
+    pub certificates: Vec<CertSpec>,
+}
+
+/// One certificate chain and its key (PEM files).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertSpec {
+    /// Its field in the spec (`tls`, `tls[1]`), for messages.
+    pub field: String,
+    /// The certificate chain file (absolute: resolved against the spec's folder).
+    pub cert: PathBuf,
+    /// Line of `cert`.
+    pub cert_line: usize,
+    /// The private key file (absolute).
+    pub key: PathBuf,
+    /// Line of `key`.
+    pub key_line: usize,
 }
 
 /// Where a chain keeps the files its functions write (`data:` in the spec): a folder the
