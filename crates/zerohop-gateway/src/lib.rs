@@ -1,8 +1,9 @@
 //! `zerohop-gateway`: the ingress of one chain: HTTP, MQTT and CoAP.
 //!
-//! Does the protocol work once per request (hyper, HTTP/1.1 with keep-alive; MQTT 3.1.1 and
-//! 5; CoAP over UDP), matches the route (the most specific of its method, with path
-//! parameters; see `router`), copies the body into a slot (the only copy in), sends the descriptor straight to
+//! Does the protocol work once per request (hyper, HTTP/1.1 with keep-alive and HTTP/2, in
+//! clear or over TLS with rustls; MQTT 3.1.1 and 5, in clear or over TLS; CoAP over UDP),
+//! matches the route (the most specific of its method, with path parameters; see `router`),
+//! copies the body into a slot (the only copy in), sends the descriptor straight to
 //! an instance of the route's head function, waits for the descriptor that comes back from
 //! the last function, and writes the response from that slot (the only copy out).
 //!
@@ -47,6 +48,7 @@ mod mqtt;
 mod response;
 mod router;
 mod serve;
+mod tls;
 
 mod group;
 
@@ -54,6 +56,11 @@ pub use egress::Receiving;
 pub use group::Gateways;
 pub use ingress::Reply;
 pub use mqtt::{MqttIngress, MAX_TOPIC_LEVELS};
+pub use serve::{
+    H2_CONNECTION_WINDOW, H2_MAX_HEADER_LIST, H2_MAX_LOCAL_RESETS, H2_MAX_PENDING_RESETS,
+    H2_MAX_STREAMS, H2_STREAM_WINDOW, IDLE_TIMEOUT,
+};
+pub use tls::{CertFiles, Tls, TlsError, HANDSHAKE_TIMEOUT};
 
 /// What the fuzz targets (`fuzz/`) drive: the MQTT and CoAP parsers on bytes, without a
 /// socket. Not an API: it changes with the targets.

@@ -39,6 +39,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::ingress::Reply;
+use crate::tls::Tls;
 use crate::{Gateway, GatewayError};
 
 /// Bytes a packet may carry beyond the chain's `max_body`: fixed header, topic, packet id
@@ -60,8 +61,10 @@ pub(crate) const TOPIC_META: &str = "mqtt-topic";
 
 /// How the gateway speaks MQTT.
 pub enum MqttIngress {
-    /// Devices connect to the gateway, which acts as their broker (MQTT 3.1.1 and 5).
-    Listen(TcpListener),
+    /// Devices connect to the gateway, which acts as their broker (MQTT 3.1.1 and 5); in
+    /// clear on the first listener, over TLS with the chain's certificates on the second.
+    /// Both share one broker: an answer reaches the subscribers of either.
+    Listen(TcpListener, Option<(TcpListener, Arc<Tls>)>),
     /// The gateway connects to an existing broker as a client and subscribes to the routes'
     /// topic filters.
     Broker {
@@ -81,7 +84,10 @@ impl Gateway {
         shutdown: watch::Receiver<bool>,
     ) {
         match ingress {
-            MqttIngress::Listen(listener) => broker::serve(self, listener, shutdown).await,
+            MqttIngress::Listen(listener, secure) => {
+                let secure = secure.map(|(listener, tls)| broker::TlsListener { listener, tls });
+                broker::serve(self, listener, secure, shutdown).await
+            }
             MqttIngress::Broker { addr, client_id } => {
                 client::serve(self, addr, client_id, shutdown).await
             }

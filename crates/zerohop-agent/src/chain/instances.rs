@@ -150,7 +150,11 @@ pub(super) fn supervise_all(
     if let Some(c) = coap {
         others.push(tokio::spawn(first.clone().serve_coap(c, http_rx.clone())));
     }
-    let server = tokio::spawn(serve_all(first, first_listeners, http_rx));
+    if let Some(tls) = &bound.tls {
+        // New certificates for new handshakes when the files change, until the chain stops.
+        others.push(tokio::spawn(tls.clone().watch(http_rx.clone())));
+    }
+    let server = tokio::spawn(serve_all(first, first_listeners, bound.tls.clone(), http_rx));
     let view = crate::status::ChainView {
         shared: shared.clone(),
         name: spec.name.clone(),

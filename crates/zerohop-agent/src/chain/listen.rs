@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
-use zerohop_gateway::{Gateway, Gateways, MqttIngress};
+use zerohop_gateway::{CertFiles, Gateway, Gateways, MqttIngress, Tls, TlsError};
 use zerohop_transport::Endpoint;
 
 use super::{AgentError, UpOptions};
@@ -31,6 +31,8 @@ pub(super) struct Bound {
     pub coap: Option<tokio::net::UdpSocket>,
     /// A copy of the CoAP socket, kept to hand over to a chain that replaces this one.
     pub coap_socket: Option<std::net::UdpSocket>,
+    /// The chain's certificates, if its HTTP listener (and MQTT's `listen_tls`) speak TLS.
+    pub tls: Option<Arc<Tls>>,
 }
 
 /// Binds every listening socket of `spec`'s chain for `threads` gateway threads, taking over
@@ -42,9 +44,12 @@ pub(super) fn bind_all(
     coap: Option<std::net::UdpSocket>,
     threads: u16,
 ) -> Result<Bound, AgentError> {
+    // The files first: a bad certificate stops the chain before it listens anywhere.
+    let tls = load_tls(spec)?;
     let (sockets, http_sockets, addr) = http_listeners(http, opts.listen, threads)?;
-    let mut listeners = vec![format!("http://{addr}")];
-    let (mqtt, coap) = bind_others(spec, opts, coap, &mut listeners)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut listeners = vec![format!("{scheme}://{addr}")];
+    let (mqtt, coap) = bind_others(spec, opts, tls.as_ref(), coap, &mut listeners)?;
     let coap_socket = match &coap {
         Some(c) => Some(
             c.as_fd()
@@ -82,6 +87,41 @@ pub(super) fn bind_all(
         mqtt,
         coap,
         coap_socket,
+        tls,
+    })
+}
+
+/// The certificates of the spec's `tls` section, read and checked; an error names the spec's
+/// line and field, and the file and what is wrong with it.
+fn load_tls(spec: &ChainSpec) -> Result<Option<Arc<Tls>>, AgentError> {
+    let Some(section) = &spec.tls else {
+        return Ok(None);
+    };
+    let files = section
+        .certificates
+        .iter()
+        .map(|c| CertFiles {
+            cert: c.cert.clone(),
+            key: c.key.clone(),
+        })
+        .collect();
+    Tls::load(files).map(Some).map_err(|e| {
+        // Where the file the error is about was named.
+        let at = section.certificates.iter().find_map(|c| match e.path() {
+            Some(p) if p == c.key && !matches!(e, TlsError::KeyMismatch { .. }) => {
+                Some((c.key_line, format!("{}.key", c.field)))
+            }
+            Some(p) if p == c.cert => Some((c.cert_line, format!("{}.cert", c.field))),
+            Some(p) if p == c.key => Some((c.key_line, format!("{}.key", c.field))),
+            _ => None,
+        });
+        let (line, field) = at.unwrap_or((section.line, "tls".to_owned()));
+        AgentError::Spec(SpecError {
+            file: spec.file.display().to_string(),
+            line,
+            field,
+            message: e.to_string(),
+        })
     })
 }
 
@@ -118,13 +158,15 @@ impl GatewaysUp {
 }
 
 /// Starts every party of `gateways`, each with its receiving `endpoints` entry and its
-/// `per_thread` sockets (all bound to `addr`): parties 1.. on threads of their own, party 0's
-/// receiving on the caller's runtime (its HTTP serving starts with the chain).
+/// `per_thread` sockets (all bound to `addr`, speaking TLS with `tls`): parties 1.. on
+/// threads of their own, party 0's receiving on the caller's runtime (its HTTP serving
+/// starts with the chain).
 pub(super) async fn start_gateways(
     gateways: &Gateways,
     endpoints: Vec<Endpoint>,
     per_thread: Vec<Vec<std::net::TcpListener>>,
     addr: SocketAddr,
+    tls: Option<Arc<Tls>>,
 ) -> Result<GatewaysUp, AgentError> {
     let (http_stop, http_rx) = watch::channel(false);
     let (instance_stop, stop_rx) = watch::channel(false);
@@ -154,6 +196,7 @@ pub(super) async fn start_gateways(
             endpoint,
             sockets,
             addr,
+            tls.clone(),
             up.http_rx.clone(),
             up.stop_rx.clone(),
         );
@@ -245,12 +288,14 @@ fn http_listeners(
     Ok((sockets, dups, addr))
 }
 
-/// Opens the MQTT listener and the CoAP socket the spec asks for (addresses overridden by
-/// `opts`; the CoAP socket `coap` when one was inherited), adding their URLs to
-/// `listeners`. They are served by gateway thread 0.
+/// Opens the MQTT listeners (in clear, and over TLS with `tls` where the spec says) and the
+/// CoAP socket the spec asks for (addresses overridden by `opts`; the CoAP socket `coap`
+/// when one was inherited), adding their URLs to `listeners`. They are served by gateway
+/// thread 0.
 fn bind_others(
     spec: &ChainSpec,
     opts: &UpOptions,
+    tls: Option<&Arc<Tls>>,
     inherited_coap: Option<std::net::UdpSocket>,
     listeners: &mut Vec<String>,
 ) -> Result<(Option<MqttIngress>, Option<tokio::net::UdpSocket>), AgentError> {
@@ -286,7 +331,21 @@ fn bind_others(
             };
             let l = bind(want, false).map_err(err)?;
             listeners.push(format!("mqtt://{}", l.local_addr().map_err(err)?));
-            Some(MqttIngress::Listen(l))
+            // The spec reader allows `listen_tls` only beside `listen` and with `tls`.
+            let secure = match (spec.mqtt_tls, tls) {
+                (Some(at), Some(tls)) => {
+                    let err = |source| AgentError::ListenOther {
+                        protocol: "mqtt",
+                        addr: at,
+                        source,
+                    };
+                    let l = bind(at, false).map_err(err)?;
+                    listeners.push(format!("mqtts://{}", l.local_addr().map_err(err)?));
+                    Some((l, tls.clone()))
+                }
+                _ => None,
+            };
+            Some(MqttIngress::Listen(l, secure))
         }
     };
     let coap = match (spec.coap, opts.coap_listen) {
@@ -312,16 +371,20 @@ fn bind_others(
     Ok((mqtt, coap))
 }
 
-/// Serves HTTP on every one of `listeners` at once until `http` turns true (see
-/// [`Gateway::serve`]).
+/// Serves HTTP (over TLS with `tls`) on every one of `listeners` at once until `http` turns
+/// true (see [`Gateway::serve`]).
 pub(super) async fn serve_all(
     gw: Arc<Gateway>,
     listeners: Vec<TcpListener>,
+    tls: Option<Arc<Tls>>,
     http: watch::Receiver<bool>,
 ) {
     let mut serving = tokio::task::JoinSet::new();
     for l in listeners {
-        serving.spawn(gw.clone().serve(l, http.clone()));
+        match &tls {
+            Some(t) => serving.spawn(gw.clone().serve_tls(l, t.clone(), http.clone())),
+            None => serving.spawn(gw.clone().serve(l, http.clone())),
+        };
     }
     while serving.join_next().await.is_some() {}
 }
@@ -335,6 +398,7 @@ async fn spawn_gateway(
     endpoint: Endpoint,
     sockets: Vec<std::net::TcpListener>,
     addr: SocketAddr,
+    tls: Option<Arc<Tls>>,
     http: watch::Receiver<bool>,
     mut instances: watch::Receiver<bool>,
 ) -> Result<
@@ -377,7 +441,7 @@ async fn spawn_gateway(
                 let _ = listening_tx.send(Ok(()));
                 // Stopped before it started (a failed `up`): nothing to drain.
                 if !*http.borrow() {
-                    serve_all(gw.clone(), listeners, http).await;
+                    serve_all(gw.clone(), listeners, tls, http).await;
                 }
                 let _ = served_tx.send(());
                 while !*instances.borrow_and_update() {

@@ -235,14 +235,15 @@ impl Running {
         self.addr
     }
 
-    /// Base URL of the gateway.
+    /// Base URL of the gateway: `http://ADDR`, or `https://ADDR` when the spec has `tls`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.listeners[0].clone()
     }
 
-    /// Every way into the chain as a URL: `http://ADDR`, then `mqtt://ADDR` (the gateway is
-    /// the broker), `mqtt://HOST:PORT (subscribing)` (it subscribes at a broker) and
-    /// `coap://ADDR` when the spec has them; real ports, also when 0 was asked for.
+    /// Every way into the chain as a URL: `http://ADDR` (`https://ADDR` with `tls`), then
+    /// `mqtt://ADDR` (the gateway is the broker) and `mqtts://ADDR` (its TLS listener),
+    /// `mqtt://HOST:PORT (subscribing)` (it subscribes at a broker) and `coap://ADDR` when
+    /// the spec has them; real ports, also when 0 was asked for.
     pub fn listeners(&self) -> &[String] {
         &self.listeners
     }
@@ -405,8 +406,14 @@ pub async fn up_with(
     let wired = wire::wire(&spec, backend, gateway_threads, plan, inherit.state)?;
     let mut bound = listen::bind_all(&spec, &opts, inherit.http, inherit.coap, gateway_threads)?;
     let per_thread = std::mem::take(&mut bound.per_thread);
-    let gateways =
-        listen::start_gateways(&wired.gateways, wired.endpoints, per_thread, bound.addr).await?;
+    let gateways = listen::start_gateways(
+        &wired.gateways,
+        wired.endpoints,
+        per_thread,
+        bound.addr,
+        bound.tls.clone(),
+    )
+    .await?;
     tracing::info!(chain = %spec.name, "{}", jail.describe());
     let runs = spec
         .functions

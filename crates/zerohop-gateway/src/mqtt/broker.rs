@@ -12,6 +12,7 @@
 //! | what | bound |
 //! |---|---|
 //! | connections | `max_connections` of the gateway thread; more wait in the backlog |
+//! | a TLS handshake (`listen_tls`) | [`HANDSHAKE_TIMEOUT`](crate::tls::HANDSHAKE_TIMEOUT), counted in the connections |
 //! | time to CONNECT | [`CONNECT_TIMEOUT`] |
 //! | packet | `max_body` + [`PACKET_HEADROOM`] (announced as MQTT 5 Maximum Packet Size) |
 //! | read buffer | one packet plus [`READ_CHUNK`] |
@@ -32,8 +33,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use http::StatusCode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -45,6 +45,7 @@ use super::codec::{
 };
 use super::subscriptions::Index;
 use super::{valid_filter, MqttReply, MAX_TOPIC_LEVELS, PACKET_HEADROOM};
+use crate::tls::{Inside, Tls};
 use crate::Gateway;
 
 /// How long a new connection may take to send its CONNECT.
@@ -72,11 +73,25 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Writes are gathered up to this many bytes.
 const WRITE_BATCH: usize = 64 * 1024;
 
-/// Serves MQTT on `listener` until `shutdown` turns true; then every connection stops
-/// reading, finishes its requests (bounded by the chain timeout), says goodbye and closes.
+/// A client's byte stream: TCP, or TLS over TCP.
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<S: AsyncRead + AsyncWrite + Send + Unpin> Stream for S {}
+type OwnedReadHalf = ReadHalf<Box<dyn Stream>>;
+type OwnedWriteHalf = WriteHalf<Box<dyn Stream>>;
+
+/// The TLS side of the broker: its listener and the chain's certificates.
+pub(super) struct TlsListener {
+    pub listener: TcpListener,
+    pub tls: Arc<Tls>,
+}
+
+/// Serves MQTT on `listener` (and over TLS on `secure`'s, with one hub: answers reach the
+/// subscribers of both) until `shutdown` turns true; then every connection stops reading,
+/// finishes its requests (bounded by the chain timeout), says goodbye and closes.
 pub(super) async fn serve(
     gw: Arc<Gateway>,
     listener: TcpListener,
+    secure: Option<TlsListener>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let hub = Arc::new(Hub::default());
@@ -87,21 +102,45 @@ pub(super) async fn serve(
     if let Ok(a) = listener.local_addr() {
         tracing::info!("mqtt: gateway listening on {a} (MQTT 3.1.1 and 5)");
     }
+    if let Some(a) = secure.as_ref().and_then(|s| s.listener.local_addr().ok()) {
+        tracing::info!("mqtt: gateway listening on {a} (MQTT 3.1.1 and 5 over TLS)");
+    }
     loop {
         while connections.try_join_next().is_some() {}
         let permit = tokio::select! {
             p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
             _ = stopped(&mut shutdown) => break,
         };
-        let stream = tokio::select! {
+        let tls_accept = async {
+            match &secure {
+                Some(s) => s.listener.accept().await,
+                None => std::future::pending().await,
+            }
+        };
+        let (stream, tls) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     backoff = ACCEPT_BACKOFF_MIN;
-                    stream
+                    (stream, None)
                 }
                 Err(e) => {
                     // EMFILE, ENFILE, ENOBUFS...: retrying at once would spin.
                     tracing::warn!("mqtt: accept failed: {e}; retrying in {backoff:?}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = stopped(&mut shutdown) => break,
+                    }
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                    continue;
+                }
+            },
+            accepted = tls_accept => match accepted {
+                Ok((stream, _)) => {
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    (stream, secure.as_ref().map(|s| s.tls.clone()))
+                }
+                Err(e) => {
+                    tracing::warn!("mqtt: accept (TLS) failed: {e}; retrying in {backoff:?}");
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
                         _ = stopped(&mut shutdown) => break,
@@ -120,11 +159,12 @@ pub(super) async fn serve(
             shutdown: shutdown.clone(),
         };
         connections.spawn(async move {
-            conn.run(stream).await;
+            conn.secure(stream, tls).await;
             drop(permit);
         });
     }
     drop(listener);
+    drop(secure);
     // Each connection saw the shutdown too and ends by itself, bounded by the chain timeout.
     let grace = gw.config.timeout + WRITE_TIMEOUT.min(Duration::from_secs(2));
     let all = async { while connections.join_next().await.is_some() {} };
@@ -336,12 +376,31 @@ struct Client {
 }
 
 impl Connection {
-    async fn run(mut self, stream: TcpStream) {
+    /// Runs the connection on `stream`, after a TLS handshake with `tls` if given (bounded
+    /// by [`HANDSHAKE_TIMEOUT`](crate::tls::HANDSHAKE_TIMEOUT), and by the shutdown).
+    async fn secure(mut self, stream: TcpStream, tls: Option<Arc<Tls>>) {
         let peer = stream
             .peer_addr()
             .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+        let stream: Box<dyn Stream> = match tls {
+            None => Box::new(stream),
+            Some(tls) => {
+                let secured = tokio::select! {
+                    s = tls.accept(stream, Inside::Mqtt) => s,
+                    _ = stopped(&mut self.shutdown) => None,
+                };
+                match secured {
+                    Some(s) => Box::new(s),
+                    None => return,
+                }
+            }
+        };
+        self.run(stream, peer).await
+    }
+
+    async fn run(mut self, stream: Box<dyn Stream>, peer: String) {
         let max = self.gw.config.max_body as usize + PACKET_HEADROOM;
-        let (mut rd, mut wr) = stream.into_split();
+        let (mut rd, mut wr) = tokio::io::split(stream);
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
         let Some((connect, assigned_id)) =
             self.handshake(&mut rd, &mut wr, &mut buf, max, &peer).await
