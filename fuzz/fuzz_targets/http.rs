@@ -104,6 +104,7 @@ impl Chain {
                 timeout: Duration::from_secs(1),
                 body_timeout: Duration::from_millis(100),
                 max_connections: 16,
+                access: Default::default(),
             },
         );
         let receiving = gw.start_receiving(Endpoint::new(

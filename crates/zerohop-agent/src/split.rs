@@ -77,6 +77,8 @@ pub fn split(
                     mqtt_reply: String::new(),
                     coap: String::new(),
                     content_type: String::new(),
+                    auth: None,
+                    rate_limit: None,
                     sequence: vec![f.name.clone()],
                     relay_of: Some(i),
                 });

@@ -1,6 +1,8 @@
 //! An HTTP request into the chain: route, body, the headers functions asked for; its
 //! answer.
 
+use std::net::IpAddr;
+
 use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{header, HeaderMap, Request, Response, StatusCode};
@@ -15,20 +17,30 @@ use crate::{ErrorSource, Gateway, GatewayError};
 pub(crate) type Answer = Response<Full<Bytes>>;
 
 impl Gateway {
-    /// Answers one HTTP request.
-    pub(crate) async fn handle(&self, req: Request<Incoming>) -> Answer {
-        match self.handle_inner(req).await {
+    /// Answers one HTTP request from `peer`.
+    pub(crate) async fn handle(&self, req: Request<Incoming>, peer: Option<IpAddr>) -> Answer {
+        match self.handle_inner(req, peer).await {
             Ok((reply, route)) => reply.into_http(self.content_types[route as usize].as_ref()),
             Err(e) => e.into_response(),
         }
     }
 
     /// The reply and the route it came by.
-    async fn handle_inner(&self, req: Request<Incoming>) -> Result<(Reply, u16), GatewayError> {
+    async fn handle_inner(
+        &self,
+        req: Request<Incoming>,
+        peer: Option<IpAddr>,
+    ) -> Result<(Reply, u16), GatewayError> {
         let uri = req.uri().clone();
         let matched = self
             .router
             .find(req.method(), uri.path())
+            .inspect_err(|_| self.count_error())?;
+        // Who may, and how often: before the body is read.
+        let admitted = self
+            .config
+            .access
+            .admit(matched.route, req.headers(), peer, &self.plan.chain)
             .inspect_err(|_| self.count_error())?;
         let max = self.config.max_body;
         if let Some(len) = content_length(req.headers()).inspect_err(|_| self.count_error())? {
@@ -61,12 +73,24 @@ impl Gateway {
             };
         // What the functions asked for (`headers`), then the route's parameters.
         let mut meta: Vec<(&str, &str)> = Vec::new();
+        let mut claims: Vec<(&str, String)> = Vec::new();
         for name in &self.plan.headers {
             match name.as_str() {
                 zerohop_spec::meta::PATH => meta.push((name, uri.path())),
                 zerohop_spec::meta::QUERY => {
                     if let Some(q) = uri.query() {
                         meta.push((name, q));
+                    }
+                }
+                zerohop_spec::meta::CLIENT => {
+                    if let Some(c) = &admitted.client {
+                        meta.push((name, c));
+                    }
+                }
+                n if n.starts_with(zerohop_spec::meta::CLAIM_PREFIX) => {
+                    let claim = &n[zerohop_spec::meta::CLAIM_PREFIX.len()..];
+                    if let Some(v) = admitted.claims.as_ref().and_then(|c| c.get(claim)) {
+                        claims.push((name, claim_text(v)));
                     }
                 }
                 _ => {
@@ -83,6 +107,7 @@ impl Gateway {
             .iter()
             .map(|(n, _)| zerohop_spec::meta::param(n))
             .collect();
+        meta.extend(claims.iter().map(|(n, v)| (*n, v.as_str())));
         meta.extend(
             names
                 .iter()
@@ -122,6 +147,15 @@ impl Reply {
             h.append(name, value);
         }
         r
+    }
+}
+
+/// A claim's value as one metadata line holds it: a string as it is, anything else as
+/// compact JSON (which has no line breaks).
+fn claim_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 

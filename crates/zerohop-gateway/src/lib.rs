@@ -39,6 +39,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod access;
 mod coap;
 mod egress;
 mod error;
@@ -52,6 +53,7 @@ mod tls;
 
 mod group;
 
+pub use access::{Access, AccessError};
 pub use egress::Receiving;
 pub use group::Gateways;
 pub use ingress::Reply;
@@ -97,6 +99,9 @@ pub struct GatewayConfig {
     /// Most client connections open at once; further connections wait in the listen
     /// backlog until one closes.
     pub max_connections: u32,
+    /// Who may use each route and how often (`auth`, `rate_limit`), shared by the chain's
+    /// gateway threads.
+    pub access: Arc<Access>,
 }
 
 /// Counters of the gateway (read by the agent and by tests).

@@ -25,6 +25,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -98,11 +99,15 @@ struct ConnState {
     once: bool,
     /// Asks the driver to shut the connection down gracefully.
     kick: Notify,
+    /// The client's address (what a per-client rate limit counts when it is not
+    /// authenticated); `None` for [`Gateway::serve_io`].
+    peer: Option<IpAddr>,
 }
 
 impl ConnState {
-    fn new(once: bool) -> Self {
+    fn new(once: bool, peer: Option<IpAddr>) -> Self {
         Self {
+            peer,
             h2: AtomicBool::new(false),
             busy: AtomicUsize::new(0),
             last: AtomicU64::new(0),
@@ -156,6 +161,7 @@ impl hyper::service::Service<Request<Incoming>> for Service {
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let gw = self.gw.clone();
         let busy = Busy::enter(&self.conn);
+        let peer = self.conn.peer;
         let h1 = req.version() < Version::HTTP_2;
         // Relaxed: a late sight of the flag costs one more keep-alive answer, no more.
         let closing = gw.closing.load(Ordering::Relaxed);
@@ -169,7 +175,7 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         }
         Box::pin(async move {
             let _busy = busy;
-            let mut answer = gw.handle(req).await;
+            let mut answer = gw.handle(req, peer).await;
             if h1 && closing {
                 // hyper closes the connection once this answer is written.
                 answer.headers_mut().insert(
@@ -315,8 +321,9 @@ impl Gateway {
     ) {
         let _permit = permit;
         let _ = stream.set_nodelay(true);
+        let peer = stream.peer_addr().ok().map(|a| a.ip());
         let Some(tls) = tls else {
-            return self.drive(stream, once, phase).await;
+            return self.drive(stream, peer, once, phase).await;
         };
         let mut stopping = phase.clone();
         let secured = tokio::select! {
@@ -324,7 +331,7 @@ impl Gateway {
             _ = stopping.wait_for(|p| *p == Phase::Stopping) => None,
         };
         if let Some(s) = secured {
-            self.drive(s, once, phase).await;
+            self.drive(s, peer, once, phase).await;
         }
     }
 
@@ -336,17 +343,22 @@ impl Gateway {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let (_serving, phase) = watch::channel(Phase::Serving);
-        self.clone().drive(io, false, phase).await;
+        self.clone().drive(io, None, false, phase).await;
     }
 
     /// Runs one HTTP/1.1 or HTTP/2 connection over `io` until it ends: shut down gracefully
     /// when the serve loop says so, when it is idle for [`IDLE_TIMEOUT`], or when a request
     /// asks for it (an HTTP/2 request while winding down).
-    async fn drive<I>(self: Arc<Self>, io: I, once: bool, mut phase: watch::Receiver<Phase>)
-    where
+    async fn drive<I>(
+        self: Arc<Self>,
+        io: I,
+        peer: Option<IpAddr>,
+        once: bool,
+        mut phase: watch::Receiver<Phase>,
+    ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let state = Arc::new(ConnState::new(once));
+        let state = Arc::new(ConnState::new(once, peer));
         let builder = builder(!once);
         let conn = builder.serve_connection(
             TokioIo::new(io),

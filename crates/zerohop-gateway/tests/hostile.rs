@@ -142,6 +142,7 @@ fn config() -> GatewayConfig {
         timeout: Duration::from_secs(2),
         body_timeout: Duration::from_millis(500),
         max_connections: 64,
+        access: Default::default(),
     }
 }
 

@@ -240,7 +240,8 @@ impl Cx {
                                 line(n),
                                 &format!("{p}headers[{i}]"),
                                 format!(
-                                    "`{h}` is not an HTTP header name, nor one of {}",
+                                    "`{h}` is not an HTTP header name, nor one of {}, \
+                                     :claim.NAME",
                                     crate::meta::PSEUDO.join(", ")
                                 ),
                             ));

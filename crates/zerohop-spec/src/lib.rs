@@ -3,6 +3,8 @@
 //! ([`Plan`]). No system calls and no async runtime: the agent, the CLI, the Kubernetes
 //! controller and the fuzz targets read and check specs with this crate alone.
 
+#[cfg(feature = "reader")]
+pub mod access;
 mod backend;
 pub mod derive;
 #[cfg(feature = "reader")]
@@ -20,11 +22,11 @@ mod read;
 mod routes;
 #[cfg(feature = "reader")]
 mod storage;
-#[cfg(feature = "reader")]
-mod tls;
 pub mod syscalls;
 #[cfg(all(test, feature = "reader"))]
 mod tests;
+#[cfg(feature = "reader")]
+mod tls;
 mod types;
 mod units;
 #[cfg(feature = "reader")]

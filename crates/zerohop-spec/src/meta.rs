@@ -7,6 +7,8 @@
 //! | `x-trace: v` | gateway | a function lists the header (`headers: [X-Trace]`), names lower case |
 //! | `:path: /product/42` | gateway | a function lists `:path`: the request's path as sent (percent-encoded) |
 //! | `:query: a=1&b=2` | gateway | a function lists `:query`: the query string as sent, without `?` |
+//! | `:client: alice` | gateway | a function lists `:client` and the route has `auth`: the client's name |
+//! | `:claim.email: a@b.c` | gateway | a function lists it and the token has the claim (a string as is, else JSON) |
 //! | `{id}: 42` | gateway | always, for each parameter of the route's path (percent-decoded) |
 //! | `>location: /cart` | a function | a response header for the client (see [`RESPONSE_PREFIX`]) |
 //!
@@ -19,8 +21,28 @@ pub const PATH: &str = ":path";
 /// The request's query string (after `?`, as sent), listed in a function's `headers`.
 pub const QUERY: &str = ":query";
 
-/// The pseudo-headers a function may list in `headers` beside real header names.
-pub const PSEUDO: [&str; 2] = [PATH, QUERY];
+/// The authenticated client's name (a token's `sub`, an API key's name), listed in a
+/// function's `headers`.
+pub const CLIENT: &str = ":client";
+
+/// Starts the name of a token claim a function lists in `headers` (`:claim.email`).
+pub const CLAIM_PREFIX: &str = ":claim.";
+
+/// The fixed pseudo-headers a function may list in `headers` beside real header names (and
+/// `:claim.NAME`).
+pub const PSEUDO: [&str; 3] = [PATH, QUERY, CLIENT];
+
+/// Whether `name` (lower case) is a pseudo-header a function may list: one of [`PSEUDO`], or
+/// [`CLAIM_PREFIX`] and a claim name (letters, digits, `_`, `-`, `.`; at most 64).
+pub fn is_pseudo(name: &str) -> bool {
+    PSEUDO.contains(&name)
+        || name.strip_prefix(CLAIM_PREFIX).is_some_and(|c| {
+            !c.is_empty()
+                && c.len() <= 64
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        })
+}
 
 /// Starts a response header line a function adds for the client (`>name: value`); the
 /// gateway checks the name and value and sends it with the answer.

@@ -40,6 +40,8 @@ impl Cx {
                     "mqtt_reply",
                     "coap",
                     "content_type",
+                    "auth",
+                    "rate_limit",
                     "sequence",
                 ],
             )?;
@@ -164,6 +166,25 @@ impl Cx {
                     ));
                 }
             }
+            let auth = get(&m, "auth").map(|n| self.auth(n, &p)).transpose()?;
+            let rate_limit = get(&m, "rate_limit")
+                .map(|n| self.rate_limit(n, &p))
+                .transpose()?;
+            if path.is_empty() {
+                for (field, set) in [
+                    ("auth", auth.is_some()),
+                    ("rate_limit", rate_limit.is_some()),
+                ] {
+                    if set {
+                        return Err(self.err(
+                            line(r),
+                            &format!("{p}{field}"),
+                            "only HTTP routes take it (MQTT and CoAP have their own ways: see \
+                             docs/spec.md); this route has no `http`",
+                        ));
+                    }
+                }
+            }
             if path.is_empty() && mqtt.is_empty() && coap.is_empty() {
                 return Err(self.err(
                     line(r),
@@ -244,6 +265,8 @@ impl Cx {
                 mqtt_reply,
                 coap,
                 content_type,
+                auth,
+                rate_limit,
                 sequence,
                 relay_of: None,
             });

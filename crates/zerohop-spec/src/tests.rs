@@ -395,6 +395,51 @@ fn http_routes_take_parameters_a_catch_all_and_pseudo_headers() {
 }
 
 #[test]
+fn routes_take_auth_and_rate_limits() {
+    let t = HELLO.replace(
+        "  - http: POST /hello\n",
+        "  - http: POST /hello\n    auth: { jwt: { jwks: keys/jwks.json, issuer: https://id, audience: shop, algorithms: [EdDSA], leeway: 5s, scopes: [write] } }\n    rate_limit: { requests: 10, per: 1m, burst: 3, per_client: true }\n    sequence: [upper, exclaim]\n  - http: GET /hello\n    auth: { api_keys: keys.txt }\n    rate_limit: { requests: 5 }\n",
+    );
+    let s = parse(Path::new("/srv/c.yaml"), &t).unwrap();
+    assert_eq!(
+        s.routes[0].auth,
+        Some(AuthSpec::Jwt(JwtSpec {
+            jwks: JwksSource::File("/srv/keys/jwks.json".into()),
+            issuer: Some("https://id".into()),
+            audience: Some("shop".into()),
+            algorithms: vec!["EdDSA".into()],
+            leeway: Duration::from_secs(5),
+            scopes: vec!["write".into()],
+        }))
+    );
+    assert_eq!(
+        s.routes[0].rate_limit,
+        Some(RateLimitSpec {
+            requests: 10,
+            per: Duration::from_secs(60),
+            burst: 3,
+            per_client: true
+        })
+    );
+    assert_eq!(
+        s.routes[1].auth,
+        Some(AuthSpec::ApiKeys {
+            file: "/srv/keys.txt".into(),
+            header: "x-api-key".into()
+        })
+    );
+    assert_eq!(
+        s.routes[1].rate_limit,
+        Some(RateLimitSpec {
+            requests: 5,
+            per: Duration::from_secs(1),
+            burst: 5,
+            per_client: false
+        })
+    );
+}
+
+#[test]
 fn errors_name_line_and_field() {
     let cases = [
             (HELLO.replace("timeout: 2s", "timeot: 2s"), "c.yaml:3: timeot: unknown field"),
@@ -428,7 +473,13 @@ fn errors_name_line_and_field() {
             (HELLO.replace("POST /hello", "GET /product/{id}/{id}"), "c.yaml:13: routes[0].http: `/product/{id}/{id}` is not a route path: parameter `id` appears twice"),
             (HELLO.replace("POST /hello", "GET /static/*/x"), "c.yaml:13: routes[0].http: `/static/*/x` is not a route path: `*` matches the rest"),
             (HELLO.replace("POST /hello", "GET /hello?x=1"), "c.yaml:13: routes[0].http: `/hello?x=1` is not a route path: `?` has no place"),
-            (HELLO.replace("[X-Trace]", "[\":cookie\"]"), "c.yaml:9: functions.exclaim.headers[0]: `:cookie` is not an HTTP header name, nor one of :path, :query"),
+            (HELLO.replace("[X-Trace]", "[\":cookie\"]"), "c.yaml:9: functions.exclaim.headers[0]: `:cookie` is not an HTTP header name, nor one of :path, :query, :client, :claim.NAME"),
+            (HELLO.replace("POST /hello", "POST /hello\n    auth: { jwt: { jwks: k.json, algorithms: [HS256] } }"), "c.yaml:14: routes[0].auth.jwt.algorithms[0]: `HS256` is not an algorithm the gateway verifies"),
+            (HELLO.replace("POST /hello", "POST /hello\n    auth: { jwt: { issuer: x } }"), "c.yaml:14: routes[0].auth.jwt.jwks: missing"),
+            (HELLO.replace("POST /hello", "POST /hello\n    auth: {}"), "c.yaml:14: routes[0].auth: name one way to authenticate"),
+            (HELLO.replace("POST /hello", "POST /hello\n    auth: { api_keys: k.txt, header: \"x y\" }"), "c.yaml:14: routes[0].auth.header: `x y` is not an HTTP header name"),
+            (HELLO.replace("POST /hello", "POST /hello\n    rate_limit: { requests: 0 }"), "c.yaml:14: routes[0].rate_limit.requests: 0 is out of range"),
+            (HELLO.replace("POST /hello", "POST /hello\n    rate_limit: { requests: 5, per: 2d }"), "c.yaml:14: routes[0].rate_limit.per: `2d` is not a duration"),
             (HELLO.replace("[upper, exclaim]", "[upper]"), "c.yaml:6: functions.exclaim: no route reaches this function"),
             ("name: x\nfunctions: {\n".into(), "c.yaml:3: (yaml): not valid YAML"),
             ("".into(), "c.yaml:1: (spec): the spec is empty"),

@@ -93,10 +93,7 @@ impl Cx {
 
     /// `mqtt.listen_tls`, taken out of the `mqtt` section (which is read without it): the
     /// address, and the `mqtt` node as the rest of the reader expects it.
-    pub(crate) fn mqtt_tls<'y>(
-        &self,
-        top: &Map<'_, 'y>,
-    ) -> Result<MqttTls<'y>, SpecError> {
+    pub(crate) fn mqtt_tls<'y>(&self, top: &Map<'_, 'y>) -> Result<MqttTls<'y>, SpecError> {
         let Some(n) = get(top, "mqtt") else {
             return Ok((None, None));
         };

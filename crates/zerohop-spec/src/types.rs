@@ -189,6 +189,10 @@ pub struct RouteSpec {
     /// `Content-Type` of the route's successful HTTP answers unless a function sets one
     /// (empty: none).
     pub content_type: String,
+    /// Who may use the route (`auth`; HTTP only), if anyone may not.
+    pub auth: Option<AuthSpec>,
+    /// How often the route may be used (`rate_limit`; HTTP only).
+    pub rate_limit: Option<RateLimitSpec>,
     /// Functions, in order.
     pub sequence: Vec<String>,
     /// Set on the routes the agent's `split` adds for hops a peer node relays (no trigger; see
@@ -287,4 +291,58 @@ pub enum DataSpec {
     Default,
     /// `data: PATH`: this folder (a relative path is resolved against the spec's folder).
     At(PathBuf),
+}
+
+/// Who may use a route: the gateway checks it before it reads the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthSpec {
+    /// A JSON Web Token in `Authorization: Bearer ...`, signed by a key of a JWKS.
+    Jwt(JwtSpec),
+    /// A key from a file, in a header.
+    ApiKeys {
+        /// The file: one `NAME KEY` per line (`#` starts a comment).
+        file: PathBuf,
+        /// The header that carries the key (lower case; `x-api-key` unless set).
+        header: String,
+    },
+}
+
+/// How a route checks JSON Web Tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JwtSpec {
+    /// Where the public keys are.
+    pub jwks: JwksSource,
+    /// The `iss` a token must carry, if set.
+    pub issuer: Option<String>,
+    /// An `aud` a token must carry, if set.
+    pub audience: Option<String>,
+    /// The signature algorithms accepted (of `RS256`, `ES256`, `EdDSA`; all three unless set).
+    pub algorithms: Vec<String>,
+    /// How far `exp` and `nbf` may be off (clock skew; 60s unless set).
+    pub leeway: Duration,
+    /// Scopes the token's `scope` claim must all hold (else 403), if any.
+    pub scopes: Vec<String>,
+}
+
+/// Where a JWKS comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JwksSource {
+    /// A file (re-read when it changes).
+    File(PathBuf),
+    /// An `http://` or `https://` URL (fetched at start and every `refresh`).
+    Url(String),
+}
+
+/// A token bucket: `requests` per `per`, up to `burst` at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimitSpec {
+    /// Requests the bucket refills per `per`.
+    pub requests: u32,
+    /// The period of `requests`.
+    pub per: Duration,
+    /// The bucket's size: requests allowed at once after a quiet time.
+    pub burst: u32,
+    /// One bucket per client (the authenticated name, else the address) instead of one for
+    /// the route.
+    pub per_client: bool,
 }

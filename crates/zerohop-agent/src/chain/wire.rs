@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use zerohop_gateway::{GatewayConfig, Gateways};
+use zerohop_gateway::{Access, GatewayConfig, Gateways};
 use zerohop_pool::{PartyState, Pool, PoolError, Pools};
 use zerohop_transport::{Backend, Endpoint, Plan, PlanExt, Transport, TransportError};
 
 use super::AgentError;
 use crate::offence::Offences;
-use crate::spec::ChainSpec;
+use crate::spec::{ChainSpec, SpecError};
 
 /// What [`wire`] made.
 pub(super) struct Wired {
@@ -107,6 +107,16 @@ pub(super) fn wire(
         );
     }
     let plan_json = plan.to_json();
+    // Key files read and JWKS URLs fetched now: a route that cannot check its callers does
+    // not start (the error names the route's line and field).
+    let access = Arc::new(Access::new(&spec.routes).map_err(|e| {
+        AgentError::Spec(SpecError {
+            file: spec.file.display().to_string(),
+            line: spec.routes.get(e.route).map_or(1, |r| r.line),
+            field: format!("routes[{}].{}", e.route, e.field),
+            message: e.message,
+        })
+    })?);
     let state = state_store(spec, inherited)?;
     let gateways = Gateways::new(
         pools.clone(),
@@ -117,6 +127,7 @@ pub(super) fn wire(
             timeout: spec.timeout,
             body_timeout: spec.body_timeout,
             max_connections: spec.max_connections,
+            access,
         },
     );
     for g in 0..gateway_threads {

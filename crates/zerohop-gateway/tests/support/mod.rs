@@ -127,6 +127,7 @@ impl EchoChain {
                 } else {
                     listen.max_connections
                 },
+                access: Default::default(),
             },
         );
         let receiving = gw.start_receiving(Endpoint::new(
