@@ -198,7 +198,10 @@ fn structural(old: &ChainSpec, new: &ChainSpec) -> Option<String> {
         "gateway_threads",
         old.gateway_threads != new.gateway_threads,
     );
-    differs("mqtt", old.mqtt != new.mqtt);
+    differs("mqtt", old.mqtt != new.mqtt || old.mqtt_tls != new.mqtt_tls);
+    // New contents of the same files are the running chain's to reload; other files or
+    // none are a new chain's.
+    differs("tls", old.tls != new.tls);
     differs("coap", old.coap != new.coap);
     differs("state", old.state != new.state);
     differs("listen", old.listen != new.listen);
@@ -629,6 +632,13 @@ mod tests {
             over_base(&beyond, false),
             Decision::Replace(why) if why.contains("beyond the 2 the chain reserved")
         ));
+        // HTTPS from now on (the files are read by the new chain; new contents of the same
+        // files are reloaded by the running one, with no spec change).
+        let tls = format!("{BASE}tls: {{ cert: a.pem, key: a.key }}\n");
+        assert_eq!(
+            over_base(&tls, false),
+            Decision::Replace("its tls changes".into())
+        );
     }
 
     #[test]

@@ -102,6 +102,13 @@ enum Command {
         /// free port).
         #[arg(long)]
         coap: Option<SocketAddr>,
+        /// Serve HTTPS (HTTP/2 and HTTP/1.1 by ALPN) with this certificate chain (PEM),
+        /// instead of the spec's `tls`; with --tls-key.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The private key (PEM) of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     /// Writes a starter function in a new folder: the handler, its build file, a chain.yaml
     /// that runs it, and a README with the commands.
@@ -280,7 +287,10 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ZEROHOP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // rustls warns for every client that sends an IP address as its SNI (as
+                // mosquitto_pub -h 127.0.0.1 does); the handshake goes on with the default
+                // certificate, so that is no news for the log.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rustls=error")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -493,6 +503,8 @@ fn main() -> ExitCode {
             gateway_threads,
             mqtt,
             coap,
+            tls_cert,
+            tls_key,
         } => {
             // The gateway's thread: a woken gateway waits for the instance running on its
             // core to block, rather than preempting it for every answer.
@@ -511,19 +523,39 @@ fn main() -> ExitCode {
                 coap_listen: coap,
                 ..UpOptions::default()
             };
-            runtime.block_on(run_up(path, opts, listen.is_some()))
+            let tls = tls_cert.zip(tls_key);
+            runtime.block_on(run_up(path, opts, listen.is_some(), tls))
         }
     }
 }
 
-async fn run_up(path: PathBuf, mut opts: UpOptions, listen_given: bool) -> ExitCode {
-    let spec = match spec::load(&path) {
+async fn run_up(
+    path: PathBuf,
+    mut opts: UpOptions,
+    listen_given: bool,
+    tls: Option<(PathBuf, PathBuf)>,
+) -> ExitCode {
+    let mut spec = match spec::load(&path) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
+    if let Some((cert, key)) = tls {
+        // Relative to where `zerohop up` runs, as any path on its command line.
+        let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+        spec.tls = Some(spec::TlsSpec {
+            line: 0,
+            certificates: vec![spec::CertSpec {
+                field: "--tls".into(),
+                cert: absolute(cert),
+                cert_line: 0,
+                key: absolute(key),
+                key_line: 0,
+            }],
+        });
+    }
     if let (false, Some(l)) = (listen_given, spec.listen) {
         opts.listen = l;
     }

@@ -163,11 +163,10 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         let busy = Busy::enter(&self.conn);
         let peer = self.conn.peer;
         let h1 = req.version() < Version::HTTP_2;
-        // Relaxed: a late sight of the flag costs one more keep-alive answer, no more.
-        let closing = gw.closing.load(Ordering::Relaxed);
         if !h1 {
             self.conn.h2.store(true, Ordering::Relaxed);
-            if closing || self.conn.once {
+            // Relaxed: a late sight of the flag costs one more request on this connection.
+            if gw.closing.load(Ordering::Relaxed) || self.conn.once {
                 // A GOAWAY: this stream and those before it are still served, the client
                 // opens a new connection for the next.
                 self.conn.kick.notify_one();
@@ -176,7 +175,8 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         Box::pin(async move {
             let _busy = busy;
             let mut answer = gw.handle(req, peer).await;
-            if h1 && closing {
+            // Relaxed: a late sight of the flag costs one more keep-alive answer, no more.
+            if h1 && gw.closing.load(Ordering::Relaxed) {
                 // hyper closes the connection once this answer is written.
                 answer.headers_mut().insert(
                     header::CONNECTION,

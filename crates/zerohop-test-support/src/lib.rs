@@ -432,7 +432,8 @@ pub fn listener_in(line: &str, scheme: &str) -> Option<String> {
 /// SIGKILL) and its folder removed on drop.
 pub struct ChainProcess {
     guard: ChildGuard,
-    /// Base URL of the gateway, from the ready line.
+    /// Base URL of the gateway, from the ready line (`http://ADDR`, or `https://ADDR` for a
+    /// chain with `tls`).
     pub url: String,
     /// The ready line as printed.
     pub ready_line: String,
@@ -516,6 +517,7 @@ impl ChainProcess {
             .expect("zerohop up printed its ready line within 30 s");
         let url = listener_in(&line, "http://")
             .map(|a| format!("http://{a}"))
+            .or_else(|| listener_in(&line, "https://").map(|a| format!("https://{a}")))
             .unwrap_or_else(|| panic!("no URL in ready line {line:?}"));
         Self {
             guard,

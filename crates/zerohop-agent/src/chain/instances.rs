@@ -154,7 +154,12 @@ pub(super) fn supervise_all(
         // New certificates for new handshakes when the files change, until the chain stops.
         others.push(tokio::spawn(tls.clone().watch(http_rx.clone())));
     }
-    let server = tokio::spawn(serve_all(first, first_listeners, bound.tls.clone(), http_rx));
+    let server = tokio::spawn(serve_all(
+        first,
+        first_listeners,
+        bound.tls.clone(),
+        http_rx,
+    ));
     let view = crate::status::ChainView {
         shared: shared.clone(),
         name: spec.name.clone(),

@@ -13,7 +13,7 @@ use zerohop_gateway::{CertFiles, Gateway, Gateways, MqttIngress, Tls, TlsError};
 use zerohop_transport::Endpoint;
 
 use super::{AgentError, UpOptions};
-use crate::spec::{ChainSpec, MqttSpec, SpecError};
+use crate::spec::{CertSpec, ChainSpec, MqttSpec, SpecError};
 
 /// What [`bind_all`] bound.
 pub(super) struct Bound {
@@ -106,13 +106,18 @@ fn load_tls(spec: &ChainSpec) -> Result<Option<Arc<Tls>>, AgentError> {
         })
         .collect();
     Tls::load(files).map(Some).map_err(|e| {
-        // Where the file the error is about was named.
+        // Where the file the error is about was named: a field of the spec, or the flags
+        // of `zerohop up --tls-cert F --tls-key F` (field `--tls`).
+        let name = |c: &CertSpec, part: &str| match c.field.strip_prefix("--") {
+            Some(flag) => format!("--{flag}-{part}"),
+            None => format!("{}.{part}", c.field),
+        };
         let at = section.certificates.iter().find_map(|c| match e.path() {
             Some(p) if p == c.key && !matches!(e, TlsError::KeyMismatch { .. }) => {
-                Some((c.key_line, format!("{}.key", c.field)))
+                Some((c.key_line, name(c, "key")))
             }
-            Some(p) if p == c.cert => Some((c.cert_line, format!("{}.cert", c.field))),
-            Some(p) if p == c.key => Some((c.key_line, format!("{}.key", c.field))),
+            Some(p) if p == c.cert => Some((c.cert_line, name(c, "cert"))),
+            Some(p) if p == c.key => Some((c.key_line, name(c, "key"))),
             _ => None,
         });
         let (line, field) = at.unwrap_or((section.line, "tls".to_owned()));
