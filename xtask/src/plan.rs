@@ -211,6 +211,8 @@ pub const TEST_STEPS: &[Step] = &[
             Probe::Program("promtool"),
             Probe::Program("etcd"),
             Probe::Program("openssl"),
+            Probe::Program("curl"),
+            Probe::Program("h2load"),
             Probe::Program("ip"),
             Probe::Program("nsenter"),
             Probe::Program("runc"),

@@ -162,7 +162,19 @@ pub const REQUIREMENTS: &[Requirement] = &[
     req(
         Probe::Program("openssl"),
         "openssl",
-        "the Kubernetes tests' service-account key",
+        "the Kubernetes tests' service-account key, the TLS tests' certificates",
+        Need::Tests,
+    ),
+    req(
+        Probe::Program("curl"),
+        "curl",
+        "the TLS and HTTP/2 tests' client (HTTP/1.1 and h2 over TLS, h2c)",
+        Need::Tests,
+    ),
+    req(
+        Probe::Program("h2load"),
+        "nghttp2-client",
+        "the HTTP/2 tests' stream flood",
         Need::Tests,
     ),
     req(

@@ -19,6 +19,8 @@ const PROGRAMS: &[&str] = &[
     "promtool",
     "etcd",
     "openssl",
+    "curl",
+    "h2load",
     "ip",
     "nsenter",
     "strip",

@@ -146,6 +146,7 @@ fn as_root_with_apt_the_first_step_installs_the_package_of_every_program_any_ste
         [
             "binutils",
             "clang",
+            "curl",
             "etcd-server",
             "gcc",
             "iproute2",
@@ -156,6 +157,7 @@ fn as_root_with_apt_the_first_step_installs_the_package_of_every_program_any_ste
             "make",
             "mosquitto",
             "mosquitto-clients",
+            "nghttp2-client",
             "nginx-light",
             "npm",
             "openssl",
