@@ -4,68 +4,19 @@
 
 mod common;
 
-use std::process::Command;
-
+use common::curl::curl;
 use common::func;
 use zerohop_test_support::ChainProcess;
-
-/// An answer as curl saw it: status, headers (lower-case names, in order), body.
-struct Seen {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-}
-
-/// `curl -i` with `args` (bounded in time); panics if curl fails to talk HTTP at all.
-fn curl(args: &[&str]) -> Seen {
-    let out = Command::new("curl")
-        .args(["-sS", "-i", "--max-time", "20"])
-        .args(args)
-        .output()
-        .expect("curl runs");
-    assert!(
-        out.status.success(),
-        "curl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("utf-8 answer");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a header block");
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let headers = lines
-        .filter_map(|l| l.split_once(": "))
-        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
-        .collect();
-    Seen {
-        status,
-        headers,
-        body: body.to_owned(),
-    }
-}
 
 fn spec() -> String {
     let echo_env = "TESTFN_PARAMS: \"id,rest\", TESTFN_QUERY: \"q,n\", TESTFN_COOKIES: \"shop_session-id,shop_currency\"";
     let top_env = "TESTFN_STATUS: \"303\", TESTFN_RESPONSE: \"location=/cart|set-cookie=a=1; Path=/|set-cookie=b=2|content-type=text/x-top\"";
     format!(
         "name: routes\nfunctions:\n{}{}{}routes:\n  \
-         - {{ http: GET /product/{{id}}, sequence: [echo], content_type: application/json }}\n  \
-         - {{ http: POST /product/{{id}}, sequence: [echo] }}\n  \
-         - {{ http: GET /product/top, sequence: [top] }}\n  \
-         - {{ http: GET /static/*, sequence: [echo] }}\n  \
+         - http: GET /product/{{id}}\n    sequence: [echo]\n    content_type: application/json\n  \
+         - {{ http: \"POST /product/{{id}}\", sequence: [echo] }}\n  \
+         - http: GET /product/top\n    sequence: [top]\n  \
+         - http: GET /static/*\n    sequence: [echo]\n  \
          - {{ http: GET /, sequence: [plain] }}\n",
         func(
             "echo",

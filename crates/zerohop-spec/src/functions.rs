@@ -234,7 +234,8 @@ impl Cx {
                 Some(n) => {
                     let hs = self.strings(n, &format!("{p}headers"))?;
                     for (i, h) in hs.iter().enumerate() {
-                        if http_header_name_invalid(h) && !crate::meta::PSEUDO.contains(&h.as_str())
+                        if http_header_name_invalid(h)
+                            && !crate::meta::is_pseudo(&h.to_ascii_lowercase())
                         {
                             return Err(self.err(
                                 line(n),

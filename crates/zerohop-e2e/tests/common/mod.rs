@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod curl;
 pub mod daemon;
 
 use std::time::Duration;
