@@ -68,6 +68,7 @@ pub use tls::{CertFiles, Tls, TlsError, HANDSHAKE_TIMEOUT};
 /// socket. Not an API: it changes with the targets.
 #[doc(hidden)]
 pub mod fuzzing {
+    pub use crate::access::fuzz_jwt as jwt;
     pub use crate::coap::fuzz_datagrams as coap;
     pub use crate::mqtt::fuzz_connection as mqtt;
 }

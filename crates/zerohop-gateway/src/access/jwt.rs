@@ -255,6 +255,51 @@ impl JwtCheck {
     }
 }
 
+/// What the `jwt` fuzz target drives: bytes as a JWKS document (first byte odd) or as a
+/// token checked against a fixed key set (even). Checked: nothing panics, no token passes
+/// (none is signed by the key), and a token over [`MAX_TOKEN`] is refused for its length.
+#[doc(hidden)]
+pub fn fuzz(data: &[u8]) {
+    use std::sync::OnceLock;
+    static CHECK: OnceLock<JwtCheck> = OnceLock::new();
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    if first % 2 == 1 {
+        if let Ok(set) = Jwks::parse(rest) {
+            assert!(!set.keys.is_empty() && set.keys.len() <= MAX_KEYS);
+        }
+        return;
+    }
+    let check = CHECK.get_or_init(|| {
+        // 32 bytes as an Ed25519 public key: nobody holds a private key for them.
+        let jwks = br#"{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k","x":"WGZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmY"}]}"#;
+        JwtCheck {
+            source: Source::Url(Arc::new(RwLock::new(Arc::new(
+                Jwks::parse(jwks).expect("the fixed key set parses"),
+            )))),
+            spec: JwtSpec {
+                jwks: JwksSource::Url(String::new()),
+                issuer: None,
+                audience: None,
+                algorithms: vec!["RS256".into(), "ES256".into(), "EdDSA".into()],
+                leeway: Duration::from_secs(60),
+                scopes: vec!["s".into()],
+            },
+            algorithms: vec![Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA],
+        }
+    });
+    let token = String::from_utf8_lossy(rest);
+    match check.check(&token) {
+        Ok(_) | Err(Refusal::Scope(_)) => panic!("a token nobody signed passed: {token:?}"),
+        Err(Refusal::Invalid(why)) => {
+            if token.len() > MAX_TOKEN {
+                assert!(why.contains("longer than"), "{why}");
+            }
+        }
+    }
+}
+
 /// Fetches and parses a JWKS from `url` (at most 1 MiB, within [`FETCH_TIMEOUT`]).
 fn fetch(url: &str) -> Result<Jwks, String> {
     use std::io::Read;
@@ -419,6 +464,21 @@ pub(crate) mod tests {
         match scoped.check(&ed.token(&good(json!({})))) {
             Err(Refusal::Scope(w)) => assert!(w.contains("admin"), "{w}"),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_fuzz_entry_refuses_forged_tokens_and_takes_any_bytes() {
+        let signer = Signer::ed("k");
+        let forged = signer.token(&json!({"sub": "x", "exp": now() + 60}));
+        for input in [
+            format!("\0{forged}").into_bytes(),
+            b"\0".to_vec(),
+            b"\x01{\"keys\":[]}".to_vec(),
+            [&b"\0"[..], &vec![b'a'; MAX_TOKEN + 5]].concat(),
+            b"\x02\xff\xfe.\x00.".to_vec(),
+        ] {
+            fuzz(&input);
         }
     }
 

@@ -27,6 +27,8 @@ use self::keys::Keys;
 use self::limit::Limiter;
 use crate::{ErrorSource, GatewayError};
 
+#[doc(hidden)]
+pub use self::jwt::fuzz as fuzz_jwt;
 pub(crate) use self::jwt::Claims;
 
 /// A route's access could not be set up: a file or URL that cannot be used.
