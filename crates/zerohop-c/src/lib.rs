@@ -20,6 +20,8 @@
 
 #![allow(non_camel_case_types)]
 
+mod http;
+
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr;
 
@@ -218,8 +220,9 @@ pub unsafe extern "C" fn zh_run(handler: zh_handler, user: *mut c_void) -> ! {
     })
 }
 
-/// The body, writable in place; its length in `*len`. Valid until the handler returns or
-/// the body is resized (zh_set_len, zh_set_body, zh_extend).
+/// The body, writable in place; its length in `*len`. Valid until the handler returns, the
+/// body is resized (zh_set_len, zh_set_body, zh_extend) or a response header moves it up
+/// (zh_add_response_header).
 ///
 /// # Safety
 ///
@@ -413,7 +416,9 @@ pub unsafe extern "C" fn zh_method(req: *mut zh_request, len: *mut usize) -> *co
     }
 }
 
-/// The path of the route the request came in by (not NUL-terminated).
+/// The request's path (not NUL-terminated): as the client sent it (percent-encoded) when a
+/// function of the chain lists `:path` in its `headers`, else the route's path as the spec
+/// writes it (zh_route_path).
 ///
 /// # Safety
 ///

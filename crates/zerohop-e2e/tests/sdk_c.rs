@@ -1,6 +1,7 @@
 //! The C SDK end to end: C functions (compiled here with the system's `cc` against
 //! `target/release/libzerohop.a` and `sdk/c/include/zerohop.h`) in a chain run by the real
-//! `zerohop up`, with Rust functions beside them, answered over real HTTP.
+//! `zerohop up`, with Rust functions beside them, answered over real HTTP (ureq, and curl
+//! where the answer's status and headers are the point).
 
 mod common;
 
@@ -168,6 +169,78 @@ fn c_functions_call_join_count_forward_and_read_headers() {
     assert_eq!(r, "PUT /route/here route id>0");
     let r = post(&http, &format!("{url}/fwd"), "forwarded");
     assert_eq!((r.status, r.body.as_str()), (200, "FORWARDED"));
+    assert_eq!(chain.stop(), Some(0));
+}
+
+/// `curl -sS -i` of `args` (bounded in time): the status, the headers (lower-case names, in
+/// order) and the body.
+fn curl(args: &[&str]) -> (u16, Vec<(String, String)>, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("run curl (Debian: apt-get install curl)");
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("a UTF-8 answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a header block");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
+
+#[test]
+fn a_c_function_reads_parameters_query_and_cookies_and_answers_303_with_headers() {
+    let dir = TempDir::new("sdk-c");
+    let cfn = compile("sdk/c/tests/cfn.c", dir.path(), "zerohop-static");
+    let spec = format!(
+        "name: sdkc4\nfunctions:\n  item: {{ command: [\"{}\"], env: {{ CFN_MODE: item }}, \
+         headers: [\":path\", \":query\", cookie] }}\nroutes:\n  - http: GET /item/{{id}}\n    \
+         sequence: [item]\n",
+        cfn.display()
+    );
+    let chain = ChainProcess::start(&spec, &[]);
+    let (status, headers, body) = curl(&[
+        "-b",
+        "other=x; session=s-1",
+        &format!("{}/item/42?q=caf%C3%A9+au+lait&n=1", chain.url),
+    ]);
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            303,
+            "path=/item/42 route=/item/{id} id=42 query=q=caf%C3%A9+au+lait&n=1 \
+             q=café au lait session=s-1 refused=500:`Content-Length` is set by the gateway, \
+             not by functions status404=500"
+        )
+    );
+    let named = |name: &str| -> Vec<&str> {
+        headers
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    assert_eq!(named("location"), ["/item/42/done"]);
+    assert_eq!(named("set-cookie"), ["seen=42; Path=/"]);
+    // Without a query or cookies: absent, not empty; the parameter is there all the same.
+    let (status, _, body) = curl(&[&format!("{}/item/7", chain.url)]);
+    assert_eq!(status, 303, "{body}");
+    assert!(
+        body.starts_with("path=/item/7 route=/item/{id} id=7 query=- q=- session=- "),
+        "{body}"
+    );
     assert_eq!(chain.stop(), Some(0));
 }
 

@@ -4,7 +4,9 @@
  * A function is a program that calls zh_run() with its handler. The handler sees the
  * request's body in place in shared memory (zh_body), may change it there, replace it
  * (zh_set_body) or append to it (zh_extend), call other functions (zh_call), use the
- * chain's state (zh_state_get/put/delete), and returns where the request goes next:
+ * chain's state (zh_state_get/put/delete), read the route's parameters, the query and
+ * cookies (zh_param, zh_query, zh_cookie), set the answer's status and headers
+ * (zh_set_status, zh_add_response_header), and returns where the request goes next:
  * ZH_CONTINUE, ZH_REPLY, zh_forward(req, "name") or zh_fail(req, status, "message").
  *
  *     #include <zerohop.h>
@@ -84,8 +86,9 @@ extern "C" {
 // at once when the function's `concurrency` is above 1.
 void zh_run(zh_handler handler, void *user) ZH_NORETURN;
 
-// The body, writable in place; its length in `*len`. Valid until the handler returns or
-// the body is resized (zh_set_len, zh_set_body, zh_extend).
+// The body, writable in place; its length in `*len`. Valid until the handler returns, the
+// body is resized (zh_set_len, zh_set_body, zh_extend) or a response header moves it up
+// (zh_add_response_header).
 //
 // # Safety
 //
@@ -179,7 +182,9 @@ const char *zh_function(struct zh_request *req, size_t *len);
 // that got it, strings NUL-terminated, buffers as long as their lengths).
 const char *zh_method(struct zh_request *req, size_t *len);
 
-// The path of the route the request came in by (not NUL-terminated).
+// The request's path (not NUL-terminated): as the client sent it (percent-encoded) when a
+// function of the chain lists `:path` in its `headers`, else the route's path as the spec
+// writes it (zh_route_path).
 //
 // # Safety
 //
@@ -303,6 +308,81 @@ uint16_t zh_state_put(struct zh_request *req,
 // Every pointer is NULL or valid as zerohop.h says (the request for the handler call
 // that got it, strings NUL-terminated, buffers as long as their lengths).
 uint16_t zh_state_delete(struct zh_request *req, const void *key, size_t key_len);
+
+// The path of the route the request came in by, as the spec writes it (`/item/{id}`,
+// `/static/{*rest}`; not NUL-terminated).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const char *zh_route_path(struct zh_request *req, size_t *len);
+
+// The route's path parameter `name` (`id` for `GET /item/{id}`, `rest` for a trailing `*`),
+// percent-decoded, else NULL. Parameters always arrive, listed in `headers` or not. Not
+// NUL-terminated; its length in `*len`.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const char *zh_param(struct zh_request *req, const char *name, size_t *len);
+
+// The query string as the client sent it (after `?`, not decoded), when a function of the
+// chain lists `:query` in its `headers` and the request had one, else NULL. Not
+// NUL-terminated; its length in `*len`. zh_query decodes one parameter of it.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const char *zh_query_string(struct zh_request *req, size_t *len);
+
+// Reads the first value of query parameter `name` (`application/x-www-form-urlencoded`
+// decoding: `+` is a space, `%XX` a byte), as zh_state_get reads a value: returns 1 when
+// found, with its length in `*len` and the value copied to `buf` when it fits in `cap`
+// bytes (not NUL-terminated; a longer one is not copied: call again with room for `*len`);
+// 0 when absent (or `:query` is not listed); 400 for a NULL or non-UTF-8 `name`.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_query(struct zh_request *req, const char *name, char *buf, size_t cap, size_t *len);
+
+// The value of cookie `name` from the request's `Cookie` headers, when a function of the
+// chain lists `cookie` in its `headers`, else NULL. Not NUL-terminated; its length in
+// `*len`.
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+const char *zh_cookie(struct zh_request *req, const char *name, size_t *len);
+
+// Adds the header `name: value` to the client's answer (HTTP only), e.g. `Location` with
+// a 303 or `Set-Cookie`; a `Content-Type` replaces the route's. Returns 0, or 500 for a
+// name that is not a header name or one the gateway sets (`Content-Length`,
+// `Connection`, ...), a value with a line break, a 65th header, or one that does not fit
+// the slot beside the body (nothing changes; zh_last_error says which); 400 for a NULL or
+// non-UTF-8 `name` or `value`. The header rides in the slot before the body, which moves up:
+// a pointer from zh_body is stale afterwards (call zh_body again).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_add_response_header(struct zh_request *req, const char *name, const char *value);
+
+// Sets the answer's status for the client: 200 (the default) to 399, except 204, 205 and
+// 304 (errors are zh_fail's). With a 3xx, add a `Location` (zh_add_response_header).
+// Returns 0, or 500 for a status outside that range (nothing changes).
+//
+// # Safety
+//
+// Every pointer is NULL or valid as zerohop.h says (the request for the handler call
+// that got it, strings NUL-terminated, buffers as long as their lengths).
+uint16_t zh_set_status(struct zh_request *req, uint16_t status);
 
 #ifdef __cplusplus
 }  // extern "C"

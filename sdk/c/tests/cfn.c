@@ -9,6 +9,10 @@
  *   count     adds one to the state counter named by the body, answers the new count
  *   header    answers the value of the x-test header ("<none>" without it)
  *   route     answers "METHOD PATH function id>0"
+ *   item      for GET /item/{id} with `headers: [":path", ":query", cookie]`: answers
+ *             303 with a Location and a Set-Cookie naming the id, and a body of what it read
+ *             (path, route, param, query string, decoded query q, cookie session, what a
+ *             refused header and status said); its function lists :path, :query and cookie
  *   forward   forwards to CFN_TARGET
  *   sleep     says "cfn: holding BODY" on stderr (zerohop up echoes it: the test knows the
  *             request reached the handler), sleeps 2 s (60 s for a body starting with
@@ -44,6 +48,44 @@ static zh_next answer_calls(zh_request *req, zh_answer **answers, const char **n
         APPEND(req, body, len);
         APPEND(req, ";", 1);
     }
+    return ZH_CONTINUE;
+}
+
+/* "(pointer, length)" as printf arguments, "-" for NULL. */
+#define OR_DASH(p, n) (int)((p) ? (n) : 1), ((p) ? (p) : "-")
+
+static zh_next item(zh_request *req) {
+    size_t pl, rl, il, sl, cl, ql;
+    const char *path = zh_path(req, &pl), *route = zh_route_path(req, &rl);
+    const char *id = zh_param(req, "id", &il), *raw = zh_query_string(req, &sl);
+    const char *session = zh_cookie(req, "session", &cl);
+    char q[64];
+    uint16_t found = zh_query(req, "q", q, sizeof q, &ql);
+    if (found > 1) return zh_fail(req, found, NULL);
+    if (found == 1 && ql > sizeof q) return zh_fail(req, 413, "query q too long");
+    const char *qv = found == 1 ? q : NULL;
+    /* Refused: a header the gateway owns, a 404 (an error is zh_fail's). */
+    uint16_t owned = zh_add_response_header(req, "Content-Length", "1");
+    char why[160];
+    snprintf(why, sizeof why, "%s", zh_last_error(req));
+    uint16_t bad = zh_set_status(req, 404);
+    char out[768];
+    int n = snprintf(out, sizeof out,
+                     "path=%.*s route=%.*s id=%.*s query=%.*s q=%.*s session=%.*s "
+                     "refused=%u:%s status404=%u",
+                     (int)pl, path, (int)rl, route, OR_DASH(id, il), OR_DASH(raw, sl),
+                     OR_DASH(qv, ql), OR_DASH(session, cl), owned, why, bad);
+    if (n < 0 || (size_t)n >= sizeof out) return zh_fail(req, 413, "too long to answer");
+    uint16_t rc = zh_set_body(req, out, (size_t)n);
+    if (rc != 0) return zh_fail(req, rc, NULL);
+    /* After the body: the headers move it up within the slot. */
+    char location[96], cookie[96];
+    snprintf(location, sizeof location, "/item/%.*s/done", OR_DASH(id, il));
+    snprintf(cookie, sizeof cookie, "seen=%.*s; Path=/", OR_DASH(id, il));
+    if ((rc = zh_add_response_header(req, "Location", location)) != 0 ||
+        (rc = zh_add_response_header(req, "Set-Cookie", cookie)) != 0 ||
+        (rc = zh_set_status(req, 303)) != 0)
+        return zh_fail(req, rc, NULL);
     return ZH_CONTINUE;
 }
 
@@ -138,6 +180,7 @@ static zh_next handle(zh_request *req, void *user) {
         uint16_t rc = zh_set_body(req, out, (size_t)n);
         return rc ? zh_fail(req, rc, NULL) : ZH_CONTINUE;
     }
+    if (strcmp(mode, "item") == 0) return item(req);
     if (strcmp(mode, "forward") == 0) {
         const char *target = getenv("CFN_TARGET");
         return zh_forward(req, target ? target : "");
