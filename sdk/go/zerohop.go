@@ -19,7 +19,8 @@
 // installed (`cargo xtask c-sdk`) and PKG_CONFIG_PATH pointing at its pkgconfig folder.
 //
 // Slices into the request (Body, an Answer's Body) are valid until the handler returns
-// (an Answer's: until Close): keep copies, never the slices. With `concurrency` above 1 in
+// (an Answer's: until Close), and Body's until the body is resized or moved up by
+// AddResponseHeader: keep copies, never the slices. With `concurrency` above 1 in
 // the chain spec the handler runs on several threads at once.
 package zerohop
 
@@ -36,6 +37,7 @@ import "C"
 
 import (
 	"fmt"
+	"net/url"
 	"runtime/cgo"
 	"unsafe"
 )
@@ -192,10 +194,102 @@ func (r *Request) Method() string {
 	return goString(C.zh_method(r.r, &n), n)
 }
 
-// Path is the path of the route the request came in by.
+// Path is the request's path: as the client sent it (percent-encoded) when a function of
+// the chain lists ":path" in its `headers`, else the route's path as the spec writes it
+// (RoutePath).
 func (r *Request) Path() string {
 	var n C.size_t
 	return goString(C.zh_path(r.r, &n), n)
+}
+
+// RoutePath is the path of the route the request came in by, as the spec writes it
+// ("/item/{id}", "/static/{*rest}").
+func (r *Request) RoutePath() string {
+	var n C.size_t
+	return goString(C.zh_route_path(r.r, &n), n)
+}
+
+// Param is the route's path parameter name ("id" for "GET /item/{id}", "rest" for a
+// trailing "*"), percent-decoded. Parameters always arrive, listed in `headers` or not.
+func (r *Request) Param(name string) (string, bool) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var n C.size_t
+	p := C.zh_param(r.r, cname, &n)
+	if p == nil {
+		return "", false
+	}
+	return goString(p, n), true
+}
+
+// QueryString is the query string as the client sent it (after "?", not decoded), when a
+// function of the chain lists ":query" in its `headers` and the request had one.
+func (r *Request) QueryString() (string, bool) {
+	var n C.size_t
+	p := C.zh_query_string(r.r, &n)
+	if p == nil {
+		return "", false
+	}
+	return goString(p, n), true
+}
+
+// Query is the first value of query parameter name, decoded by net/url's ParseQuery, when
+// a function of the chain lists ":query" in its `headers` and the client sent it.
+func (r *Request) Query(name string) (string, bool) {
+	raw, ok := r.QueryString()
+	if !ok {
+		return "", false
+	}
+	// ParseQuery keeps what it could parse beside an error (a bad escape, a ';'): the
+	// other parameters are still there.
+	values, _ := url.ParseQuery(raw)
+	v, ok := values[name]
+	if !ok || len(v) == 0 {
+		return "", false
+	}
+	return v[0], true
+}
+
+// Cookie is the value of cookie name from the request's Cookie headers, when a function of
+// the chain lists "cookie" in its `headers`.
+func (r *Request) Cookie(name string) (string, bool) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var n C.size_t
+	p := C.zh_cookie(r.r, cname, &n)
+	if p == nil {
+		return "", false
+	}
+	return goString(p, n), true
+}
+
+// AddResponseHeader adds the header name: value to the client's answer (HTTP only), e.g.
+// Location with a 303 or Set-Cookie; a Content-Type replaces the route's. Refused with an
+// *Error (500, nothing changed): a name that is not a header name or one the gateway sets
+// (Content-Length, Connection, ...), a value with a line break, a 65th header, one that does
+// not fit the slot beside the body. The header rides in the slot before the body, which
+// moves up: a slice from Body is stale afterwards (call Body again).
+func (r *Request) AddResponseHeader(name, value string) error {
+	cname, cvalue := C.CString(name), C.CString(value)
+	defer C.free(unsafe.Pointer(cname))
+	defer C.free(unsafe.Pointer(cvalue))
+	if rc := C.zh_add_response_header(r.r, cname, cvalue); rc != 0 {
+		return r.lastError(rc)
+	}
+	return nil
+}
+
+// SetStatus sets the answer's status for the client: 200 (the default) to 399, except 204,
+// 205 and 304 (an error is a returned *Error); anything else is refused with an *Error (500,
+// nothing changed). With a 3xx, add a Location (AddResponseHeader).
+func (r *Request) SetStatus(status int) error {
+	if status < 0 || status > 0xffff {
+		status = 0 // refused below like any status out of range, not wrapped into one
+	}
+	if rc := C.zh_set_status(r.r, C.uint16_t(status)); rc != 0 {
+		return r.lastError(rc)
+	}
+	return nil
 }
 
 // Header is the request header name (case-insensitive), if the spec lists it under the

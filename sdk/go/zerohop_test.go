@@ -226,6 +226,59 @@ func TestGoFunctions(t *testing.T) {
 	expect(t, "forward", s, b, 200, "FORWARDED")
 }
 
+// TestRouteParametersQueryCookiesAndAnswerHeaders: a Go function on GET /item/{id} reads the
+// parameter, the path, the query and a cookie, and answers 303 with headers of its own, as
+// net/http sees it (redirects not followed).
+func TestRouteParametersQueryCookiesAndAnswerHeaders(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildTestfn(t, dir)
+	spec := "name: gosdk3\nfunctions:\n" +
+		fn(bin, "item", "item", "", `, headers: [":path", ":query", cookie]`) +
+		"routes:\n  - http: GET /item/{id}\n    sequence: [item]\n"
+	c := start(t, dir, spec)
+	client := http.Client{
+		Timeout:       30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	get := func(path, cookie string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", c.url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+	resp, body := get("/item/42?q=caf%C3%A9+au+lait&n=1", "other=x; session=s-1")
+	expect(t, "GET /item/42", resp.StatusCode, body, 303,
+		"path=/item/42 route=/item/{id} id=42 query=q=caf%C3%A9+au+lait&n=1 q=café au lait "+
+			"session=s-1 refused=500: `Content-Length` is set by the gateway, not by functions "+
+			"status404=500: status 404 is not one a function answers with: 200..=399 but 204, "+
+			"205 and 304 (errors are a HandlerError)")
+	if got := resp.Header.Values("Location"); len(got) != 1 || got[0] != "/item/42/done" {
+		t.Errorf("Location: %q", got)
+	}
+	if got := resp.Header.Values("Set-Cookie"); len(got) != 1 || got[0] != "seen=42; Path=/" {
+		t.Errorf("Set-Cookie: %q", got)
+	}
+	// Without a query or cookies: absent, not empty; the parameter is there all the same.
+	resp, body = get("/item/7", "")
+	if resp.StatusCode != 303 || !strings.HasPrefix(body, "path=/item/7 route=/item/{id} id=7 query=- q=- session=- ") {
+		t.Errorf("GET /item/7: got %d %q", resp.StatusCode, body)
+	}
+}
+
 // instances are the chain's instance processes: the children of `zerohop up` but its
 // spawner.
 func instances(t *testing.T, pid int) []int {

@@ -2,7 +2,10 @@
 // upper (in place), exclaim (appends "!"), fail (422 "refusing BODY"), panic, call
 // (calls GOFN_CALLS, comma separated, at once: "name=output;" or "name!status;"), count
 // (adds one to the state counter named by the body), header (the X-Test header),
-// forward (to GOFN_TARGET), sleep (says "gofn: holding BODY" on stderr, which zerohop up
+// forward (to GOFN_TARGET), item (for GET /item/{id} with `headers: [":path", ":query",
+// cookie]`: answers 303 with a Location and a Set-Cookie naming the id, and a body of what
+// it read: path, route, param, query string, decoded query q, cookie session, and what a
+// refused header and status said), sleep (says "gofn: holding BODY" on stderr, which zerohop up
 // echoes, so the test knows the request reached the handler; then 2 s, or 60 s for a body
 // starting with "hold": a request the test kills, which only the kill ends in time; then
 // upper-cases).
@@ -25,6 +28,37 @@ func upper(b []byte) {
 			b[i] = c - ('a' - 'A')
 		}
 	}
+}
+
+// orDash is v, or "-" when it is absent.
+func orDash(v string, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	return v
+}
+
+func item(r *zerohop.Request) (zerohop.Next, error) {
+	id, ok := r.Param("id")
+	if !ok {
+		return zerohop.Continue, &zerohop.Error{Status: 500, Message: "no parameter id"}
+	}
+	refused := r.AddResponseHeader("Content-Length", "1")
+	status404 := r.SetStatus(404)
+	body := fmt.Sprintf("path=%s route=%s id=%s query=%s q=%s session=%s refused=%v status404=%v",
+		r.Path(), r.RoutePath(), id, orDash(r.QueryString()), orDash(r.Query("q")),
+		orDash(r.Cookie("session")), refused, status404)
+	if err := r.SetBody([]byte(body)); err != nil {
+		return zerohop.Continue, err
+	}
+	// After the body: the headers move it up within the slot.
+	if err := r.AddResponseHeader("Location", "/item/"+id+"/done"); err != nil {
+		return zerohop.Continue, err
+	}
+	if err := r.AddResponseHeader("Set-Cookie", "seen="+id+"; Path=/"); err != nil {
+		return zerohop.Continue, err
+	}
+	return zerohop.Continue, r.SetStatus(303)
 }
 
 func main() {
@@ -79,6 +113,8 @@ func main() {
 			return zerohop.Continue, r.SetBody([]byte(v))
 		case "forward":
 			return zerohop.Forward(os.Getenv("GOFN_TARGET")), nil
+		case "item":
+			return item(r)
 		case "sleep":
 			fmt.Fprintf(os.Stderr, "gofn: holding %s\n", r.Body())
 			if strings.HasPrefix(string(r.Body()), "hold") {
