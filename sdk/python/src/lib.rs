@@ -114,14 +114,53 @@ impl NativeRequest {
         Ok(self.get()?.method().to_owned())
     }
 
-    /// The route's path.
+    /// The request's path (as sent when `:path` is listed, else the route's).
     fn path(&self) -> PyResult<String> {
         Ok(self.get()?.path().to_owned())
+    }
+
+    /// The route's path as the spec writes it.
+    fn route_path(&self) -> PyResult<String> {
+        Ok(self.get()?.route_path().to_owned())
     }
 
     /// A request header the spec lists, if the client sent it.
     fn header(&self, name: &str) -> PyResult<Option<String>> {
         Ok(self.get()?.header(name).map(str::to_owned))
+    }
+
+    /// The route's path parameter `name`, percent-decoded.
+    fn param(&self, name: &str) -> PyResult<Option<String>> {
+        Ok(self.get()?.param(name).map(str::to_owned))
+    }
+
+    /// The query string as sent, when `:query` is listed and the request had one.
+    fn query_string(&self) -> PyResult<Option<String>> {
+        Ok(self.get()?.query_string().map(str::to_owned))
+    }
+
+    /// The first value of query parameter `name`, form-urlencoded decoded.
+    fn query(&self, name: &str) -> PyResult<Option<String>> {
+        Ok(self.get()?.query(name))
+    }
+
+    /// The value of cookie `name`, when `cookie` is listed.
+    fn cookie(&self, name: &str) -> PyResult<Option<String>> {
+        Ok(self.get()?.cookie(name).map(str::to_owned))
+    }
+
+    /// Adds a header to the client's answer; the body moves up within its slot, so no view
+    /// of it may be alive.
+    fn add_response_header(&self, name: &str, value: &str) -> PyResult<()> {
+        self.no_views("add a response header (the body moves up)")?;
+        self.get()?
+            .add_response_header(name, value)
+            .map_err(handler_error)
+    }
+
+    /// Sets the answer's status (200..=399 but 204, 205 and 304).
+    fn set_status(&self, status: u16) -> PyResult<()> {
+        self.get()?.set_status(status).map_err(handler_error)
     }
 
     /// Calls `function` with `data`; (status, body bytes) where status 200 is an output.

@@ -3,6 +3,9 @@ upper (in place), exclaim (returns bytes), raise (ValueError), fail (HandlerErro
 call (calls PYFN_CALLS, comma separated: "name=output;" or "name!status;"), callall (the
 same with one fan-out call), join (the same over a static fan-out's branches), count (state
 counter named by the body), header (the X-Test header), forward (to PYFN_TARGET),
+item (for GET /item/{id} with ``headers: [":path", ":query", cookie]``: answers 303 with a
+Location and a Set-Cookie naming the id, and a body of what it read: path, route, param,
+query string, decoded query q, cookie session, what a refused header and status said),
 keep (keeps a view of the body past its return), sleep (says "pyfn: holding BODY" on stderr,
 which zerohop up echoes, so the test knows the request reached the handler; then 2 s, or 60 s
 for a body starting with "hold": a request the test kills, which only the kill ends in time;
@@ -24,6 +27,45 @@ def _listed(names: list[str], answers: list[zerohop.Answer]) -> bytes:
         out += (name.encode() + b"=" + a.body) if a.ok else f"{name}!{a.status}".encode()
         out += b";"
     return out
+
+
+def _refused(action) -> str:
+    """What the native layer's error of ``action`` says: "status:message"."""
+    try:
+        action()
+    except RuntimeError as e:
+        return f"{e.args[0]}:{e.args[1]}"
+    return "accepted"
+
+
+def _or_dash(v):
+    return "-" if v is None else v
+
+
+def item(req: zerohop.Request) -> None:
+    ident = req.param("id")
+    refused = _refused(lambda: req.add_response_header("Content-Length", "1"))
+    status404 = _refused(lambda: req.set_status(404))
+    req.set_body(
+        (
+            f"path={req.path} route={req.route_path} id={ident} "
+            f"query={_or_dash(req.query_string)} q={_or_dash(req.query('q'))} "
+            f"session={_or_dash(req.cookie('session'))} refused={refused} "
+            f"status404={status404.split(':')[0]}"
+        ).encode()
+    )
+    # A live view of the body is refused: the header would move the body under it.
+    with req.body:
+        try:
+            req.add_response_header("Location", "/nowhere")
+            held = "accepted"
+        except BufferError:
+            held = "BufferError"
+    req.extend(f" with-view={held}".encode())
+    # After the body: the headers move it up within the slot.
+    req.add_response_header("Location", f"/item/{ident}/done")
+    req.add_response_header("Set-Cookie", f"seen={ident}; Path=/")
+    req.set_status(303)
 
 
 def handle(req: zerohop.Request):
@@ -66,6 +108,8 @@ def handle(req: zerohop.Request):
         return (req.header("X-Test") or "<none>").encode()
     if MODE == "forward":
         return zerohop.Forward(os.environ["PYFN_TARGET"])
+    if MODE == "item":
+        return item(req)
     if MODE == "keep":
         KEPT.append(req.body)
         return None

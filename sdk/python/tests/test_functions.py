@@ -8,6 +8,7 @@ it from (``cargo xtask test`` installs it into target/python-sdk)."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import shutil
@@ -202,6 +203,42 @@ def test_python_functions(chain_of) -> None:
     assert post(c.url + "/hdr", b"", {"X-Test": "from the client"}) == (200, "from the client")
     assert post(c.url + "/hdr", b"") == (200, "<none>")
     assert post(c.url + "/fwd", b"forwarded") == (200, "FORWARDED")
+
+
+def get(url: str, path: str, headers: dict[str, str] | None = None):
+    """GET ``path`` with http.client (redirects are not followed): (status, message, body)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.msg, r.read().decode()
+    finally:
+        conn.close()
+
+
+def test_route_parameters_query_cookies_and_answer_headers(chain_of) -> None:
+    spec = (
+        "name: pysdk4\nfunctions:\n"
+        + fn("item", "item", "", ', headers: [":path", ":query", cookie]')
+        + "routes:\n  - http: GET /item/{id}\n    sequence: [item]\n"
+    )
+    c = chain_of(spec)
+    status, msg, body = get(
+        c.url, "/item/42?q=caf%C3%A9+au+lait&n=1", {"Cookie": "other=x; session=s-1"}
+    )
+    assert (status, body) == (
+        303,
+        "path=/item/42 route=/item/{id} id=42 query=q=caf%C3%A9+au+lait&n=1 "
+        "q=café au lait session=s-1 refused=500:`Content-Length` is set by the gateway, "
+        "not by functions status404=500 with-view=BufferError",
+    )
+    assert msg.get_all("Location") == ["/item/42/done"]
+    assert msg.get_all("Set-Cookie") == ["seen=42; Path=/"]
+    # Without a query or cookies: absent (None), not empty; the parameter all the same.
+    status, _, body = get(c.url, "/item/7")
+    assert status == 303, body
+    assert body.startswith("path=/item/7 route=/item/{id} id=7 query=- q=- session=- "), body
 
 
 def test_runtime_python_runs_a_handler_by_module_and_function() -> None:

@@ -143,13 +143,59 @@ class Request:
 
     @property
     def path(self) -> str:
-        """The path of the route the request came in by."""
+        """The request's path: as the client sent it (percent-encoded) when a function of
+        the chain lists ``":path"`` in its ``headers``, else the route's path as the spec
+        writes it (:attr:`route_path`)."""
         return self._native.path()
+
+    @property
+    def route_path(self) -> str:
+        """The path of the route the request came in by, as the spec writes it
+        (``/item/{id}``, ``/static/{*rest}``)."""
+        return self._native.route_path()
+
+    @property
+    def query_string(self) -> Optional[str]:
+        """The query string as the client sent it (after ``?``, not decoded), when a
+        function of the chain lists ``":query"`` in its ``headers`` and the request had
+        one."""
+        return self._native.query_string()
 
     def header(self, name: str) -> Optional[str]:
         """The request header ``name`` (case-insensitive), if the spec lists it under the
         function's ``headers`` and the client sent it."""
         return self._native.header(name)
+
+    def param(self, name: str) -> Optional[str]:
+        """The route's path parameter ``name`` (``id`` for ``GET /item/{id}``, ``rest`` for
+        a trailing ``*``), percent-decoded. Parameters always arrive, listed in ``headers``
+        or not."""
+        return self._native.param(name)
+
+    def query(self, name: str) -> Optional[str]:
+        """The first value of query parameter ``name`` (``application/x-www-form-urlencoded``
+        decoding), when a function of the chain lists ``":query"`` in its ``headers``."""
+        return self._native.query(name)
+
+    def cookie(self, name: str) -> Optional[str]:
+        """The value of cookie ``name`` from the request's ``Cookie`` headers, when a
+        function of the chain lists ``cookie`` in its ``headers``."""
+        return self._native.cookie(name)
+
+    def add_response_header(self, name: str, value: str) -> None:
+        """Adds the header ``name: value`` to the client's answer (HTTP only), e.g.
+        ``Location`` with a 303 or ``Set-Cookie``; a ``Content-Type`` replaces the route's.
+        Headers the gateway sets (``Content-Length``, ``Connection``, ...), names that are
+        not header names, values with a line break, a 65th header and one that does not fit
+        the slot beside the body are refused (nothing changes). The header rides in the slot
+        before the body, which moves up: no ``memoryview`` of the body may be alive."""
+        self._native.add_response_header(name, value)
+
+    def set_status(self, status: int) -> None:
+        """Sets the answer's status for the client: 200 (the default) to 399, except 204,
+        205 and 304 (an error is a :class:`HandlerError`). With a 3xx, add a ``Location``
+        (:meth:`add_response_header`)."""
+        self._native.set_status(status)
 
     def call(self, function: str, data: bytes | bytearray | memoryview) -> Answer:
         """Calls ``function`` (one of this function's ``calls``) with ``data`` and waits for
