@@ -298,3 +298,51 @@ fn an_http2_client_is_sent_a_goaway_when_the_gateway_hands_over() {
         );
     });
 }
+
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout_whatever_they_speak() {
+    use std::io::Read;
+    use std::time::Instant;
+
+    use zerohop_gateway::IDLE_TIMEOUT;
+
+    let chain = EchoChain::start("h2-idle", Listen::default());
+    let addr = chain.addr;
+    let started = Instant::now();
+    // A client that connects and never sends a byte (no preface, no request line).
+    let silent = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(IDLE_TIMEOUT + Duration::from_secs(15)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        matches!(s.read(&mut buf), Ok(0))
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let h2_closed_after = rt.block_on(async {
+        let (mut send, conn) = h2_connect(addr).await;
+        assert_eq!(echo_h2(&mut send, addr, "once").await, (200, "once".into()));
+        let asked = Instant::now();
+        // The client keeps its handle: only the gateway can end the connection.
+        let end = tokio::time::timeout(IDLE_TIMEOUT + Duration::from_secs(15), conn)
+            .await
+            .expect("the idle HTTP/2 connection was closed");
+        assert!(matches!(end, Ok(Ok(()))), "{end:?}");
+        asked.elapsed()
+    });
+    assert!(
+        h2_closed_after >= IDLE_TIMEOUT - Duration::from_secs(1),
+        "closed after {h2_closed_after:?}, before the idle timeout"
+    );
+    assert!(
+        silent.join().unwrap(),
+        "the silent connection was not closed"
+    );
+    let silent_after = started.elapsed();
+    assert!(
+        silent_after >= IDLE_TIMEOUT - Duration::from_secs(1),
+        "closed after {silent_after:?}"
+    );
+}
