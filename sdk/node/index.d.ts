@@ -79,8 +79,15 @@ export class Request {
   readonly function: string;
   /** The HTTP method of the route the request came in by. */
   readonly method: string;
-  /** The path of the route the request came in by. */
+  /**
+   * The request's path: as the client sent it (percent-encoded) when a function of the chain
+   * lists `":path"` in its `headers`, else the route's path as the spec writes it.
+   */
   readonly path: string;
+  /** The path of the route the request came in by, as the spec writes it (`/item/{id}`). */
+  readonly routePath: string;
+  /** The query string as sent (not decoded), when a function lists `":query"` and there is one. */
+  readonly queryString: string | undefined;
   /** Replaces the body with `data` (copied into the slot). Past `capacity`: HandlerError 500. */
   setBody(data: Bytes): void;
   /** Appends `data` to the body. */
@@ -92,6 +99,20 @@ export class Request {
    * `headers` and the client sent it.
    */
   header(name: string): string | undefined;
+  /** The route's path parameter `name` (`{id}`, or `rest` for a trailing `*`), percent-decoded. */
+  param(name: string): string | undefined;
+  /** The first value of query parameter `name`, form-urlencoded decoded (`":query"` listed). */
+  query(name: string): string | undefined;
+  /** The value of cookie `name` (`cookie` listed in the function's `headers`). */
+  cookie(name: string): string | undefined;
+  /**
+   * Adds `name: value` to the client's answer (e.g. `Location`, `Set-Cookie`); refused
+   * (HandlerError 500) for headers the gateway sets, bad names or values, a 65th, or no room.
+   * Detaches the body's Buffer (the body moves up in the slot).
+   */
+  addResponseHeader(name: string, value: string): void;
+  /** Sets the answer's status: 200..399 but 204, 205 and 304, else HandlerError 500. */
+  setStatus(status: number): void;
   /** Calls `fn` (one of this function's `calls`) with `data`; resolves to its answer. */
   call(fn: string, data: Bytes): Promise<Answer>;
   /** Calls every `[fn, data]` at once (a fan-out); resolves to their answers in order. */

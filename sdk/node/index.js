@@ -268,9 +268,33 @@ class Request {
     return this.#n.method();
   }
 
-  /** The path of the route the request came in by. @type {string} */
+  /**
+   * The request's path: as the client sent it (percent-encoded) when a function of the chain
+   * lists `":path"` in its `headers`, else the route's path as the spec writes it
+   * ({@link Request#routePath}).
+   * @type {string}
+   */
   get path() {
     return this.#n.path();
+  }
+
+  /**
+   * The path of the route the request came in by, as the spec writes it (`/item/{id}`,
+   * `/static/{*rest}`).
+   * @type {string}
+   */
+  get routePath() {
+    return this.#n.routePath();
+  }
+
+  /**
+   * The query string as the client sent it (after `?`, not decoded), when a function of the
+   * chain lists `":query"` in its `headers` and the request had one.
+   * @type {string | undefined}
+   */
+  get queryString() {
+    const v = this.#n.queryString();
+    return v === null ? undefined : v;
   }
 
   /**
@@ -282,6 +306,74 @@ class Request {
   header(name) {
     const v = this.#n.header(String(name));
     return v === null ? undefined : v;
+  }
+
+  /**
+   * The route's path parameter `name` (`id` for `GET /item/{id}`, `rest` for a trailing
+   * `*`), percent-decoded. Parameters always arrive, listed in `headers` or not.
+   * @param {string} name
+   * @returns {string | undefined}
+   */
+  param(name) {
+    const v = this.#n.param(String(name));
+    return v === null ? undefined : v;
+  }
+
+  /**
+   * The first value of query parameter `name` (`application/x-www-form-urlencoded`
+   * decoding), when a function of the chain lists `":query"` in its `headers`.
+   * @param {string} name
+   * @returns {string | undefined}
+   */
+  query(name) {
+    const v = this.#n.query(String(name));
+    return v === null ? undefined : v;
+  }
+
+  /**
+   * The value of cookie `name` from the request's `Cookie` headers, when a function of the
+   * chain lists `cookie` in its `headers`.
+   * @param {string} name
+   * @returns {string | undefined}
+   */
+  cookie(name) {
+    const v = this.#n.cookie(String(name));
+    return v === null ? undefined : v;
+  }
+
+  /**
+   * Adds the header `name: value` to the client's answer (HTTP only), e.g. `Location` with a
+   * 303 or `Set-Cookie`; a `Content-Type` replaces the route's. Headers the gateway sets
+   * (`Content-Length`, `Connection`, ...), names that are not header names, values with a
+   * line break, a 65th header and one that does not fit the slot beside the body throw a
+   * HandlerError (500; nothing changes). The header rides in the slot before the body, which
+   * moves up: the body's Buffer is detached, as by a resize (`req.body` is a fresh one).
+   * @param {string} name
+   * @param {string} value
+   */
+  addResponseHeader(name, value) {
+    try {
+      this.#n.addResponseHeader(String(name), String(value));
+    } catch (e) {
+      throw fromNative(e);
+    }
+  }
+
+  /**
+   * Sets the answer's status for the client: 200 (the default) to 399, except 204, 205 and
+   * 304 (an error is a thrown HandlerError); anything else throws a HandlerError (500). With
+   * a 3xx, add a `Location` ({@link Request#addResponseHeader}).
+   * @param {number} status
+   */
+  setStatus(status) {
+    if (!Number.isInteger(status) || status < 0 || status > 0xffff) {
+      throw new RangeError(`a status is a whole number from 200 to 399, not ${status}`);
+    }
+    try {
+      this.#n.setStatus(status);
+    } catch (e) {
+      throw fromNative(e);
+    }
   }
 
   /**

@@ -340,16 +340,65 @@ impl NativeRequest {
         Ok(self.inner.get()?.method().to_owned())
     }
 
-    /// The route's path.
+    /// The request's path (as sent when `:path` is listed, else the route's).
     #[napi]
     pub fn path(&self) -> Result<String> {
         Ok(self.inner.get()?.path().to_owned())
+    }
+
+    /// The route's path as the spec writes it.
+    #[napi]
+    pub fn route_path(&self) -> Result<String> {
+        Ok(self.inner.get()?.route_path().to_owned())
     }
 
     /// A request header the spec lists, if the client sent it.
     #[napi]
     pub fn header(&self, name: String) -> Result<Option<String>> {
         Ok(self.inner.get()?.header(&name).map(str::to_owned))
+    }
+
+    /// The route's path parameter `name`, percent-decoded.
+    #[napi]
+    pub fn param(&self, name: String) -> Result<Option<String>> {
+        Ok(self.inner.get()?.param(&name).map(str::to_owned))
+    }
+
+    /// The query string as sent, when `:query` is listed and the request had one.
+    #[napi]
+    pub fn query_string(&self) -> Result<Option<String>> {
+        Ok(self.inner.get()?.query_string().map(str::to_owned))
+    }
+
+    /// The first value of query parameter `name`, form-urlencoded decoded.
+    #[napi]
+    pub fn query(&self, name: String) -> Result<Option<String>> {
+        Ok(self.inner.get()?.query(&name))
+    }
+
+    /// The value of cookie `name`, when `cookie` is listed.
+    #[napi]
+    pub fn cookie(&self, name: String) -> Result<Option<String>> {
+        Ok(self.inner.get()?.cookie(&name).map(str::to_owned))
+    }
+
+    /// Adds a header to the client's answer. The body moves up within its slot, so its
+    /// ArrayBuffer is detached first, as for a resize (even when the header is refused:
+    /// the next `body()` is a fresh one either way).
+    #[napi]
+    pub fn add_response_header(&self, env: &Env, name: String, value: String) -> Result<()> {
+        self.resizing(env)?
+            .add_response_header(&name, &value)
+            .map_err(status)
+    }
+
+    /// Sets the answer's status (200..=399 but 204, 205 and 304).
+    #[napi]
+    pub fn set_status(&self, code: u32) -> Result<()> {
+        let req = self.inner.get()?;
+        // index.js passes whole numbers up to 0xffff; anything past is refused all the same.
+        req.set_status(u16::try_from(code).unwrap_or(0))
+            .map_err(status)
     }
 
     /// Calls `functions[i]` with `inputs[i]`, all at once; a promise of their answers in

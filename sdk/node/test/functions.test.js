@@ -125,6 +125,36 @@ test('functions: in place, new bodies, errors, outcomes, calls, state, headers',
   await expect('/keep', 'third', 200, 'kept=0');
 });
 
+test('route parameters, the query and cookies in; a 303 with headers out (fetch)', async (t) => {
+  const spec =
+    'name: nodesdk4\nfunctions:\n' +
+    fn('item', 'item', '', ', headers: [":path", ":query", cookie]') +
+    'routes:\n  - http: GET /item/{id}\n    sequence: [item]\n';
+  const c = await chain(t, spec);
+  const get = async (route, headers = {}) => {
+    const r = await fetch(c.url + route, {
+      headers,
+      redirect: 'manual',
+      signal: AbortSignal.timeout(30_000),
+    });
+    return { status: r.status, headers: r.headers, text: await r.text() };
+  };
+  const r = await get('/item/42?q=caf%C3%A9+au+lait&n=1', { Cookie: 'other=x; session=s-1' });
+  assert.equal(r.status, 303, r.text);
+  assert.equal(
+    r.text,
+    'path=/item/42 route=/item/{id} id=42 query=q=caf%C3%A9+au+lait&n=1 q=café au lait ' +
+      'session=s-1 refused=HandlerError 500:`Content-Length` is set by the gateway, not by ' +
+      'functions status404=HandlerError 500 detached=true',
+  );
+  assert.equal(r.headers.get('location'), '/item/42/done');
+  assert.deepEqual(r.headers.getSetCookie(), ['seen=42; Path=/']);
+  // Without a query or cookies: undefined, not empty; the parameter all the same.
+  const bare = await get('/item/7');
+  assert.equal(bare.status, 303, bare.text);
+  assert.match(bare.text, /^path=\/item\/7 route=\/item\/\{id\} id=7 query=- q=- session=- /);
+});
+
 test('async handlers: concurrency N has N requests in flight at once', async (t) => {
   // `slow` holds each request until four are in flight in it (its guard: 12 s, then it says
   // how many were; two such waits stay within the client's 30 s): "together=4" is the

@@ -14,6 +14,10 @@
 //   forward   on to JSFN_TARGET
 //   reply     straight back to the client with "replied"
 //   meta      "id function method path capacity" of the request
+//   item      for GET /item/{id} with `headers: [":path", ":query", cookie]`: answers 303 with
+//             a Location and a Set-Cookie naming the id, and a body of what it read (path,
+//             route, param, query string, decoded query q, cookie session, what a refused
+//             header and status threw, whether the body's Buffer was detached by a header)
 //   resize    extend(" more"), then setLen(body length - 1), then returns req.body
 //   toolarge  setLen past the capacity (a HandlerError 500 naming it)
 //   sleep     says "jsfn: holding BODY" on stderr (zerohop up echoes it: the test knows the
@@ -114,6 +118,30 @@ const handlers = {
   },
   meta(req) {
     return `${req.id} ${req.function} ${req.method} ${req.path} ${req.capacity}`;
+  },
+  item(req) {
+    const id = req.param('id');
+    const refused = (action) => {
+      try {
+        action();
+        return 'accepted';
+      } catch (e) {
+        return `${e.name} ${e.status}:${e.message}`;
+      }
+    };
+    const owned = refused(() => req.addResponseHeader('Content-Length', '1'));
+    const status404 = refused(() => req.setStatus(404)).split(':')[0];
+    req.setBody(
+      `path=${req.path} route=${req.routePath} id=${id} query=${req.queryString ?? '-'} ` +
+        `q=${req.query('q') ?? '-'} session=${req.cookie('session') ?? '-'} ` +
+        `refused=${owned} status404=${status404}`,
+    );
+    // After the body: the headers move it up within the slot, detaching its Buffer.
+    const before = req.body;
+    req.addResponseHeader('Location', `/item/${id}/done`);
+    req.addResponseHeader('Set-Cookie', `seen=${id}; Path=/`);
+    req.setStatus(303);
+    req.extend(` detached=${before.length === 0}`);
   },
   resize(req) {
     req.extend(' more');
