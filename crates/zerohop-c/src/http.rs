@@ -1,8 +1,10 @@
 //! What an HTTP request carries beyond its body and headers (the route, its path
 //! parameters, the query string, cookies), and what a function adds to the client's answer
 //! (response headers, a status): the C face of the runtime's `Request` accessors of the
-//! same names. Strings out are (pointer, length) pairs into the slot's metadata, valid
-//! until the handler returns; a decoded query value is owned, so zh_query copies it out.
+//! same names. Strings out are (pointer, length) pairs into the slot's metadata (the route's
+//! path: into the plan), valid until the handler returns: a response header goes in after
+//! the lines already there, so it moves the body but none of them. A decoded query value is
+//! the runtime's own string, so zh_query copies it out.
 
 use std::ffi::c_char;
 use std::ptr;
