@@ -41,7 +41,8 @@ fuzz_target!(|data: &[u8]| {
         let header = answer
             .get(at..at + 9)
             .unwrap_or_else(|| panic!("a cut frame header at {at} of {}", answer.len()));
-        let len = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let len =
+            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
         let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
         if first {
             assert!(

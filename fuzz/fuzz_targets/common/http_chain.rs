@@ -86,9 +86,8 @@ impl Chain {
             .expect("create the pool"),
         );
         let policy = Arc::new(plan.policy().expect("policy"));
-        let transport =
-            zerohop_transport::create(Backend::Ring, name, &policy, plan.options())
-                .expect("create the transport");
+        let transport = zerohop_transport::create(Backend::Ring, name, &policy, plan.options())
+            .expect("create the transport");
         let gw = Gateway::new(
             pool.clone(),
             transport.sender(0).expect("gateway sender"),
@@ -228,7 +227,6 @@ pub async fn settle(c: &Chain, stats: &IoStats, closed: &AtomicBool) {
         tokio::task::yield_now().await;
     }
 }
-
 
 /// Serves one connection whose client writes `data`, settles, closes its write side and
 /// reads the answer to the end; panics if it takes longer than [`CONNECTION_MAX`].
