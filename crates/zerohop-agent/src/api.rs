@@ -301,6 +301,10 @@ pub struct RouteStatus {
     pub triggers: Vec<String>,
     /// Function names, in order.
     pub sequence: Vec<String>,
+    /// What guards it and shapes its answers: `jwt (FILE)`, `api keys (FILE, in HEADER)`,
+    /// `rate N per P, burst B`, `content type T`.
+    #[serde(default)]
+    pub guards: Vec<String>,
 }
 
 /// `zerohop down CHAIN`.

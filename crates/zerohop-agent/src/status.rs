@@ -284,10 +284,16 @@ impl ChainView {
                 activation: decided.map(|(_, how)| how.into()),
             });
         }
+        let access = gws.iter().next().map(|g| g.access());
         let routes = plan
             .routes
             .iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
+                let mut guards = access.map(|a| a.describe(i)).unwrap_or_default();
+                if !r.content_type.is_empty() {
+                    guards.push(format!("content type {}", r.content_type));
+                }
                 let mut triggers = Vec::new();
                 if !r.path.is_empty() {
                     triggers.push(format!("{} {}", r.method, r.path));
@@ -309,6 +315,7 @@ impl ChainView {
                 }
                 RouteStatus {
                     triggers,
+                    guards,
                     sequence: r
                         .sequence
                         .iter()

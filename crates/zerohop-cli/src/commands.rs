@@ -269,6 +269,9 @@ fn print_status(s: &ChainStatus) {
             r.triggers.join(" | "),
             r.sequence.join(" -> ")
         );
+        if !r.guards.is_empty() {
+            println!("      ({})", r.guards.join("; "));
+        }
     }
     println!("  functions:");
     let mut rows = vec![[

@@ -224,3 +224,40 @@ fn a_key_file_that_cannot_be_read_stops_the_start_naming_the_route() {
         "{err}"
     );
 }
+
+#[test]
+fn zerohop_status_shows_what_guards_each_route() {
+    let d = common::daemon::Daemon::start();
+    std::fs::write(d.dir().join("keys.txt"), format!("alice {KEY_A}\n")).unwrap();
+    let spec = format!(
+        "name: guarded\nfunctions:\n{}routes:\n  \
+         - http: GET /keyed\n    sequence: [client]\n    content_type: text/plain\n    \
+           auth: {{ api_keys: keys.txt }}\n    \
+           rate_limit: {{ requests: 10, per: 1m, burst: 5, per_client: true }}\n",
+        func(
+            "client",
+            "header",
+            "TESTFN_HEADER: \":client\"",
+            ", headers: [\":client\"]"
+        )
+    );
+    d.apply("guarded", &spec);
+    let status = d.status("guarded");
+    let guards: Vec<&str> = status["routes"][0]["guards"]
+        .as_array()
+        .expect("guards listed")
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .collect();
+    assert_eq!(guards.len(), 3, "{guards:?}");
+    assert!(guards[0].starts_with("api keys (") && guards[0].ends_with("keys.txt, in x-api-key)"));
+    assert_eq!(guards[1], "rate 10 per 60s, burst 5, per client");
+    assert_eq!(guards[2], "content type text/plain");
+    let text = d.cli(&["status", "guarded"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("GET /keyed -> client") && text.contains("(api keys ("),
+        "{text}"
+    );
+    d.stop_cleanly();
+}

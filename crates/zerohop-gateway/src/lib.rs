@@ -259,6 +259,11 @@ impl Gateway {
         self.closing.store(true, Ordering::Relaxed);
     }
 
+    /// Who may use each route and how often.
+    pub fn access(&self) -> &Access {
+        &self.config.access
+    }
+
     /// Counters.
     pub fn stats(&self) -> &GatewayStats {
         &self.stats

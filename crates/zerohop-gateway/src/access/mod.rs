@@ -48,6 +48,8 @@ pub struct AccessError {
 #[derive(Default)]
 pub struct Access {
     routes: Vec<Option<RouteAccess>>,
+    /// Per route, [`Access::describe`]'s words.
+    described: Vec<Vec<String>>,
 }
 
 impl std::fmt::Debug for Access {
@@ -84,7 +86,29 @@ impl Access {
     /// JWKS URL now.
     pub fn new(routes: &[RouteSpec]) -> Result<Self, AccessError> {
         let mut out = Vec::new();
+        let mut described = Vec::new();
         for (i, r) in routes.iter().enumerate() {
+            let mut words = Vec::new();
+            match &r.auth {
+                Some(AuthSpec::Jwt(j)) => words.push(match &j.jwks {
+                    zerohop_spec::JwksSource::File(f) => format!("jwt ({})", f.display()),
+                    zerohop_spec::JwksSource::Url(u) => format!("jwt ({u})"),
+                }),
+                Some(AuthSpec::ApiKeys { file, header }) => {
+                    words.push(format!("api keys ({}, in {header})", file.display()))
+                }
+                None => {}
+            }
+            if let Some(l) = &r.rate_limit {
+                words.push(format!(
+                    "rate {} per {:?}, burst {}{}",
+                    l.requests,
+                    l.per,
+                    l.burst,
+                    if l.per_client { ", per client" } else { "" }
+                ));
+            }
+            described.push(words);
             let auth = match &r.auth {
                 None => None,
                 Some(AuthSpec::Jwt(spec)) => {
@@ -114,7 +138,16 @@ impl Access {
             let limit = r.rate_limit.as_ref().map(Limiter::new);
             out.push((auth.is_some() || limit.is_some()).then_some(RouteAccess { auth, limit }));
         }
-        Ok(Self { routes: out })
+        Ok(Self {
+            routes: out,
+            described,
+        })
+    }
+
+    /// What guards `route`, in words for `zerohop status`: `jwt (FILE)`, `api keys (FILE)`,
+    /// `rate 100 per 1s, burst 200, per client`.
+    pub fn describe(&self, route: usize) -> Vec<String> {
+        self.described.get(route).cloned().unwrap_or_default()
     }
 
     /// Admits a request of `route` with `headers` from `peer`, or answers it (401, 403,
