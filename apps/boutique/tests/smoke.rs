@@ -1,45 +1,31 @@
 //! End to end, both deployments of the boutique as real processes on real sockets: the
 //! zerohop chain (`chain.yaml` under the real `zerohop up`) and the HTTP microservices
-//! (`boutique-http`). Against each: a scripted session whose every answer is checked (set
-//! EUR, browse, add two products, view the cart, a refused card, checkout: the order's total
-//! is the converted prices times quantities plus shipping, and the cart is empty after), and
+//! (`boutique-http`). Against each, over the original frontend's interface (cookies, form
+//! posts, redirects; JSON asked for, HTML checked too): a scripted session whose every answer
+//! is checked (the session cookie, set EUR, browse, add two products, view the cart, a
+//! refused card, checkout: the order's total is the converted prices times quantities plus
+//! shipping, and the cart is empty after; empty the cart, log out), and
 //! a short run of `boutique-load` (every answer checked there) that must count requests and
 //! no error. Every wait is bounded; every process is stopped by a guard, also on failure.
 
 mod harness;
 
-use std::process::{Command, Stdio};
-
-use harness::{checkout_form, User, BAD_CARD, BARISTA_KIT, GOOD_CARD, TYPEWRITER, WAIT};
+use harness::{
+    add_form, checkout_form, start_http, Reply, User, BAD_CARD, BARISTA_KIT, GOOD_CARD, TYPEWRITER,
+    WAIT,
+};
 use zerohop_app_boutique::load::report::Report;
 use zerohop_app_boutique::money::Money;
 use zerohop_app_boutique::services::frontend::{
-    CartChanged, CartPage, CurrencyChoice, HomePage, OrderPage, ProductPage,
+    self, html, CartChanged, CartPage, CurrencyChoice, HomePage, OrderPage, ProductPage,
+    CURRENCY_COOKIE, SESSION_COOKIE,
 };
 use zerohop_app_boutique::services::{currency, shipping};
-use zerohop_test_support::{
-    alive, children, wait_until, ChainProcess, ChildGuard, ChildLines, Signal,
-};
+use zerohop_test_support::{alive, children, wait_until, ChainProcess, Signal};
 
 /// The repository's chain spec, one function per service.
 fn start_chain() -> ChainProcess {
     ChainProcess::start(&harness::chain_spec("chain.yaml", 10), &[])
-}
-
-/// `boutique-http` and the frontend's URL; killed (and its services with it) on drop.
-struct HttpDeployment {
-    guard: ChildGuard,
-    url: String,
-}
-
-fn start_http() -> HttpDeployment {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_boutique-http"));
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
-    let mut guard = ChildGuard::new(cmd.spawn().expect("spawn boutique-http"));
-    let lines = ChildLines::new(&mut guard);
-    let url = lines.wait_for("boutique-http", "boutique-http: frontend at ", WAIT);
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    HttpDeployment { guard, url }
 }
 
 /// Runs `boutique-load` briefly with a few users; checks its report, per route too.
@@ -52,43 +38,86 @@ fn smoke_load(url: &str) -> Report {
     report
 }
 
-/// One user's HTTP client: a session id and a currency sent as headers.
+/// One user's HTTP client: the cookies the frontend set (session, currency), sent back.
 struct Client {
     agent: ureq::Agent,
     url: String,
-    session: String,
+    session: Option<String>,
     currency: Option<String>,
 }
 
 impl Client {
-    fn new(url: &str, session: &str) -> Self {
+    fn new(url: &str) -> Self {
         Self {
             agent: harness::http_agent(),
             url: url.to_owned(),
-            session: session.to_owned(),
+            session: None,
             currency: None,
         }
     }
 
-    /// Status and body of `METHOD path`.
-    fn send(&self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    /// The answer to `METHOD path` (JSON asked for unless `json` is false); the cookies it
+    /// sets join the user's.
+    fn send_as(&mut self, method: &str, path: &str, body: &[u8], json: bool) -> Reply {
         let who = User {
-            session: Some(&self.session),
+            session: self.session.as_deref(),
             currency: self.currency.as_deref(),
         };
-        let (status, body) = harness::send(&self.agent, &self.url, method, path, who, body);
-        (status, String::from_utf8(body).expect("a text body"))
+        let reply = harness::send_as(&self.agent, &self.url, method, path, who, body, json);
+        for c in &reply.set_cookies {
+            let (name, value) = c.split(';').next().unwrap().split_once('=').unwrap();
+            let value = (!c.contains("Max-Age=0")).then(|| value.to_owned());
+            match name {
+                SESSION_COOKIE => self.session = value,
+                CURRENCY_COOKIE => self.currency = value,
+                other => panic!("{method} {path} set cookie {other}"),
+            }
+        }
+        reply
+    }
+
+    fn send(&mut self, method: &str, path: &str, body: &[u8]) -> Reply {
+        self.send_as(method, path, body, true)
+    }
+
+    /// The JSON of type `T` at `METHOD path`, which must answer `status`.
+    fn json<T: serde::de::DeserializeOwned>(
+        &mut self,
+        status: u16,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> (T, Reply) {
+        let reply = self.send(method, path, body);
+        assert_eq!(reply.status, status, "{method} {path}: {}", reply.text());
+        assert_eq!(reply.content_type.as_deref(), Some(frontend::JSON));
+        let page = serde_json::from_slice(&reply.body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}: {}", reply.text()));
+        (page, reply)
     }
 
     /// The page at `METHOD path`, which must answer 200 with JSON of type `T`.
-    fn page<T: serde::de::DeserializeOwned>(&self, method: &str, path: &str, body: &[u8]) -> T {
-        let (status, text) = self.send(method, path, body);
-        assert_eq!(status, 200, "{method} {path}: {text}");
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"))
+    fn page<T: serde::de::DeserializeOwned>(&mut self, method: &str, path: &str, body: &[u8]) -> T {
+        self.json(200, method, path, body).0
     }
 
-    fn status(&self, method: &str, path: &str, body: &[u8]) -> u16 {
-        self.send(method, path, body).0
+    /// The HTML page at `GET path`.
+    fn html(&mut self, path: &str) -> String {
+        let reply = self.send_as("GET", path, b"", false);
+        assert_eq!(reply.status, 200, "GET {path}: {}", reply.text());
+        assert_eq!(reply.content_type.as_deref(), Some(frontend::HTML));
+        reply.text()
+    }
+
+    /// What a `POST` that redirects answers: its JSON, checked to lead to `to`.
+    fn redirect<T: serde::de::DeserializeOwned>(&mut self, path: &str, body: &[u8], to: &str) -> T {
+        let (changed, reply) = self.json(302, "POST", path, body);
+        assert_eq!(reply.location.as_deref(), Some(to), "POST {path}");
+        changed
+    }
+
+    fn status(&mut self, method: &str, path: &str, body: &[u8]) -> u16 {
+        self.send(method, path, body).status
     }
 }
 
@@ -97,33 +126,47 @@ fn form(card: &str) -> Vec<u8> {
     checkout_form("someone@example.com", "1600 Amphitheatre Parkway", card)
 }
 
-/// A session from the home page to a placed order, every answer checked.
+/// A session from the home page to a placed order and a logout, over the original
+/// frontend's interface, every answer checked.
 fn scripted_session(url: &str) {
-    let mut c = Client::new(url, &format!("scripted-{}", std::process::id()));
+    let mut c = Client::new(url);
 
-    let home: HomePage = c.page("GET", "/", b"");
+    // The first page sets the session cookie, for 48 hours.
+    let reply = c.send("GET", "/", b"");
+    assert_eq!(reply.set_cookies.len(), 1, "{:?}", reply.set_cookies);
+    assert!(reply.set_cookies[0].ends_with("; Path=/; Max-Age=172800"));
+    let session = c.session.clone().expect("a session cookie");
+    let home: HomePage = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(home.session_id, session);
     assert_eq!(home.products.len(), 9);
     assert_eq!(home.currency, "USD");
     assert_eq!(home.cart_size, 0);
     let typewriter = home.products.iter().find(|p| p.id == TYPEWRITER).unwrap();
     assert_eq!(typewriter.price, Money::new("USD", 67, 990_000_000));
-
-    // Unknown currency, product and route.
-    assert_eq!(
-        c.status("POST", "/setCurrency", br#"{"currency_code":"XXX"}"#),
-        400
+    // The same page in HTML, for the same session (no new cookie).
+    let html = c.html("/");
+    assert!(
+        html.contains("Vintage Typewriter") && html.contains("USD 67.99"),
+        "{html}"
     );
-    assert_eq!(c.status("POST", "/product", b"NOPE000000"), 404);
+    assert_eq!(c.session.as_deref(), Some(session.as_str()));
+
+    // Unknown currency, product and route; a form without its fields.
+    assert_eq!(c.status("POST", "/setCurrency", b"currency_code=XXX"), 400);
+    assert_eq!(c.status("GET", "/product/NOPE000000", b""), 404);
     assert_eq!(c.status("GET", "/nowhere", b""), 404);
     assert_eq!(c.status("PUT", "/cart", b""), 405);
+    assert_eq!(c.status("POST", "/cart", b"product_id=OLJCESPC7Z"), 400);
+    let health = c.send("GET", "/_healthz", b"");
+    assert_eq!((health.status, health.text().as_str()), (200, "ok"));
 
-    let choice: CurrencyChoice = c.page("POST", "/setCurrency", br#"{"currency_code":"EUR"}"#);
+    let choice: CurrencyChoice = c.redirect("/setCurrency", b"currency_code=EUR", "/");
     assert_eq!(choice.currency_code, "EUR");
-    c.currency = Some(choice.currency_code);
+    assert_eq!(c.currency.as_deref(), Some("EUR"), "the currency cookie");
 
     let mut prices = Vec::new();
     for id in [TYPEWRITER, BARISTA_KIT] {
-        let page: ProductPage = c.page("POST", "/product", id.as_bytes());
+        let page: ProductPage = c.page("GET", &format!("/product/{id}"), b"");
         assert_eq!(page.product.id, id);
         assert_eq!(page.currency, "EUR");
         assert!(!page.recommendations.iter().any(|r| r == id));
@@ -135,27 +178,17 @@ fn scripted_session(url: &str) {
     let home: HomePage = c.page("GET", "/", b"");
     let shown = home.products.iter().find(|p| p.id == BARISTA_KIT).unwrap();
     assert_eq!(shown.price, prices[1], "home and product pages agree");
+    let html = c.html(&format!("/product/{TYPEWRITER}"));
+    assert!(
+        html.contains("Vintage Typewriter") && html.contains("EUR 60.14"),
+        "{html}"
+    );
 
-    let added: CartChanged = c.page(
-        "POST",
-        "/cart",
-        format!(r#"{{"product_id":"{TYPEWRITER}","quantity":2}}"#).as_bytes(),
-    );
+    let added: CartChanged = c.redirect("/cart", &add_form(TYPEWRITER, 2), "/cart");
     assert_eq!(added.cart_size, 2);
-    let added: CartChanged = c.page(
-        "POST",
-        "/cart",
-        format!(r#"{{"product_id":"{BARISTA_KIT}","quantity":1}}"#).as_bytes(),
-    );
+    let added: CartChanged = c.redirect("/cart", &add_form(BARISTA_KIT, 1), "/cart");
     assert_eq!(added.cart_size, 3);
-    assert_eq!(
-        c.status(
-            "POST",
-            "/cart",
-            br#"{"product_id":"NOPE000000","quantity":1}"#
-        ),
-        404
-    );
+    assert_eq!(c.status("POST", "/cart", &add_form("NOPE000000", 1)), 404);
 
     let cart: CartPage = c.page("GET", "/cart", b"");
     let lines: Vec<(&str, u32)> = cart
@@ -170,6 +203,12 @@ fn scripted_session(url: &str) {
     let expected =
         Money::sum("EUR", [&prices[0].times(2).unwrap(), &prices[1], &shipping]).unwrap();
     assert_eq!(cart.total, expected);
+    let html = c.html("/cart");
+    assert!(html.contains("Home Barista Kit"), "{html}");
+    assert!(
+        html.contains(&html::money(&expected)),
+        "the total in {html}"
+    );
 
     // A number that fails the Luhn check: refused, and the cart stays.
     assert_eq!(c.status("POST", "/cart/checkout", &form(BAD_CARD)), 400);
@@ -195,6 +234,21 @@ fn scripted_session(url: &str) {
     assert_eq!(home.cart_size, 0);
     // Nothing left to order.
     assert_eq!(c.status("POST", "/cart/checkout", &form(GOOD_CARD)), 400);
+
+    // An order in HTML shows its id; an emptied cart; a logout expires both cookies.
+    c.redirect::<CartChanged>("/cart", &add_form(TYPEWRITER, 1), "/cart");
+    let reply = c.send_as("POST", "/cart/checkout", &form(GOOD_CARD), false);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(reply
+        .text()
+        .contains("Order confirmation ID: <span class=\"order-id\">"));
+    c.redirect::<CartChanged>("/cart", &add_form(TYPEWRITER, 1), "/cart");
+    let emptied: CartChanged = c.redirect("/cart/empty", b"", "/");
+    assert_eq!(emptied.cart_size, 0);
+    let reply = c.send("GET", "/logout", b"");
+    assert_eq!((reply.status, reply.location.as_deref()), (302, Some("/")));
+    assert_eq!(reply.set_cookies.len(), 2, "{:?}", reply.set_cookies);
+    assert_eq!((c.session.as_deref(), c.currency.as_deref()), (None, None));
 }
 
 #[test]

@@ -65,21 +65,7 @@ impl Store for ChainStore<'_> {
 /// Handles one request as `service`.
 pub fn handle(service: Service, req: &mut Request<'_>) -> Result<Next, HandlerError> {
     let out = match service {
-        Service::Frontend => {
-            let route = frontend::Route::lookup(req.method(), req.path());
-            let session = req.header(frontend::SESSION_HEADER).map(str::to_owned);
-            let currency = req.header(frontend::CURRENCY_HEADER).map(str::to_owned);
-            let body = req.body().to_vec();
-            route.and_then(|route| {
-                let page = frontend::PageRequest {
-                    route,
-                    session: session.as_deref(),
-                    currency: currency.as_deref(),
-                    body: &body,
-                };
-                run_ready(frontend::handle(&page, &mut RequestPeers { req }))
-            })
-        }
+        Service::Frontend => return frontend_page(req),
         Service::Cart => {
             let store = ChainStore(req.state()?);
             run_ready(services::handle(
@@ -112,6 +98,36 @@ pub fn handle(service: Service, req: &mut Request<'_>) -> Result<Next, HandlerEr
         }
         Err(e) => Err(e),
     }
+}
+
+/// Answers a page as the frontend: the route the request came in by (the spec's routes are
+/// the frontend's patterns), its `{id}` and the headers the spec lists
+/// ([`frontend::HEADERS`]); the answer's status and headers go to the client with it.
+fn frontend_page(req: &mut Request<'_>) -> Result<Next, HandlerError> {
+    let route = frontend::Route::from_pattern(req.method(), req.route_path()).ok_or_else(|| {
+        HandlerError::not_found(format!("no page for {} {}", req.method(), req.route_path()))
+    })?;
+    let owned = |v: Option<&str>| v.map(str::to_owned);
+    let [cookie, referer, accept] = frontend::HEADERS.map(|name| owned(req.header(name)));
+    let product_id = owned(req.param("id"));
+    let body = req.body().to_vec();
+    let page = frontend::PageRequest {
+        route,
+        product_id: product_id.as_deref(),
+        cookie: cookie.as_deref(),
+        referer: referer.as_deref(),
+        accept: accept.as_deref(),
+        body: &body,
+    };
+    let answer = run_ready(frontend::handle(&page, &mut RequestPeers { req }))?;
+    req.set_body(&answer.body)?;
+    if answer.status != 200 {
+        req.set_status(answer.status)?;
+    }
+    for (name, value) in &answer.headers {
+        req.add_response_header(name, value)?;
+    }
+    Ok(Next::Continue)
 }
 
 /// Serves `service` as this process's function until the agent stops it.

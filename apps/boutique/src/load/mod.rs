@@ -1,9 +1,10 @@
 //! `boutique-load`: the original's load generator (locust, `locustfile.py`) as a closed
-//! loop: `concurrency` users, each with its own session and keep-alive connection, run the
-//! original's tasks by its weights (index 1, setCurrency 2, browseProduct 10, addToCart 2,
-//! viewCart 3, checkout 1) with no think time, for `duration`. Every answer is checked
-//! ([`user`]); a run with errors is a failed run. Latencies go into HDR histograms per route
-//! ([`report`]).
+//! loop: `concurrency` users, each with its own cookies (the session the frontend gives it)
+//! and keep-alive connection, run the original's tasks by its weights (index 1, setCurrency
+//! 2, browseProduct 10, addToCart 2, viewCart 3, checkout 1) over the original frontend's
+//! interface with no think time, for `duration`. Every answer is checked ([`user`]); a run
+//! with errors is a failed run. Latencies go into HDR histograms per route ([`report`]): a
+//! followed redirect counts as a request of the route it leads to.
 //!
 //! The users share one thread (a tokio current-thread runtime), so the generator takes at
 //! most one core of the machine it measures.
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use report::{Report, Stats};
 use user::{Target, User};
 
-use crate::rng::{self, Rng};
+use crate::rng::Rng;
 
 /// How to run.
 #[derive(Clone, Debug)]
@@ -75,20 +76,14 @@ pub fn run(opts: &LoadOptions) -> Result<Report, LoadError> {
         .map_err(LoadError::Runtime)?;
     let stats = Rc::new(RefCell::new(Stats::default()));
     let local = tokio::task::LocalSet::new();
-    // Sessions unique to this run, so that carts left by an earlier run do not count.
-    let run_id = format!("{:08x}", rng::random_u64() as u32);
     let mut seeds = Rng::new(opts.seed);
     let start = Instant::now();
     let deadline = start + opts.duration;
     local.block_on(&rt, async {
         let users: Vec<_> = (0..opts.concurrency)
-            .map(|i| {
-                let user = User::new(
-                    format!("load-{run_id}-{i}"),
-                    Rng::new(seeds.next_u64()),
-                    target.clone(),
-                    stats.clone(),
-                );
+            .map(|_| {
+                // Each user's session is the frontend's (a new one per user and run).
+                let user = User::new(Rng::new(seeds.next_u64()), target.clone(), stats.clone());
                 tokio::task::spawn_local(user.run(deadline))
             })
             .collect();

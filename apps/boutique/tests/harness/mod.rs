@@ -1,13 +1,18 @@
-//! What the boutique's end-to-end tests (`smoke.rs`, `polyglot.rs`) share: the app's chain
-//! specs made runnable from a test, a user's HTTP request, the checkout form, and a short
-//! `boutique-load` run whose report is checked.
+//! What the boutique's end-to-end tests (`smoke.rs`, `polyglot.rs`, `locust.rs`) share: the
+//! app's chain specs made runnable from a test, the HTTP deployment, a user's HTTP request
+//! (its cookies, a form body), the forms, and a short `boutique-load` run whose report is
+//! checked.
+//!
+//! Each test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use zerohop_app_boutique::load::report::Report;
-use zerohop_app_boutique::services::frontend::CheckoutForm;
+use zerohop_app_boutique::services::frontend::form::encode_checkout;
+use zerohop_app_boutique::services::frontend::{self, CheckoutForm};
 use zerohop_app_boutique::services::payment;
 use zerohop_test_support::{ChildGuard, ChildLines};
 
@@ -37,23 +42,122 @@ pub fn chain_spec(file: &str, functions: usize) -> String {
     spec.replace(program, env!("CARGO_BIN_EXE_boutique-fn"))
 }
 
-/// An HTTP client that gives up on an answer after 10 s.
+/// `boutique-http` and the frontend's URL; killed (and its services with it) on drop.
+pub struct HttpDeployment {
+    /// The supervisor.
+    pub guard: ChildGuard,
+    /// Base URL of the frontend.
+    pub url: String,
+}
+
+/// Starts `boutique-http` on a free port; waits (bounded) for the frontend's URL.
+pub fn start_http() -> HttpDeployment {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_boutique-http"));
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+    let mut guard = ChildGuard::new(cmd.spawn().expect("spawn boutique-http"));
+    let lines = ChildLines::new(&mut guard);
+    let url = lines.wait_for("boutique-http", "boutique-http: frontend at ", WAIT);
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    HttpDeployment { guard, url }
+}
+
+/// An HTTP client that gives up on an answer after 10 s and follows no redirect (the tests
+/// check them).
 pub fn http_agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
+        .redirects(0)
         .build()
 }
 
-/// Who asks: the session and currency headers, if sent.
+/// Who asks: the cookies sent (`shop_session-id`, `shop_currency`), if any.
 #[derive(Clone, Copy)]
 pub struct User<'a> {
-    /// `X-Session`.
+    /// The session cookie.
     pub session: Option<&'a str>,
-    /// `X-Currency`.
+    /// The currency cookie.
     pub currency: Option<&'a str>,
 }
 
-/// Status and body of `METHOD path` at `url`, sent by `who`; an error status is an answer.
+impl User<'_> {
+    /// The `Cookie` header of this user, if it has cookies.
+    pub fn cookie(&self) -> Option<String> {
+        let jar: Vec<String> = [
+            (frontend::SESSION_COOKIE, self.session),
+            (frontend::CURRENCY_COOKIE, self.currency),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some(format!("{name}={}", value?)))
+        .collect();
+        (!jar.is_empty()).then(|| jar.join("; "))
+    }
+}
+
+/// An answer: status, the headers the tests look at, body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// Status.
+    pub status: u16,
+    /// `Location`.
+    pub location: Option<String>,
+    /// Every `Set-Cookie`.
+    pub set_cookies: Vec<String>,
+    /// `Content-Type`.
+    pub content_type: Option<String>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// The answer to `METHOD path` at `url`, sent by `who` with `Accept: application/json`
+/// (HTML when `json` is false) and `body` as a form; an error status is an answer.
+pub fn send_as(
+    agent: &ureq::Agent,
+    url: &str,
+    method: &str,
+    path: &str,
+    who: User<'_>,
+    body: &[u8],
+    json: bool,
+) -> Reply {
+    let mut req = agent.request(method, &format!("{url}{path}"));
+    if let Some(c) = who.cookie() {
+        req = req.set("Cookie", &c);
+    }
+    if json {
+        req = req.set("Accept", frontend::JSON);
+    }
+    if method == "POST" {
+        req = req.set("Content-Type", "application/x-www-form-urlencoded");
+    }
+    let resp = match req.send_bytes(body) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {path} to {url}: {e}"),
+    };
+    let set_cookies = resp
+        .all("set-cookie")
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut reply = Reply {
+        status: resp.status(),
+        location: resp.header("location").map(str::to_owned),
+        set_cookies,
+        content_type: resp.header("content-type").map(str::to_owned),
+        body: Vec::new(),
+    };
+    std::io::Read::read_to_end(&mut resp.into_reader(), &mut reply.body).expect("read the body");
+    reply
+}
+
+/// [`send_as`] asking for JSON.
 pub fn send(
     agent: &ureq::Agent,
     url: &str,
@@ -61,29 +165,23 @@ pub fn send(
     path: &str,
     who: User<'_>,
     body: &[u8],
-) -> (u16, Vec<u8>) {
-    let mut req = agent.request(method, &format!("{url}{path}"));
-    if let Some(s) = who.session {
-        req = req.set("X-Session", s);
-    }
-    if let Some(c) = who.currency {
-        req = req.set("X-Currency", c);
-    }
-    let resp = match req.send_bytes(body) {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{method} {path} to {url}: {e}"),
-    };
-    let status = resp.status();
-    let mut body = Vec::new();
-    std::io::Read::read_to_end(&mut resp.into_reader(), &mut body).expect("read the body");
-    (status, body)
+) -> Reply {
+    send_as(agent, url, method, path, who, body, true)
 }
 
-/// The body of `POST /cart/checkout`: an address in Mountain View, a card valid until next
+/// The form of `POST /cart`.
+pub fn add_form(product: &str, quantity: i64) -> Vec<u8> {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("product_id", product)
+        .append_pair("quantity", &quantity.to_string())
+        .finish()
+        .into_bytes()
+}
+
+/// The form of `POST /cart/checkout`: an address in Mountain View, a card valid until next
 /// year.
 pub fn checkout_form(email: &str, street: &str, card: &str) -> Vec<u8> {
-    serde_json::to_vec(&CheckoutForm {
+    encode_checkout(&CheckoutForm {
         email: email.into(),
         street_address: street.into(),
         zip_code: "94043".into(),
@@ -95,7 +193,7 @@ pub fn checkout_form(email: &str, street: &str, card: &str) -> Vec<u8> {
         credit_card_expiration_year: payment::current_year_month().0 + 1,
         credit_card_cvv: "672".into(),
     })
-    .unwrap()
+    .into_bytes()
 }
 
 /// `boutique-load` on `url` for 2 s with 4 users (`--seed seed`), every answer checked

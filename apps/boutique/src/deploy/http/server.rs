@@ -1,9 +1,9 @@
 //! One service's process: an HTTP/1.1 server (hyper) on a current-thread tokio runtime.
 //!
-//! The frontend answers the page routes ([`Route`]), reading the session and currency
-//! headers; every other service answers `POST` (any path) with its call's output. Answers
-//! are `200` with JSON, or the service's error status with its message as plain text, which
-//! the calling service's client turns back into the same [`ServiceError`].
+//! The frontend answers the page routes ([`frontend::Route`]) with [`frontend::handle`], as
+//! the zerohop function does. Every other service answers `POST` (any path) with its call's
+//! output: `200` with JSON, or the service's error status with its message as plain text,
+//! which the calling service's client turns back into the same [`ServiceError`].
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -129,21 +129,7 @@ impl App {
         };
         let mut peers = self.peers.clone();
         let out = match self.service {
-            Service::Frontend => {
-                let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-                match frontend::Route::lookup(parts.method.as_str(), parts.uri.path()) {
-                    Ok(route) => {
-                        let page = frontend::PageRequest {
-                            route,
-                            session: header(frontend::SESSION_HEADER),
-                            currency: header(frontend::CURRENCY_HEADER),
-                            body: &body,
-                        };
-                        frontend::handle(&page, &mut peers).await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
+            Service::Frontend => return self.page(&parts, &body, &mut peers).await,
             service if parts.method == http::Method::POST => {
                 let store = self.store.as_ref().map(|s| s as &dyn Store);
                 services::handle(service, &body, &mut peers, store).await
@@ -155,6 +141,52 @@ impl App {
                 ServiceError::new(e.status, format!("{}: {}", self.service, e.message))
             }),
         )
+    }
+
+    /// The frontend's answer to a page request: the page with its status and headers, or
+    /// the error as the other services answer theirs.
+    async fn page(
+        &self,
+        parts: &http::request::Parts,
+        body: &[u8],
+        peers: &mut HttpPeers,
+    ) -> hyper::Response<Full<Bytes>> {
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let answer = match frontend::Route::lookup(parts.method.as_str(), parts.uri.path()) {
+            Ok((route, id)) => {
+                let [cookie, referer, accept] = frontend::HEADERS.map(header);
+                let page = frontend::PageRequest {
+                    route,
+                    product_id: id.as_deref(),
+                    cookie,
+                    referer,
+                    accept,
+                    body,
+                };
+                frontend::handle(&page, peers).await
+            }
+            Err(e) => Err(e),
+        };
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                return respond(Err(ServiceError::new(
+                    e.status,
+                    format!("{}: {}", self.service, e.message),
+                )))
+            }
+        };
+        let mut r = hyper::Response::builder().status(answer.status);
+        for (name, value) in &answer.headers {
+            r = r.header(*name, value.as_str());
+        }
+        r.body(Full::new(Bytes::from(answer.body)))
+            .unwrap_or_else(|e| {
+                respond(Err(ServiceError::internal(format!(
+                    "{}: a header of the answer: {e}",
+                    self.service
+                ))))
+            })
     }
 }
 

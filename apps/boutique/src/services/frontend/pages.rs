@@ -1,127 +1,35 @@
-//! frontend: the boutique's HTTP face, one route per page of the original's site, answering
-//! JSON instead of HTML. The session and the currency come in request headers
-//! ([`SESSION_HEADER`], [`CURRENCY_HEADER`]), where the original keeps them in cookies.
+//! The pages' contents: what each page asks of the other services, and the objects it
+//! shows (serde types: the JSON answers, and what [`super::html`] renders).
 //!
 //! Each page fans out to the services it needs with one `call_all` per step (the original
 //! calls them one after another):
 //!
-//! | route | steps |
+//! | page | steps |
 //! |---|---|
-//! | `GET /` | currencies + products + cart + ad; then every price converted |
-//! | `POST /setCurrency` | currencies |
-//! | `POST /product` | the product; then price converted + recommendations + ad + cart |
-//! | `POST /cart` | the product (it must exist); then the cart's add |
-//! | `GET /cart` | cart + currencies; then recommendations + shipping quote + each product; then every price and the quote converted |
-//! | `POST /cart/checkout` | checkout (which calls six services) + recommendations |
-//! | `POST /cart/empty` | the cart's empty |
+//! | home | currencies + products + cart + ad; then every price converted |
+//! | product | the product; then price converted + recommendations + ad + cart + currencies |
+//! | add to cart | the product (it must exist); then the cart's add |
+//! | view cart | cart + currencies; then recommendations + shipping quote + each product; then every price and the quote converted |
+//! | checkout | checkout (which calls six services) + recommendations |
+//! | empty cart | the cart's empty |
+//! | set currency | currencies |
 
 use serde::{Deserialize, Serialize};
 
-use super::ad::{self, Ad, Ads};
-use super::cart::{self, Cart, CartItem};
-use super::checkout::{self, OrderResult};
-use super::currency::{self, Supported};
-use super::payment::CreditCard;
-use super::productcatalog::{self, Product, Products};
-use super::recommendation::{self, Recommendations};
-use super::shipping::{self, Address, Quote};
 use crate::money::Money;
 use crate::rng::Rng;
 use crate::rpc::{call, decode, encode, Peers, Service, ServiceError};
+use crate::services::ad::{self, Ad, Ads};
+use crate::services::cart::{self, Cart, CartItem};
+use crate::services::checkout::{self, OrderResult};
+use crate::services::currency::{self, Supported};
+use crate::services::payment::CreditCard;
+use crate::services::productcatalog::{self, Product, Products};
+use crate::services::recommendation::{self, Recommendations};
+use crate::services::shipping::{self, Address, Quote};
 
-/// Header naming the user's session (the cart's owner).
-pub const SESSION_HEADER: &str = "X-Session";
-/// Header naming the currency to show prices in; USD without it.
-pub const CURRENCY_HEADER: &str = "X-Currency";
-/// Currency without [`CURRENCY_HEADER`].
-pub const DEFAULT_CURRENCY: &str = "USD";
 /// Most of one product a single add may put in the cart.
 pub const MAX_QUANTITY: u32 = 1000;
-
-/// The frontend's routes (zerohop matches `METHOD /path` exactly: one route per page).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Route {
-    /// `GET /`: the home page, every product.
-    Home,
-    /// `POST /setCurrency`: checks a currency code.
-    SetCurrency,
-    /// `POST /product`: one product's page; the body is its id.
-    Product,
-    /// `POST /cart`: adds to the cart.
-    AddToCart,
-    /// `GET /cart`: the cart page.
-    ViewCart,
-    /// `POST /cart/checkout`: places the order.
-    Checkout,
-    /// `POST /cart/empty`: empties the cart.
-    EmptyCart,
-}
-
-impl Route {
-    /// Every route.
-    pub const ALL: [Route; 7] = [
-        Route::Home,
-        Route::SetCurrency,
-        Route::Product,
-        Route::AddToCart,
-        Route::ViewCart,
-        Route::Checkout,
-        Route::EmptyCart,
-    ];
-
-    /// HTTP method.
-    pub fn method(self) -> &'static str {
-        match self {
-            Route::Home | Route::ViewCart => "GET",
-            _ => "POST",
-        }
-    }
-
-    /// HTTP path.
-    pub fn path(self) -> &'static str {
-        match self {
-            Route::Home => "/",
-            Route::SetCurrency => "/setCurrency",
-            Route::Product => "/product",
-            Route::AddToCart | Route::ViewCart => "/cart",
-            Route::Checkout => "/cart/checkout",
-            Route::EmptyCart => "/cart/empty",
-        }
-    }
-
-    /// The route for `method` and `path`: 404 for an unknown path, 405 for a known path
-    /// with another method.
-    pub fn lookup(method: &str, path: &str) -> Result<Route, ServiceError> {
-        let on_path: Vec<Route> = Self::ALL.into_iter().filter(|r| r.path() == path).collect();
-        if on_path.is_empty() {
-            return Err(ServiceError::not_found(format!("no route {path}")));
-        }
-        on_path
-            .iter()
-            .copied()
-            .find(|r| r.method() == method)
-            .ok_or_else(|| ServiceError::new(405, format!("{path} does not take {method}")))
-    }
-}
-
-impl std::fmt::Display for Route {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.method(), self.path())
-    }
-}
-
-/// A request as the frontend sees it, whatever the deployment.
-#[derive(Clone, Debug)]
-pub struct PageRequest<'a> {
-    /// Which page.
-    pub route: Route,
-    /// [`SESSION_HEADER`], if sent.
-    pub session: Option<&'a str>,
-    /// [`CURRENCY_HEADER`], if sent.
-    pub currency: Option<&'a str>,
-    /// The body.
-    pub body: &'a [u8],
-}
 
 /// A product with its price in the user's currency.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,13 +64,13 @@ impl ProductView {
 /// `GET /`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HomePage {
-    /// The session, if any.
-    pub session_id: Option<String>,
+    /// The session (from the cookie, or the one this answer sets).
+    pub session_id: String,
     /// The page's currency.
     pub currency: String,
     /// Every supported currency.
     pub currencies: Vec<String>,
-    /// Items in the cart (0 without a session).
+    /// Items in the cart.
     pub cart_size: u64,
     /// Every product.
     pub products: Vec<ProductView>,
@@ -170,20 +78,22 @@ pub struct HomePage {
     pub ad: Option<Ad>,
 }
 
-/// The body of `POST /setCurrency`, and its answer.
+/// The form of `POST /setCurrency`, and its JSON answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CurrencyChoice {
-    /// The code; send it as [`CURRENCY_HEADER`] from then on.
+    /// The code, kept in the `shop_currency` cookie from then on.
     pub currency_code: String,
 }
 
-/// `POST /product`.
+/// `GET /product/{id}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProductPage {
     /// The product.
     pub product: ProductView,
     /// The page's currency.
     pub currency: String,
+    /// Every supported currency.
+    pub currencies: Vec<String>,
     /// Ids of other products.
     pub recommendations: Vec<String>,
     /// One ad for the product's categories.
@@ -192,7 +102,7 @@ pub struct ProductPage {
     pub cart_size: u64,
 }
 
-/// The body of `POST /cart`.
+/// The form of `POST /cart`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddToCart {
     /// What to add.
@@ -201,13 +111,22 @@ pub struct AddToCart {
     pub quantity: u32,
 }
 
-/// The answer to `POST /cart` and `POST /cart/empty`.
+/// The JSON answer to `POST /cart` and `POST /cart/empty` (beside the redirect).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CartChanged {
     /// The cart's items afterwards.
     pub items: Vec<CartItem>,
     /// Items in the cart afterwards.
     pub cart_size: u64,
+}
+
+impl From<Cart> for CartChanged {
+    fn from(cart: Cart) -> Self {
+        Self {
+            cart_size: cart.size(),
+            items: cart.items,
+        }
+    }
 }
 
 /// One line of the cart page.
@@ -246,7 +165,7 @@ pub struct CartPage {
     pub recommendations: Vec<String>,
 }
 
-/// The body of `POST /cart/checkout` (the original's order form, as JSON).
+/// The form of `POST /cart/checkout` (the original's order form).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckoutForm {
     /// Confirmation goes here.
@@ -280,42 +199,11 @@ pub struct OrderPage {
     pub recommendations: Vec<String>,
 }
 
-/// Answers one page.
-pub async fn handle<P: Peers>(
-    req: &PageRequest<'_>,
-    peers: &mut P,
-) -> Result<Vec<u8>, ServiceError> {
-    let currency = req.currency.unwrap_or(DEFAULT_CURRENCY);
-    match req.route {
-        Route::Home => json(&home(req.session, currency, peers).await?),
-        Route::SetCurrency => json(&set_currency(req.body, peers).await?),
-        Route::Product => json(&product(req, currency, peers).await?),
-        Route::AddToCart => json(&add_to_cart(session(req)?, req.body, peers).await?),
-        Route::ViewCart => json(&view_cart(session(req)?, currency, peers).await?),
-        Route::Checkout => json(&place_order(session(req)?, currency, req.body, peers).await?),
-        Route::EmptyCart => {
-            let user_id = session(req)?.to_owned();
-            let cart: Cart = call(peers, Service::Cart, &cart::Request::Empty { user_id }).await?;
-            json(&CartChanged {
-                cart_size: cart.size(),
-                items: cart.items,
-            })
-        }
-    }
-}
-
-fn json<T: Serialize>(page: &T) -> Result<Vec<u8>, ServiceError> {
-    crate::rpc::reply(page)
-}
-
-fn session<'a>(req: &PageRequest<'a>) -> Result<&'a str, ServiceError> {
-    req.session
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| ServiceError::bad_request(format!("{SESSION_HEADER} header missing")))
-}
-
-fn body_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ServiceError> {
-    serde_json::from_slice(body).map_err(|e| ServiceError::bad_request(format!("bad body: {e}")))
+/// The JSON answer to `GET /logout` (beside the redirect).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedOut {
+    /// The cookies the answer expires (those the request had).
+    pub expired: Vec<String>,
 }
 
 fn convert(from: &Money, to: &str) -> (Service, Vec<u8>) {
@@ -352,28 +240,24 @@ fn check_supported(currency: &str, supported: &Supported) -> Result<(), ServiceE
     }
 }
 
-async fn home<P: Peers>(
-    session: Option<&str>,
+/// The home page: every product in `currency`.
+pub async fn home<P: Peers>(
+    session: &str,
     currency: &str,
     peers: &mut P,
 ) -> Result<HomePage, ServiceError> {
-    let mut calls = vec![
+    let calls = vec![
         encode(Service::Currency, &currency::Request::Supported),
         encode(Service::ProductCatalog, &productcatalog::Request::List),
         encode(Service::Ad, &ad::Request::default()),
+        get_cart(session),
     ];
-    if let Some(s) = session {
-        calls.push(get_cart(s));
-    }
     let mut answers = peers.call_all(calls).await.into_iter();
     let mut next = || answers.next().expect("one answer per call");
     let currencies: Supported = decode(Service::Currency, next())?;
     let products: Products = decode(Service::ProductCatalog, next())?;
     let ads: Ads = decode(Service::Ad, next())?;
-    let cart_size = match session {
-        Some(_) => decode::<Cart>(Service::Cart, next())?.size(),
-        None => 0,
-    };
+    let cart_size = decode::<Cart>(Service::Cart, next())?.size();
     check_supported(currency, &currencies)?;
 
     let calls = products
@@ -389,7 +273,7 @@ async fn home<P: Peers>(
         .map(|(p, price)| Ok(ProductView::new(p, decode(Service::Currency, price)?)))
         .collect::<Result<Vec<_>, ServiceError>>()?;
     Ok(HomePage {
-        session_id: session.map(str::to_owned),
+        session_id: session.to_owned(),
         currency: currency.to_owned(),
         currencies: currencies.currency_codes,
         cart_size,
@@ -398,108 +282,102 @@ async fn home<P: Peers>(
     })
 }
 
-async fn set_currency<P: Peers>(
-    body: &[u8],
+/// Checks the chosen currency against the supported ones (the original takes any code,
+/// and then fails every page that converts to it).
+pub async fn set_currency<P: Peers>(
+    choice: CurrencyChoice,
     peers: &mut P,
 ) -> Result<CurrencyChoice, ServiceError> {
-    let choice: CurrencyChoice = body_json(body)?;
     let supported: Supported =
         call(peers, Service::Currency, &currency::Request::Supported).await?;
     check_supported(&choice.currency_code, &supported)?;
     Ok(choice)
 }
 
-fn product_id(body: &[u8]) -> Result<&str, ServiceError> {
-    let id = std::str::from_utf8(body)
-        .map_err(|_| ServiceError::bad_request("the body must be a product id"))?
-        .trim();
-    if id.is_empty() {
-        return Err(ServiceError::bad_request("the body must be a product id"));
-    }
-    Ok(id)
-}
-
-async fn product<P: Peers>(
-    req: &PageRequest<'_>,
+/// One product's page.
+pub async fn product<P: Peers>(
+    session: &str,
     currency: &str,
+    id: &str,
     peers: &mut P,
 ) -> Result<ProductPage, ServiceError> {
-    let id = product_id(req.body)?.to_owned();
-    let product: Product = call(
-        peers,
-        Service::ProductCatalog,
-        &productcatalog::Request::Get { id },
-    )
-    .await?;
+    let get = productcatalog::Request::Get { id: id.to_owned() };
+    let product: Product = call(peers, Service::ProductCatalog, &get).await?;
     let recommend = recommendation::Request {
-        user_id: req.session.unwrap_or_default().to_owned(),
+        user_id: session.to_owned(),
         product_ids: vec![product.id.clone()],
     };
     let ads = ad::Request {
         context_keys: product.categories.clone(),
     };
-    let mut calls = vec![
+    let calls = vec![
         convert(&product.price_usd, currency),
         encode(Service::Recommendation, &recommend),
         encode(Service::Ad, &ads),
+        get_cart(session),
+        encode(Service::Currency, &currency::Request::Supported),
     ];
-    if let Some(s) = req.session {
-        calls.push(get_cart(s));
-    }
     let mut answers = peers.call_all(calls).await.into_iter();
     let mut next = || answers.next().expect("one answer per call");
     let price: Money = decode(Service::Currency, next())?;
     let recommended: Recommendations = decode(Service::Recommendation, next())?;
     let ads: Ads = decode(Service::Ad, next())?;
-    let cart_size = match req.session {
-        Some(_) => decode::<Cart>(Service::Cart, next())?.size(),
-        None => 0,
-    };
+    let cart_size = decode::<Cart>(Service::Cart, next())?.size();
+    let currencies: Supported = decode(Service::Currency, next())?;
     Ok(ProductPage {
         product: ProductView::new(product, price),
         currency: currency.to_owned(),
+        currencies: currencies.currency_codes,
         recommendations: recommended.product_ids,
         ad: choose_ad(ads),
         cart_size,
     })
 }
 
-async fn add_to_cart<P: Peers>(
-    user_id: &str,
-    body: &[u8],
+/// Adds to the session's cart a product that exists.
+pub async fn add_to_cart<P: Peers>(
+    session: &str,
+    form: AddToCart,
     peers: &mut P,
 ) -> Result<CartChanged, ServiceError> {
-    let form: AddToCart = body_json(body)?;
     if !(1..=MAX_QUANTITY).contains(&form.quantity) {
         return Err(ServiceError::bad_request(format!(
             "quantity must be 1 to {MAX_QUANTITY}"
         )));
     }
     let get = productcatalog::Request::Get {
-        id: form.product_id.clone(),
+        id: form.product_id,
     };
     let product: Product = call(peers, Service::ProductCatalog, &get).await?;
     let add = cart::Request::Add {
-        user_id: user_id.to_owned(),
+        user_id: session.to_owned(),
         item: CartItem {
             product_id: product.id,
             quantity: form.quantity,
         },
     };
     let cart: Cart = call(peers, Service::Cart, &add).await?;
-    Ok(CartChanged {
-        cart_size: cart.size(),
-        items: cart.items,
-    })
+    Ok(cart.into())
 }
 
-async fn view_cart<P: Peers>(
-    user_id: &str,
+/// Empties the session's cart.
+pub async fn empty_cart<P: Peers>(
+    session: &str,
+    peers: &mut P,
+) -> Result<CartChanged, ServiceError> {
+    let user_id = session.to_owned();
+    let cart: Cart = call(peers, Service::Cart, &cart::Request::Empty { user_id }).await?;
+    Ok(cart.into())
+}
+
+/// The cart page: lines, shipping and total in `currency`.
+pub async fn view_cart<P: Peers>(
+    session: &str,
     currency: &str,
     peers: &mut P,
 ) -> Result<CartPage, ServiceError> {
     let calls = vec![
-        get_cart(user_id),
+        get_cart(session),
         encode(Service::Currency, &currency::Request::Supported),
     ];
     let mut answers = peers.call_all(calls).await.into_iter();
@@ -508,7 +386,7 @@ async fn view_cart<P: Peers>(
     check_supported(currency, &currencies)?;
 
     let recommend = recommendation::Request {
-        user_id: user_id.to_owned(),
+        user_id: session.to_owned(),
         product_ids: cart.items.iter().map(|i| i.product_id.clone()).collect(),
     };
     let quote = shipping::Request::Quote {
@@ -552,7 +430,7 @@ async fn view_cart<P: Peers>(
         });
     }
     Ok(CartPage {
-        session_id: user_id.to_owned(),
+        session_id: session.to_owned(),
         currency: currency.to_owned(),
         currencies: currencies.currency_codes,
         cart_size: cart.size(),
@@ -563,15 +441,15 @@ async fn view_cart<P: Peers>(
     })
 }
 
-async fn place_order<P: Peers>(
-    user_id: &str,
+/// Places the order of the session's cart.
+pub async fn place_order<P: Peers>(
+    session: &str,
     currency: &str,
-    body: &[u8],
+    form: CheckoutForm,
     peers: &mut P,
 ) -> Result<OrderPage, ServiceError> {
-    let form: CheckoutForm = body_json(body)?;
     let order = checkout::Request {
-        user_id: user_id.to_owned(),
+        user_id: session.to_owned(),
         user_currency: currency.to_owned(),
         address: Address {
             street_address: form.street_address,
@@ -589,7 +467,7 @@ async fn place_order<P: Peers>(
         },
     };
     let recommend = recommendation::Request {
-        user_id: user_id.to_owned(),
+        user_id: session.to_owned(),
         product_ids: Vec::new(),
     };
     let calls = vec![
@@ -604,26 +482,4 @@ async fn place_order<P: Peers>(
         order,
         recommendations: recommended.product_ids,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes_resolve_by_method_and_path() {
-        for r in Route::ALL {
-            assert_eq!(Route::lookup(r.method(), r.path()), Ok(r));
-        }
-        assert_eq!(Route::lookup("GET", "/nope").unwrap_err().status, 404);
-        assert_eq!(Route::lookup("DELETE", "/cart").unwrap_err().status, 405);
-        assert_eq!(Route::lookup("GET", "/product").unwrap_err().status, 405);
-    }
-
-    #[test]
-    fn product_ids_are_trimmed_text() {
-        assert_eq!(product_id(b" OLJCESPC7Z\n"), Ok("OLJCESPC7Z"));
-        assert!(product_id(b"  ").is_err());
-        assert!(product_id(&[0xff]).is_err());
-    }
 }
