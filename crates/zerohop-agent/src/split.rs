@@ -73,6 +73,7 @@ pub fn split(
                     line: r.line,
                     method: String::new(),
                     path: String::new(),
+                    grpc: String::new(),
                     mqtt: String::new(),
                     mqtt_reply: String::new(),
                     coap: String::new(),

@@ -43,6 +43,7 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
             mqtt_reply: r.mqtt_reply.clone(),
             coap: r.coap.clone(),
             content_type: r.content_type.clone(),
+            grpc: !r.grpc.is_empty(),
             sequence: r.sequence.iter().map(|n| index(n)).collect(),
             relay_of: r.relay_of.map(|i| i as u16),
         })

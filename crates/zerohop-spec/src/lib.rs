@@ -37,7 +37,7 @@ pub use derive::{plan_from_spec, reserved};
 #[cfg(feature = "reader")]
 pub use read::{load, parse};
 #[cfg(feature = "reader")]
-pub use routes::check_topic;
+pub use routes::{check_grpc_method, check_topic};
 pub use types::*;
 pub use units::{parse_cpu, parse_duration, parse_size};
 

@@ -88,6 +88,11 @@ pub struct RoutePlan {
     pub method: String,
     /// HTTP path (empty: the route has no HTTP trigger).
     pub path: String,
+    /// The route is a gRPC unary method: `method` and `path` are `POST
+    /// /package.Service/Method`, the body is one length-prefixed message and the answer one
+    /// message with `grpc-status` trailers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grpc: bool,
     /// MQTT topic filter that selects this route (empty: none).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub mqtt: String,

@@ -36,6 +36,7 @@ impl Cx {
                 &p,
                 &[
                     "http",
+                    "grpc",
                     "mqtt",
                     "mqtt_reply",
                     "coap",
@@ -77,6 +78,45 @@ impl Cx {
                     ));
                 }
                 (method, path) = (mt.to_owned(), pattern);
+            }
+            let mut grpc = String::new();
+            if let Some(n) = get(&m, "grpc") {
+                grpc = self.string(n, &format!("{p}grpc"))?;
+                if !path.is_empty() {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}grpc"),
+                        "a route has `http` or `grpc`, not both (a gRPC method is the HTTP \
+                         route `POST /package.Service/Method`)",
+                    ));
+                }
+                if let Err(why) = check_grpc_method(&grpc) {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}grpc"),
+                        format!(
+                            "`{grpc}` is not a gRPC method: {why}; write e.g. \
+                             `helloworld.Greeter/SayHello`"
+                        ),
+                    ));
+                }
+                if !seen.insert(("grpc", grpc.clone())) {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}grpc"),
+                        format!("gRPC method `{grpc}` is already routed by an earlier route"),
+                    ));
+                }
+                // Underneath, an HTTP route: it must not clash with an `http` one.
+                let pattern = format!("/{grpc}");
+                if let Err((earlier, why)) = ambiguity.add("POST", &pattern, i) {
+                    return Err(self.err(
+                        line(n),
+                        &format!("{p}grpc"),
+                        format!("{why} (routes[{earlier}])"),
+                    ));
+                }
+                (method, path) = ("POST".to_owned(), pattern);
             }
             let mut mqtt = String::new();
             if let Some(n) = get(&m, "mqtt") {
@@ -158,11 +198,12 @@ impl Cx {
                         ),
                     ));
                 }
-                if path.is_empty() {
+                if path.is_empty() || !grpc.is_empty() {
                     return Err(self.err(
                         line(n),
                         &format!("{p}content_type"),
-                        "only HTTP answers carry a content type; this route has no `http`",
+                        "only HTTP answers carry a content type (gRPC's is `application/grpc`); \
+                         this route has no `http`",
                     ));
                 }
             }
@@ -189,8 +230,8 @@ impl Cx {
                 return Err(self.err(
                     line(r),
                     &format!("routes[{i}]"),
-                    "a route needs a way in: `http: METHOD /path`, `mqtt: topic/filter` or \
-                     `coap: /path`",
+                    "a route needs a way in: `http: METHOD /path`, `grpc: package.Service/Method`, \
+                     `mqtt: topic/filter` or `coap: /path`",
                 ));
             }
             let seq_node = self.required(r, &m, "sequence", &p)?;
@@ -261,6 +302,7 @@ impl Cx {
                 line: line(r),
                 method,
                 path,
+                grpc,
                 mqtt,
                 mqtt_reply,
                 coap,
@@ -466,6 +508,33 @@ impl Cx {
         };
         Ok((join, branches, policy))
     }
+}
+
+/// Checks a gRPC method name, `package.Service/Method`: a dotted package and service (each
+/// part a protobuf identifier), a `/`, a method name; at most 255 bytes.
+pub fn check_grpc_method(m: &str) -> Result<(), &'static str> {
+    let ident = |s: &str| {
+        s.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    let Some((service, method)) = m.split_once('/') else {
+        return Err("it has no `/` between the service and the method");
+    };
+    if m.len() > 255 {
+        return Err("it is longer than 255 bytes");
+    }
+    if !service.contains('.') {
+        return Err("the service has no package (`package.Service`)");
+    }
+    if !service.split('.').all(ident) {
+        return Err("the package and service are dotted identifiers (letters, digits, `_`)");
+    }
+    if !ident(method) {
+        return Err("the method is one identifier (letters, digits, `_`)");
+    }
+    Ok(())
 }
 
 /// Checks an MQTT topic name, or a filter when `filter` (`+` a whole level, `#` the whole

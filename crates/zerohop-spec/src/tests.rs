@@ -593,3 +593,78 @@ fn calls_reach_functions_and_must_not_cycle() {
         "{orphan}"
     );
 }
+
+#[test]
+fn grpc_routes_are_post_routes_of_their_method() {
+    let t = HELLO.replace(
+        "  - http: POST /hello\n",
+        "  - grpc: helloworld.v1.Greeter/SayHello\n    sequence: [upper]\n  - http: POST /hello\n",
+    );
+    let s = parse(Path::new("c.yaml"), &t).unwrap();
+    let r = &s.routes[0];
+    assert_eq!(r.grpc, "helloworld.v1.Greeter/SayHello");
+    assert_eq!(
+        (r.method.as_str(), r.path.as_str()),
+        ("POST", "/helloworld.v1.Greeter/SayHello")
+    );
+    let plan = plan_from_spec(&s, "ring", 0, 1);
+    assert!(plan.routes[0].grpc);
+    assert!(!plan.routes[1].grpc);
+}
+
+#[test]
+fn grpc_route_errors_name_line_and_field() {
+    // The routes after `routes:` (line 12): the first at line 13.
+    let routes = |list: &str| {
+        err(&HELLO.replace(
+            "  - http: POST /hello\n    sequence: [upper, exclaim]\n",
+            list,
+        ))
+    };
+    for (entry, want) in [
+        (
+            "  - grpc: Greeter/SayHello\n",
+            "c.yaml:15: routes[1].grpc: `Greeter/SayHello` is not a gRPC method: the service has \
+             no package",
+        ),
+        (
+            "  - grpc: a.Greeter\n",
+            "c.yaml:15: routes[1].grpc: `a.Greeter` is not a gRPC method: it has no `/`",
+        ),
+        (
+            "  - grpc: a.Greeter/Say-Hello\n",
+            "the method is one identifier",
+        ),
+        ("  - grpc: a..Greeter/SayHello\n", "dotted identifiers"),
+        (
+            "  - grpc: a.Greeter/SayHello\n    http: POST /x\n",
+            "c.yaml:15: routes[1].grpc: a route has `http` or `grpc`, not both",
+        ),
+        (
+            "  - grpc: a.Greeter/SayHello\n    content_type: text/plain\n",
+            "c.yaml:16: routes[1].content_type: only HTTP answers carry a content type (gRPC's",
+        ),
+    ] {
+        let e = routes(&format!(
+            "  - http: POST /hello\n    sequence: [upper]\n{entry}    sequence: [upper]\n"
+        ));
+        assert!(e.contains(want), "{entry}: {e}");
+    }
+    // Two routes of one method, and a gRPC method an `http` route already takes.
+    let e = routes(
+        "  - grpc: a.G/M\n    sequence: [upper]\n  - grpc: a.G/M\n    sequence: [exclaim]\n",
+    );
+    assert!(
+        e.contains(
+            "c.yaml:15: routes[1].grpc: gRPC method `a.G/M` is already routed by an earlier route"
+        ),
+        "{e}"
+    );
+    let e = routes(
+        "  - http: POST /a.G/M\n    sequence: [upper]\n  - grpc: a.G/M\n    sequence: [upper]\n",
+    );
+    assert!(
+        e.contains("c.yaml:15: routes[1].grpc:") && e.contains("(routes[0])"),
+        "{e}"
+    );
+}

@@ -179,6 +179,9 @@ pub struct RouteSpec {
     pub method: String,
     /// HTTP path, starting with `/` (empty: no HTTP trigger).
     pub path: String,
+    /// gRPC method `package.Service/Method` (empty: none); such a route's `method` and
+    /// `path` are `POST /package.Service/Method`.
+    pub grpc: String,
     /// MQTT topic filter whose messages enter by this route (empty: none).
     pub mqtt: String,
     /// Topic the output of an MQTT request is published to (empty: the MQTT 5 response
