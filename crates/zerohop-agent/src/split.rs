@@ -80,6 +80,7 @@ pub fn split(
                     content_type: String::new(),
                     auth: None,
                     rate_limit: None,
+                    delivery: Default::default(),
                     sequence: vec![f.name.clone()],
                     relay_of: Some(i),
                 });

@@ -7,6 +7,7 @@
 pub mod access;
 mod backend;
 pub mod derive;
+pub mod delivery;
 #[cfg(feature = "reader")]
 mod functions;
 #[cfg(feature = "reader")]
@@ -34,6 +35,7 @@ mod yaml;
 
 pub use backend::Backend;
 pub use derive::{plan_from_spec, reserved};
+pub use delivery::{DeliverySpec, RetrySpec};
 #[cfg(feature = "reader")]
 pub use read::{load, parse};
 #[cfg(feature = "reader")]

@@ -43,6 +43,9 @@ impl Cx {
                     "content_type",
                     "auth",
                     "rate_limit",
+                    "async",
+                    "retry",
+                    "idempotent",
                     "sequence",
                 ],
             )?;
@@ -226,6 +229,7 @@ impl Cx {
                     }
                 }
             }
+            let delivery = self.delivery(&m, r, &p, !path.is_empty(), !grpc.is_empty())?;
             if path.is_empty() && mqtt.is_empty() && coap.is_empty() {
                 return Err(self.err(
                     line(r),
@@ -309,6 +313,7 @@ impl Cx {
                 content_type,
                 auth,
                 rate_limit,
+                delivery,
                 sequence,
                 relay_of: None,
             });

@@ -196,6 +196,8 @@ pub struct RouteSpec {
     pub auth: Option<AuthSpec>,
     /// How often the route may be used (`rate_limit`; HTTP only).
     pub rate_limit: Option<RateLimitSpec>,
+    /// How its requests are delivered (`async`, `retry`, `idempotent`; HTTP only).
+    pub delivery: crate::delivery::DeliverySpec,
     /// Functions, in order.
     pub sequence: Vec<String>,
     /// Set on the routes the agent's `split` adds for hops a peer node relays (no trigger; see
