@@ -121,6 +121,25 @@ impl Client {
     }
 }
 
+/// The body of `GET path` at `url` sent over a raw connection with the header lines `lines`
+/// (which may repeat a header, as no client library here does), asking for JSON.
+fn raw_get(url: &str, path: &str, lines: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+    conn.set_read_timeout(Some(WAIT)).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n");
+    for l in lines {
+        req.push_str(&format!("{l}\r\n"));
+    }
+    req.push_str("Connection: close\r\n\r\n");
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).expect("the whole answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer.split_once("\r\n\r\n").expect("a body").1.to_owned()
+}
+
 /// The checkout form of the scripted session, paid with `card`.
 fn form(card: &str) -> Vec<u8> {
     checkout_form("someone@example.com", "1600 Amphitheatre Parkway", card)
@@ -163,6 +182,17 @@ fn scripted_session(url: &str) {
     let choice: CurrencyChoice = c.redirect("/setCurrency", b"currency_code=EUR", "/");
     assert_eq!(choice.currency_code, "EUR");
     assert_eq!(c.currency.as_deref(), Some("EUR"), "the currency cookie");
+    // Cookies over two `Cookie` fields are one list.
+    let split = [
+        format!("Cookie: other=1; {SESSION_COOKIE}={session}"),
+        format!("Cookie: {CURRENCY_COOKIE}=JPY"),
+    ];
+    let split: Vec<&str> = split.iter().map(String::as_str).collect();
+    let home: HomePage = serde_json::from_str(&raw_get(url, "/", &split)).unwrap();
+    assert_eq!(
+        (home.session_id, home.currency.as_str()),
+        (session.clone(), "JPY")
+    );
 
     let mut prices = Vec::new();
     for id in [TYPEWRITER, BARISTA_KIT] {

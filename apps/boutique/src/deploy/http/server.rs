@@ -152,9 +152,15 @@ impl App {
         peers: &mut HttpPeers,
     ) -> hyper::Response<Full<Bytes>> {
         let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        // Several `Cookie` fields are one list (RFC 9113, 8.2.3).
+        let cookies: Vec<&str> = (parts.headers.get_all(frontend::HEADERS[0]).iter())
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let cookies = (!cookies.is_empty()).then(|| cookies.join("; "));
         let answer = match frontend::Route::lookup(parts.method.as_str(), parts.uri.path()) {
             Ok((route, id)) => {
-                let [cookie, referer, accept] = frontend::HEADERS.map(header);
+                let [_, referer, accept] = frontend::HEADERS.map(header);
+                let cookie = cookies.as_deref();
                 let page = frontend::PageRequest {
                     route,
                     product_id: id.as_deref(),
