@@ -113,3 +113,83 @@ fn the_most_specific_route_wins_and_functions_set_status_and_headers() {
     assert!(a.body.starts_with("path=/product/top\n"), "{}", a.body);
     assert_eq!(chain.stop(), Some(0));
 }
+
+#[test]
+fn cloudevents_arrive_alike_in_binary_and_structured_mode_and_answer_in_kind() {
+    let spec = format!(
+        "name: events\nfunctions:\n{}routes:\n  - {{ http: POST /events, sequence: [on_event] }}\n",
+        func(
+            "on_event",
+            "request",
+            "TESTFN_RESPONSE: \"ce-type=order.seen|ce-source=/zerohop|ce-id=a1|content-type=text/plain\"",
+            ", headers: [ce-type, ce-source, content-type]"
+        ),
+    );
+    // The function answers with the `ce-type` it saw, and with an event of its own.
+    let spec = spec.replace(
+        "TESTFN_MODE: request",
+        "TESTFN_MODE: header, TESTFN_HEADER: ce-type",
+    );
+    let chain = ChainProcess::start(&spec, &[]);
+    let url = format!("{}/events", chain.url);
+
+    // Binary mode: attributes are headers; the answer's ce-* headers come back as they are.
+    let a = curl(&[
+        "-H",
+        "ce-specversion: 1.0",
+        "-H",
+        "ce-type: order.created",
+        "-H",
+        "ce-source: /shop",
+        "-H",
+        "ce-id: 7",
+        "-H",
+        "content-type: application/json",
+        "--data",
+        "{\"order\":7}",
+        &url,
+    ]);
+    assert_eq!((a.status, a.body.as_str()), (200, "order.created"));
+    assert_eq!(a.header("ce-type"), ["order.seen"]);
+    assert_eq!(a.header("content-type"), ["text/plain"]);
+
+    // Structured mode: the same function sees the same; the answer is a structured event.
+    let a = curl(&[
+        "-H",
+        "content-type: application/cloudevents+json",
+        "--data",
+        r#"{"specversion":"1.0","type":"order.created","source":"/shop","id":"7","datacontenttype":"application/json","data":{"order":7}}"#,
+        &url,
+    ]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(
+        a.header("content-type"),
+        ["application/cloudevents+json; charset=utf-8"]
+    );
+    let event: serde_json::Value = serde_json::from_str(&a.body).expect("a JSON event");
+    assert_eq!(event["type"], "order.seen");
+    assert_eq!(event["id"], "a1");
+    assert_eq!(event["specversion"], "1.0");
+    // The function answered with the type it saw, as text.
+    assert_eq!(event["data"], "order.created", "{event}");
+    assert_eq!(event["datacontenttype"], "text/plain");
+
+    let a = curl(&[
+        "-H",
+        "content-type: application/cloudevents+json",
+        "--data",
+        r#"{"type":"x"}"#,
+        &url,
+    ]);
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(a.body.contains("no specversion"), "{}", a.body);
+    let a = curl(&[
+        "-H",
+        "content-type: application/cloudevents-batch+json",
+        "--data",
+        "[]",
+        &url,
+    ]);
+    assert_eq!(a.status, 415, "{}", a.body);
+    assert_eq!(chain.stop(), Some(0));
+}

@@ -9,6 +9,7 @@ use http::{header, HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
+use crate::cloudevents;
 use crate::error::error_response;
 use crate::ingress::{too_large, Reply};
 use crate::{ErrorSource, Gateway, GatewayError};
@@ -20,17 +21,29 @@ impl Gateway {
     /// Answers one HTTP request from `peer`.
     pub(crate) async fn handle(&self, req: Request<Incoming>, peer: Option<IpAddr>) -> Answer {
         match self.handle_inner(req, peer).await {
-            Ok((reply, route)) => reply.into_http(self.content_types[route as usize].as_ref()),
+            Ok((mut reply, route, mode)) => {
+                let route_type = self.content_types[route as usize].as_ref();
+                let ok = reply.status.is_success();
+                if mode == cloudevents::Mode::Structured && ok {
+                    // An event in, an event out (when the functions answered with one).
+                    if let Some((body, headers)) =
+                        cloudevents::wrap(&reply.body, &reply.headers, route_type)
+                    {
+                        (reply.body, reply.headers) = (body, headers);
+                    }
+                }
+                reply.into_http(route_type)
+            }
             Err(e) => e.into_response(),
         }
     }
 
-    /// The reply and the route it came by.
+    /// The reply, the route it came by, and how its body was read.
     async fn handle_inner(
         &self,
         req: Request<Incoming>,
         peer: Option<IpAddr>,
-    ) -> Result<(Reply, u16), GatewayError> {
+    ) -> Result<(Reply, u16, cloudevents::Mode), GatewayError> {
         let uri = req.uri().clone();
         let matched = self
             .router
@@ -49,10 +62,11 @@ impl Gateway {
                 return Err(too_large(max));
             }
         }
-        let (parts, body) = req.into_parts();
+        let mode = cloudevents::mode(req.headers()).inspect_err(|_| self.count_error())?;
+        let (mut parts, body) = req.into_parts();
         // The whole body first, as the chunks hyper read it (no copy), bounded in size and
         // time: a slow client holds memory of its own, never a slot.
-        let chunks =
+        let mut chunks =
             match tokio::time::timeout(self.config.body_timeout, read_body(body, max)).await {
                 Ok(Ok(chunks)) => chunks,
                 Ok(Err(e)) => {
@@ -71,6 +85,14 @@ impl Gateway {
                     ));
                 }
             };
+        if mode == cloudevents::Mode::Structured {
+            // The event's data alone goes into the slot; its attributes become the headers
+            // binary mode would have carried.
+            let event = chunks.concat();
+            let data = cloudevents::unwrap(&event, &mut parts.headers)
+                .inspect_err(|_| self.count_error())?;
+            chunks = vec![data];
+        }
         // What the functions asked for (`headers`), then the route's parameters.
         let mut meta: Vec<(&str, &str)> = Vec::new();
         let mut claims: Vec<(&str, String)> = Vec::new();
@@ -115,7 +137,7 @@ impl Gateway {
                 .map(|(n, (_, v))| (n.as_str(), v.as_str())),
         );
         let route = matched.route;
-        Ok((self.submit(route, meta, &chunks).await?, route))
+        Ok((self.submit(route, meta, &chunks).await?, route, mode))
     }
 }
 

@@ -40,6 +40,7 @@
 #![deny(missing_docs)]
 
 mod access;
+mod cloudevents;
 mod coap;
 mod egress;
 mod error;

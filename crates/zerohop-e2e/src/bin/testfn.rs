@@ -6,8 +6,8 @@
 //! header named by `TESTFN_HEADER`, `x-test` by default), `request` (body = what the request
 //! says of itself: `path=`, `route=`, `query=` lines, then `param.N=`, `query.N=` and
 //! `cookie.N=` for the names in `TESTFN_PARAMS`, `TESTFN_QUERY` and `TESTFN_COOKIES`
-//! (comma-separated); it answers with `TESTFN_STATUS` and adds the response headers of
-//! `TESTFN_RESPONSE` (`name=value|name=value`)).
+//! (comma-separated)). `request` and `header` answer with `TESTFN_STATUS` and add the
+//! response headers of `TESTFN_RESPONSE` (`name=value|name=value`).
 
 #![forbid(unsafe_code)]
 
@@ -55,6 +55,7 @@ fn main() {
         "header" => {
             let v = req.header(&header).unwrap_or("<none>").to_owned();
             req.set_body(v.as_bytes())?;
+            respond(req)?;
             Ok(Next::Continue)
         }
         "request" => {
@@ -82,24 +83,31 @@ fn main() {
                 out += &format!("cookie.{n}={}\n", req.cookie(&n).unwrap_or("-"));
             }
             req.set_body(out.as_bytes())?;
-            if let Some(status) = std::env::var("TESTFN_STATUS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-            {
-                req.set_status(status)?;
-            }
-            for pair in std::env::var("TESTFN_RESPONSE")
-                .unwrap_or_default()
-                .split('|')
-            {
-                if let Some((k, v)) = pair.split_once('=') {
-                    req.add_response_header(k, v)?;
-                }
-            }
+            respond(req)?;
             Ok(Next::Continue)
         }
         other => Err(HandlerError::internal(format!(
             "unknown TESTFN_MODE {other}"
         ))),
     })
+}
+
+/// Answers with `TESTFN_STATUS` and the response headers of `TESTFN_RESPONSE`
+/// (`name=value|name=value`), when set.
+fn respond(req: &mut Request<'_>) -> Result<(), HandlerError> {
+    if let Some(status) = std::env::var("TESTFN_STATUS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        req.set_status(status)?;
+    }
+    for pair in std::env::var("TESTFN_RESPONSE")
+        .unwrap_or_default()
+        .split('|')
+    {
+        if let Some((k, v)) = pair.split_once('=') {
+            req.add_response_header(k, v)?;
+        }
+    }
+    Ok(())
 }
