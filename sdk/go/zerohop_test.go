@@ -265,7 +265,7 @@ func TestRouteParametersQueryCookiesAndAnswerHeaders(t *testing.T) {
 		"path=/item/42 route=/item/{id} id=42 query=q=caf%C3%A9+au+lait&n=1 q=café au lait "+
 			"session=s-1 refused=500: `Content-Length` is set by the gateway, not by functions "+
 			"status404=500: status 404 is not one a function answers with: 200..=399 but 204, "+
-			"205 and 304 (errors are a HandlerError)")
+			"205 and 304 (an error status is answered by failing the request)")
 	if got := resp.Header.Values("Location"); len(got) != 1 || got[0] != "/item/42/done" {
 		t.Errorf("Location: %q", got)
 	}

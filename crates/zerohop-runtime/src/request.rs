@@ -195,7 +195,7 @@ impl Request<'_> {
         if !(200..=399).contains(&status) || matches!(status, 204 | 205 | 304) {
             return Err(HandlerError::internal(format!(
                 "status {status} is not one a function answers with: 200..=399 but 204, 205 \
-                 and 304 (errors are a HandlerError)"
+                 and 304 (an error status is answered by failing the request)"
             )));
         }
         self.header.status = status;
