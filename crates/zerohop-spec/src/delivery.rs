@@ -4,9 +4,12 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "reader")]
 use saphyr::MarkedYaml;
 
+#[cfg(feature = "reader")]
 use crate::yaml::{get, line, Cx};
+#[cfg(feature = "reader")]
 use crate::SpecError;
 
 /// Attempts when `retry` sets none.
@@ -57,6 +60,7 @@ impl Default for RetrySpec {
     }
 }
 
+#[cfg(feature = "reader")]
 impl Cx {
     /// `routes[i].async`, `.retry`, `.idempotent` of mapping `m` (route entry `r`); `http`:
     /// the route has an HTTP trigger, `grpc`: it is a gRPC route.
@@ -169,7 +173,7 @@ impl Cx {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "reader"))]
 mod tests {
     use std::path::Path;
     use std::time::Duration;
