@@ -6,8 +6,8 @@
 #[cfg(feature = "reader")]
 pub mod access;
 mod backend;
-pub mod derive;
 pub mod delivery;
+pub mod derive;
 #[cfg(feature = "reader")]
 mod functions;
 #[cfg(feature = "reader")]
@@ -34,8 +34,8 @@ mod units;
 mod yaml;
 
 pub use backend::Backend;
-pub use derive::{plan_from_spec, reserved};
 pub use delivery::{DeliverySpec, RetrySpec};
+pub use derive::{plan_from_spec, reserved};
 #[cfg(feature = "reader")]
 pub use read::{load, parse};
 #[cfg(feature = "reader")]
