@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 
 use crate::cloudevents;
 use crate::error::error_response;
+use crate::grpc;
 use crate::ingress::{too_large, Reply};
 use crate::{ErrorSource, Gateway, GatewayError};
 
@@ -20,7 +21,7 @@ pub(crate) type Answer = Response<Full<Bytes>>;
 impl Gateway {
     /// Answers one HTTP request from `peer`.
     pub(crate) async fn handle(&self, req: Request<Incoming>, peer: Option<IpAddr>) -> Answer {
-        match self.handle_inner(req, peer).await {
+        match self.handle_inner(req, peer, None).await {
             Ok((mut reply, route, mode)) => {
                 let route_type = self.content_types[route as usize].as_ref();
                 let ok = reply.status.is_success();
@@ -38,16 +39,20 @@ impl Gateway {
         }
     }
 
-    /// The reply, the route it came by, and how its body was read.
-    async fn handle_inner(
+    /// The reply, the route it came by, and how its body was read; `call` is the request's
+    /// gRPC call, if it is one (see `grpc`).
+    pub(crate) async fn handle_inner(
         &self,
         req: Request<Incoming>,
         peer: Option<IpAddr>,
+        call: Option<&grpc::Call>,
     ) -> Result<(Reply, u16, cloudevents::Mode), GatewayError> {
         let uri = req.uri().clone();
         let matched = self
             .router
             .find(req.method(), uri.path())
+            .inspect_err(|_| self.count_error())?;
+        grpc::Call::check_route(call, &self.plan.routes[matched.route as usize], uri.path())
             .inspect_err(|_| self.count_error())?;
         // Who may, and how often: before the body is read.
         let admitted = self
@@ -93,6 +98,13 @@ impl Gateway {
                 .inspect_err(|_| self.count_error())?;
             chunks = vec![data];
         }
+        if call.is_some() {
+            // The function gets the message alone.
+            chunks = grpc::message(chunks).map_err(|e| {
+                self.count_error();
+                e.into_gateway()
+            })?;
+        }
         // What the functions asked for (`headers`), then the route's parameters.
         let mut meta: Vec<(&str, &str)> = Vec::new();
         let mut claims: Vec<(&str, String)> = Vec::new();
@@ -137,7 +149,9 @@ impl Gateway {
                 .map(|(n, (_, v))| (n.as_str(), v.as_str())),
         );
         let route = matched.route;
-        Ok((self.submit(route, meta, &chunks).await?, route, mode))
+        let timeout = grpc::Call::timeout(call, self.config.timeout);
+        let reply = self.submit_within(route, meta, &chunks, timeout).await?;
+        Ok((reply, route, mode))
     }
 }
 

@@ -52,12 +52,25 @@ impl Gateway {
         meta: impl IntoIterator<Item = (&'m str, &'m str)>,
         chunks: &[C],
     ) -> Result<Reply, GatewayError> {
+        self.submit_within(route, meta, chunks, self.config.timeout)
+            .await
+    }
+
+    /// [`Gateway::submit`] waiting at most `timeout` (a gRPC call's `grpc-timeout`), which
+    /// the chain's timeout bounds.
+    pub(crate) async fn submit_within<'m, C: AsRef<[u8]>>(
+        &self,
+        route: u16,
+        meta: impl IntoIterator<Item = (&'m str, &'m str)>,
+        chunks: &[C],
+        timeout: Duration,
+    ) -> Result<Reply, GatewayError> {
         // The request's life in a span, its id recorded once assigned. DEBUG: under the
         // agent's usual `info` filter the span is never created (a check of a few ns, no
         // allocation), so the error events below name the request themselves.
         let span = tracing::debug_span!("request", id = tracing::field::Empty, route);
         let result = self
-            .submit_inner(route, meta, chunks, self.config.timeout, &span)
+            .submit_inner(route, meta, chunks, timeout.min(self.config.timeout), &span)
             .instrument(span.clone())
             .await;
         self.tally(&result);

@@ -44,6 +44,7 @@ mod cloudevents;
 mod coap;
 mod egress;
 mod error;
+mod grpc;
 mod handle;
 mod ingress;
 mod mqtt;
@@ -71,6 +72,7 @@ pub use tls::{CertFiles, Tls, TlsError, HANDSHAKE_TIMEOUT};
 pub mod fuzzing {
     pub use crate::access::fuzz_jwt as jwt;
     pub use crate::coap::fuzz_datagrams as coap;
+    pub use crate::grpc::fuzz_frames as grpc;
     pub use crate::mqtt::fuzz_connection as mqtt;
 }
 

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, Request, Response, Version};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -44,7 +44,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::tls::{Inside, Tls};
-use crate::Gateway;
+use crate::{grpc, Gateway};
 
 /// How long a client may take to send a request's headers (HTTP/1.1).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -144,8 +144,9 @@ impl Drop for Busy {
     }
 }
 
-/// What [`Gateway::handle`] answers.
-type Answer = Response<Full<Bytes>>;
+/// What the service answers: [`Gateway::handle`]'s whole body, or a gRPC answer's message
+/// and trailers ([`Gateway::handle_grpc`]).
+type Answer = Response<Either<Full<Bytes>, grpc::Body>>;
 
 /// The gateway as hyper's service, for one connection.
 struct Service {
@@ -174,7 +175,14 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         }
         Box::pin(async move {
             let _busy = busy;
-            let mut answer = gw.handle(req, peer).await;
+            let mut answer = match grpc::Call::of(&req) {
+                Ok(None) => gw.handle(req, peer).await.map(Either::Left),
+                Ok(Some(call)) => gw.handle_grpc(req, peer, call).await.map(Either::Right),
+                Err(e) => {
+                    gw.count_error();
+                    e.into_response().map(Either::Left)
+                }
+            };
             // Relaxed: a late sight of the flag costs one more keep-alive answer, no more.
             if h1 && gw.closing.load(Ordering::Relaxed) {
                 // hyper closes the connection once this answer is written.
