@@ -21,6 +21,9 @@ pub(crate) type Answer = Response<Full<Bytes>>;
 impl Gateway {
     /// Answers one HTTP request from `peer`.
     pub(crate) async fn handle(&self, req: Request<Incoming>, peer: Option<IpAddr>) -> Answer {
+        if let Some(a) = self.deferred_result(req.method(), req.uri().path()) {
+            return a;
+        }
         match self.handle_inner(req, peer, None).await {
             Ok((mut reply, route, mode)) => {
                 let route_type = self.content_types[route as usize].as_ref();
@@ -150,7 +153,12 @@ impl Gateway {
         );
         let route = matched.route;
         let timeout = grpc::Call::timeout(call, self.config.timeout);
-        let reply = self.submit_within(route, meta, &chunks, timeout).await?;
+        if call.is_none() {
+            if let Some(accepted) = self.defer(route, &parts.headers, &meta, &chunks).await? {
+                return Ok((accepted, route, mode));
+            }
+        }
+        let reply = self.submit_retrying(route, &meta, &chunks, timeout).await?;
         Ok((reply, route, mode))
     }
 }

@@ -42,6 +42,7 @@
 mod access;
 mod cloudevents;
 mod coap;
+mod deferred;
 mod egress;
 mod error;
 mod grpc;
@@ -56,6 +57,7 @@ mod tls;
 mod group;
 
 pub use access::{Access, AccessError};
+pub use deferred::{DeadLetter, Deferred, DeferredError, DeferredStats, RESULT_PATH};
 pub use egress::Receiving;
 pub use group::Gateways;
 pub use ingress::Reply;
@@ -170,6 +172,8 @@ pub struct Gateway {
     /// Set when another gateway took the listeners over: every answer closes its connection
     /// (see [`Gateway::close_connections`]).
     closing: AtomicBool,
+    /// The chain's async requests and retries, once the agent gives them ([`Deferred::attach`]).
+    deferred: std::sync::OnceLock<Arc<Deferred>>,
 }
 
 impl Gateway {
@@ -247,6 +251,7 @@ impl Gateway {
             next_request: AtomicU32::new(0),
             stats: GatewayStats::default(),
             closing: AtomicBool::new(false),
+            deferred: std::sync::OnceLock::new(),
         })
     }
 
