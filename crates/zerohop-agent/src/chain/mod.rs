@@ -14,6 +14,7 @@
 //! instances already spawned); memory, descriptors and sockets go with their owners.
 //! [`Running::shutdown`] takes a chain down in the reverse order.
 
+mod deferred;
 mod instances;
 mod jail;
 mod listen;
@@ -110,6 +111,9 @@ pub enum AgentError {
     /// The spec is invalid.
     #[error(transparent)]
     Spec(#[from] SpecError),
+    /// The folder of async requests cannot be used.
+    #[error("the chain's async requests: {0}")]
+    Deferred(#[from] zerohop_gateway::DeferredError),
     /// The pool could not be created.
     #[error("creating the pool: {0}")]
     Pool(#[from] PoolError),
@@ -351,6 +355,7 @@ impl Running {
     }
 
     async fn shutdown_inner(mut self, handed_over: bool) {
+        deferred::stop(&self.shared.gateways);
         if handed_over {
             for g in self.shared.gateways.iter() {
                 g.close_connections();
@@ -470,6 +475,7 @@ pub async fn up_with(
             .collect::<Vec<_>>()
             .join(", ")
     );
+    deferred::start(&shared.gateways);
     Ok(instances::supervise_all(
         &spec, summary, shared, instances, relays, gateways, bound,
     ))

@@ -130,6 +130,7 @@ pub(super) fn wire(
             access,
         },
     );
+    super::deferred::open(spec, &gateways)?;
     for g in 0..gateway_threads {
         pools.records(g).for_each(|r| {
             r.set_pid(std::process::id());

@@ -6,6 +6,7 @@
 //! The folder must be the daemon's alone, and the CLI talks only through a folder no one else
 //! can write ([`socket`]).
 
+pub(super) mod dlq;
 pub mod socket;
 
 use std::convert::Infallible;
@@ -211,6 +212,7 @@ async fn route(daemon: &Arc<Daemon>, req: Request<Incoming>) -> Answer {
                 Err(e) => from_daemon(e),
             }
         }
+        (m, ["chains", name, "dlq", rest @ ..]) => dlq::route(daemon, &m, name, rest),
         (m, _) => error(
             StatusCode::NOT_FOUND,
             format!("no such API call: {m} {path}"),

@@ -209,6 +209,15 @@ impl Collector for Chains {
                 .map(|s| (vec![("chain", s.name.clone())], value(s)));
             family(&mut enc, name, help, kind, samples)?;
         }
+        for (name, help, counter, samples) in super::admin::dlq::families(&daemon.views()) {
+            let kind = if counter {
+                MetricType::Counter
+            } else {
+                MetricType::Gauge
+            };
+            let samples = samples.into_iter().map(|(c, v)| (vec![("chain", c)], v));
+            family(&mut enc, name, help, kind, samples)?;
+        }
         let functions = || {
             all.iter()
                 .flat_map(|s| s.functions.iter().map(move |f| (s.name.as_str(), f)))
