@@ -6,6 +6,7 @@
 
 mod client;
 mod commands;
+mod dlq;
 mod new;
 
 use std::io::Write;
@@ -223,6 +224,11 @@ enum Command {
         instances: u16,
         #[command(flatten)]
         daemon: DaemonArgs,
+    },
+    /// A chain's dead-letter queue: async requests that failed every retry.
+    Dlq {
+        #[command(subcommand)]
+        command: dlq::DlqCommand,
     },
     /// Shows what a chain's instances printed (stdout and stderr).
     Logs {
@@ -471,6 +477,10 @@ fn main() -> ExitCode {
         } => commands::run(&daemon, |c, o| {
             commands::scale(c, o, chain, function, instances)
         }),
+        Command::Dlq { command } => {
+            let daemon = command.daemon().clone();
+            commands::run(&daemon, |c, _| dlq::run(c, command))
+        }
         Command::Logs {
             chain,
             function,
