@@ -8,6 +8,9 @@
 //! `cookie.N=` for the names in `TESTFN_PARAMS`, `TESTFN_QUERY` and `TESTFN_COOKIES`
 //! (comma-separated)). `request` and `header` answer with `TESTFN_STATUS` and add the
 //! response headers of `TESTFN_RESPONSE` (`name=value|name=value`).
+//! `flaky` counts its calls in `$ZEROHOP_DATA/calls` and fails the first `TESTFN_FAILS` of
+//! them (default 2; `always`: all) with 503, unless `$ZEROHOP_DATA/fixed` exists; it
+//! sleeps `DELAY_MS` first and answers like `upper` (retries and the dead-letter queue).
 
 #![forbid(unsafe_code)]
 
@@ -86,10 +89,32 @@ fn main() {
             respond(req)?;
             Ok(Next::Continue)
         }
+        "flaky" => flaky(req, delay),
         other => Err(HandlerError::internal(format!(
             "unknown TESTFN_MODE {other}"
         ))),
     })
+}
+
+/// The `flaky` mode (see the module's docs).
+fn flaky(req: &mut Request<'_>, delay: u64) -> Result<Next, HandlerError> {
+    let data = std::path::PathBuf::from(std::env::var("ZEROHOP_DATA").unwrap_or_default());
+    let counter = data.join("calls");
+    let calls = std::fs::read_to_string(&counter)
+        .ok()
+        .and_then(|c| c.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        + 1;
+    std::fs::write(&counter, calls.to_string())
+        .map_err(|e| HandlerError::internal(format!("{}: {e}", counter.display())))?;
+    std::thread::sleep(Duration::from_millis(delay));
+    let fails = std::env::var("TESTFN_FAILS").unwrap_or_else(|_| "2".into());
+    let failing = fails == "always" || fails.parse::<u64>().is_ok_and(|n| calls <= n);
+    if failing && !data.join("fixed").exists() {
+        return Err(HandlerError::new(503, format!("call {calls} fails")));
+    }
+    req.body_mut().make_ascii_uppercase();
+    Ok(Next::Continue)
 }
 
 /// Answers with `TESTFN_STATUS` and the response headers of `TESTFN_RESPONSE`

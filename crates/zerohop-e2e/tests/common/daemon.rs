@@ -50,6 +50,14 @@ impl Daemon {
     /// [`Daemon::start`] with more arguments for `zerohop agent`, made from the daemon's temp
     /// folder (for files the daemon reads at start).
     pub fn start_with(args: impl FnOnce(&Path) -> Vec<String>) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// [`Daemon::start_with`] with more environment variables for the daemon.
+    pub fn start_with_env(
+        args: impl FnOnce(&Path) -> Vec<String>,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Self {
         let dir = TempDir::new(env!("CARGO_CRATE_NAME"));
         let extra = args(dir.path());
         let socket = dir.path().join("admin.sock");
@@ -61,6 +69,7 @@ impl Daemon {
             .args(["--metrics", "127.0.0.1:0"])
             .args(&extra)
             .env_remove("ZEROHOP_SOCKET")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(File::create(&log).expect("create the agent's log"));
