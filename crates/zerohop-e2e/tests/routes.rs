@@ -82,7 +82,25 @@ fn parameters_a_catch_all_the_query_and_cookies_reach_functions() {
     assert_eq!(a.status, 404, "{}", a.body);
     let a = curl(&["-X", "DELETE", &format!("{url}/product/1")]);
     assert_eq!(a.status, 405, "{}", a.body);
-    assert_eq!(a.header("allow"), ["GET, POST"]);
+    assert_eq!(a.header("allow"), ["GET, POST, HEAD"]);
+    // HEAD runs the GET route and gets its headers, no body.
+    let a = curl(&["-I", &format!("{url}/product/7")]);
+    assert_eq!((a.status, a.body.as_str()), (200, ""));
+    assert_eq!(a.header("content-type"), ["application/json"]);
+    // Cookies an HTTP/2 client splits over several fields arrive as one list.
+    let a = curl(&[
+        "--http2-prior-knowledge",
+        "-H",
+        "cookie: shop_session-id=s-9",
+        "-H",
+        "cookie: shop_currency=JPY",
+        &format!("{url}/product/7"),
+    ]);
+    assert!(
+        a.body.contains("cookie.shop_session-id=s-9\ncookie.shop_currency=JPY\n"),
+        "{}",
+        a.body
+    );
     // A parameter that decodes to a line break cannot forge a metadata line.
     let a = curl(&[&format!("{url}/product/a%0Ab")]);
     assert_eq!(a.status, 400, "{}", a.body);

@@ -110,6 +110,7 @@ impl Gateway {
         }
         // What the functions asked for (`headers`), then the route's parameters.
         let mut meta: Vec<(&str, &str)> = Vec::new();
+        // Lines whose value the gateway made (claims, joined cookies).
         let mut claims: Vec<(&str, String)> = Vec::new();
         for name in &self.plan.headers {
             match name.as_str() {
@@ -128,6 +129,19 @@ impl Gateway {
                     let claim = &n[zerohop_spec::meta::CLAIM_PREFIX.len()..];
                     if let Some(v) = admitted.claims.as_ref().and_then(|c| c.get(claim)) {
                         claims.push((name, claim_text(v)));
+                    }
+                }
+                "cookie" => {
+                    // HTTP/2 clients may split cookies over several fields (RFC 9113, 8.2.3):
+                    // functions get them as one list, as from an HTTP/1.1 client.
+                    let all: Vec<&str> = parts
+                        .headers
+                        .get_all(header::COOKIE)
+                        .iter()
+                        .filter_map(|v| v.to_str().ok())
+                        .collect();
+                    if !all.is_empty() {
+                        claims.push((name, all.join("; ")));
                     }
                 }
                 _ => {

@@ -1,5 +1,5 @@
 //! Route table: `METHOD /path` to a route index and its path parameters, with 404 and 405
-//! told apart.
+//! told apart; `HEAD` takes the `GET` route of its path when it has none of its own.
 //!
 //! One router ([`matchit`]) per method, built from the plan's paths, which the spec already
 //! checked with the same router: at each segment a literal beats a parameter and a
@@ -60,7 +60,10 @@ impl Router {
         method: &Method,
         path: &'p str,
     ) -> Result<Matched<'p>, GatewayError> {
-        if let Some(m) = self.by_method.get(method).and_then(|r| r.at(path).ok()) {
+        let at = |m: &Method| self.by_method.get(m).and_then(|r| r.at(path).ok());
+        // HEAD runs the GET route when it has none of its own; hyper sends no body for it.
+        let found = at(method).or_else(|| (*method == Method::HEAD).then(|| at(&Method::GET))?);
+        if let Some(m) = found {
             let mut params = Vec::new();
             for (name, raw) in m.params.iter() {
                 let value = percent_decode_str(raw)
@@ -76,12 +79,15 @@ impl Router {
                 params,
             });
         }
-        let allow: Vec<&str> = self
+        let mut allow: Vec<&str> = self
             .methods
             .iter()
             .filter(|m| self.by_method[*m].at(path).is_ok())
             .map(Method::as_str)
             .collect();
+        if allow.contains(&"GET") && !allow.contains(&"HEAD") {
+            allow.push("HEAD");
+        }
         if allow.is_empty() {
             return Err(GatewayError::new(
                 StatusCode::NOT_FOUND,
