@@ -294,6 +294,9 @@ impl ChainView {
                 if !r.content_type.is_empty() {
                     guards.push(format!("content type {}", r.content_type));
                 }
+                if let Some(d) = gws.iter().next().and_then(|g| g.deferred()) {
+                    guards.extend(d.describe(i));
+                }
                 let mut triggers = Vec::new();
                 if !r.path.is_empty() {
                     triggers.push(format!("{} {}", r.method, r.path));

@@ -179,6 +179,12 @@ fn an_async_route_retries_503_twice_then_succeeds() {
         &spec("flaky", "flaky", "TESTFN_FAILS: 2", route, Some(&data)),
     );
     let url = url_of(&applied);
+    let guards = &d.status("flaky")["routes"][0]["guards"];
+    assert_eq!(
+        guards,
+        &serde_json::json!(["async", "retry 4x (20ms to 100ms, on 502/503/504)"]),
+        "zerohop status shows how the route delivers"
+    );
     // `async: true`: no preference needed.
     let r = send("POST", &format!("{url}/work"), "again", &[]);
     assert_eq!(r.status, 202, "{r:?}");

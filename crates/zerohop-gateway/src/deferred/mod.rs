@@ -293,6 +293,32 @@ impl Deferred {
         self.store.remove(DLQ, id).map_err(|e| self.io(e))
     }
 
+    /// How route `route` delivers, for `zerohop status`: `async`, `retry 3x (100ms to 10s,
+    /// on 502/503/504)`, `idempotent`; nothing for the default.
+    pub fn describe(&self, route: usize) -> Vec<String> {
+        let Some(d) = self.routes.get(route).map(|r| &r.delivery) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if d.is_async {
+            out.push("async".to_owned());
+        }
+        if let Some(r) = &d.retry {
+            let on: Vec<String> = r.on.iter().map(u16::to_string).collect();
+            out.push(format!(
+                "retry {}x ({:?} to {:?}, on {})",
+                r.attempts,
+                r.backoff,
+                r.max_backoff,
+                on.join("/")
+            ));
+        }
+        if d.idempotent {
+            out.push("idempotent".to_owned());
+        }
+        out
+    }
+
     /// The delivery settings of route `route`.
     fn delivery(&self, route: u16) -> Option<&DeliverySpec> {
         self.routes.get(usize::from(route)).map(|r| &r.delivery)

@@ -76,6 +76,11 @@ fn status_of(r: &Result<Reply, GatewayError>) -> u16 {
 /// Runs queued request `id` with its route's retries, to a result or to the dead-letter
 /// queue; leaves it queued if the chain stops meanwhile.
 async fn run_one(d: &Arc<Deferred>, id: &str) {
+    if d.store.has(DONE, id) || d.store.has(DLQ, id) {
+        // Finished by the chain this one replaces (both ran while it wound down).
+        let _ = d.store.remove(QUEUE, id);
+        return;
+    }
     let Ok((head, body)) = d.store.get(QUEUE, id) else {
         // Replayed or dropped meanwhile.
         return;
@@ -166,6 +171,12 @@ async fn finish(d: &Arc<Deferred>, id: &str, request: &Value, reply: Reply) {
         "callback": callback,
         "delivered": false,
     });
+    if d.store.has(DONE, id) {
+        // Another run recorded it first (a chain winding down beside its replacement):
+        // one answer, one callback.
+        let _ = d.store.remove(QUEUE, id);
+        return;
+    }
     let (d2, id2) = (d.clone(), id.to_owned());
     let written = tokio::task::spawn_blocking(move || {
         d2.store.put(DONE, &id2, &head, &reply.body)?;
