@@ -18,13 +18,19 @@
 //!   with keep-alive (SPRIGHT's "serverful" baseline);
 //! * `nginx-broker`: every hop through an nginx front proxy (SPRIGHT's Knative-like broker).
 //!
+//! The HTTPS and HTTP/2 rows ([`protocols`]) run zerohop's gateway over HTTP/1.1, h2c, HTTPS
+//! and h2 and `nginx-tls` (nginx terminating TLS in front of the monolith), driven by
+//! [`h2load`].
+//!
 //! `unsafe` only for syscalls: in [`floors`] (shared mappings, futex, affinity) and
 //! [`procstat`] (affinity, sysconf).
 
 pub mod floors;
+pub mod h2load;
 pub mod loadgen;
 pub mod percentile;
 pub mod procstat;
+pub mod protocols;
 pub mod report;
 pub mod systems;
 

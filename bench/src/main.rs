@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use zerohop_bench::loadgen::{self, BodyMix, Load};
 use zerohop_bench::procstat::{self, CpuSnapshot, LOADGEN};
+use zerohop_bench::protocols::{self, Plan};
 use zerohop_bench::report::matrix::{Idle, Memory, Results, Run};
 use zerohop_bench::report::Machine;
 use zerohop_bench::systems::{self, RunningSystem, StartOpts, SystemId};
@@ -38,6 +39,10 @@ struct Args {
     /// Skip the physical floors and transport hop measurements.
     #[arg(long)]
     no_floors: bool,
+    /// Skip the HTTPS and HTTP/2 rows (zerohop-ring over https, h2 and h2c against its
+    /// clear HTTP/1.1, and nginx terminating TLS in front of the monolith; need h2load).
+    #[arg(long)]
+    no_protocols: bool,
     /// Cores for the multi-core point (zerohop with 1 and with N gateway threads, N
     /// instances per function): the system gets CPUs 1..=N and the load generator CPU 0;
     /// on a machine with only N CPUs the load generator shares CPU 0 with the system.
@@ -65,6 +70,8 @@ struct Matrix {
     open_repeats: usize,
     idle: Duration,
     cores_concurrency: usize,
+    /// The HTTPS and HTTP/2 rows.
+    protocols: Plan,
 }
 
 impl Matrix {
@@ -83,6 +90,12 @@ impl Matrix {
                 open_repeats: 1,
                 idle: Duration::from_millis(500),
                 cores_concurrency: 8,
+                protocols: Plan {
+                    warmup: Duration::from_millis(100),
+                    duration: Duration::from_millis(300),
+                    in_flight: 8,
+                    h2_connections: 2,
+                },
             };
         }
         if args.quick {
@@ -103,6 +116,12 @@ impl Matrix {
                 open_repeats: 3,
                 idle: Duration::from_secs(3),
                 cores_concurrency: 64,
+                protocols: Plan {
+                    warmup: Duration::from_millis(300),
+                    duration: Duration::from_millis(1500),
+                    in_flight: 32,
+                    h2_connections: 4,
+                },
             };
         }
         let all = vec![1, 8, 32, 128];
@@ -123,6 +142,12 @@ impl Matrix {
             open_repeats: 5,
             idle: Duration::from_secs(10),
             cores_concurrency: 64,
+            protocols: Plan {
+                warmup: Duration::from_secs(1),
+                duration: Duration::from_secs(5),
+                in_flight: 32,
+                h2_connections: 4,
+            },
         }
     }
 
@@ -240,12 +265,14 @@ fn run(args: &Args) -> Result<bool> {
         instances: 1,
         bin_dir,
         work_dir: work.path().to_owned(),
+        tls: None,
     };
     let cores = args
         .cores
         .unwrap_or(if cores >= 2 { 2 } else { 0 })
         .min(cores);
     let multi = cores >= 2 && ids.iter().any(|i| i.name() == "zerohop-ring");
+    let with_protocols = !args.no_protocols && ids.iter().any(|i| i.name() == "zerohop-ring");
 
     let mut results = Results {
         machine: Machine::read(),
@@ -259,11 +286,14 @@ fn run(args: &Args) -> Result<bool> {
         memory: Vec::new(),
         targets: Vec::new(),
         failures: Vec::new(),
+        protocols: Default::default(),
     };
     let mut progress = Progress {
         start: Instant::now(),
         done: 0,
-        total: ids.len() * (matrix.points_per_system() + 1) + if multi { 2 } else { 0 },
+        total: ids.len() * (matrix.points_per_system() + 1)
+            + if multi { 2 } else { 0 }
+            + if with_protocols { protocols::POINTS } else { 0 },
         point: matrix.warmup + matrix.point,
     };
     eprintln!(
@@ -321,6 +351,22 @@ fn run(args: &Args) -> Result<bool> {
                     .failures
                     .push(format!("{} chain of {n}: {e:#}", id.name())),
             }
+        }
+    }
+    if with_protocols {
+        let mut say = |what: &str| progress.step(what);
+        results.protocols = protocols::run(
+            &HELLO,
+            &opts,
+            &matrix.protocols,
+            &mut say,
+            &mut results.failures,
+        );
+        for r in &results.protocols.runs {
+            eprintln!(
+                "bench:   {} {}: {:.0} req/s, {:.1} CPU ms per 1,000",
+                r.system, r.protocol, r.result.rps, r.sut_cpu_ms_per_1k
+            );
         }
     }
     if !args.no_floors {

@@ -15,6 +15,12 @@
 //! * `nginx-broker`: the same servers, but every hop goes through one nginx (client ->
 //!   nginx -> fn 0 -> nginx -> fn 1 ...), as in SPRIGHT's Knative-like broker baseline.
 //!   Components: `nginx` (master), `nginx-worker`, `fn:STEP#I`.
+//! * `nginx-tls` (not in [`SystemId::all`]; the HTTPS and HTTP/2 rows): nginx terminating TLS
+//!   (HTTP/1.1 and h2 by ALPN) in front of the monolith, see [`tls`]. Components: `nginx`,
+//!   `nginx-worker`, `monolith`.
+//!
+//! With [`StartOpts::tls`], zerohop serves HTTPS (the spec's `tls`) and the URL is `https://`;
+//! readiness is then checked with curl, trusting that certificate.
 //!
 //! [`start`] returns only once a test body gets exactly the expected answer through the
 //! whole chain. Every process's stdout is drained and its stderr goes to a log in a
@@ -39,8 +45,11 @@ use nix::unistd::Pid;
 use zerohop_test_support::{children, instances, wait_until};
 use zerohop_transport::Backend;
 
+use crate::h2load::Protocol;
 use crate::procstat::{environ_var, ProcessId};
 use crate::{Component, Step};
+
+pub mod tls;
 
 /// How long a system may take to answer its first request correctly.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -71,6 +80,8 @@ pub enum SystemId {
     HttpChain,
     /// Every hop through an nginx front proxy.
     NginxBroker,
+    /// nginx terminating TLS in front of the monolith (needs [`StartOpts::tls`]).
+    NginxTls,
 }
 
 impl SystemId {
@@ -82,10 +93,12 @@ impl SystemId {
             SystemId::Monolith => "monolith".into(),
             SystemId::HttpChain => "http-chain".into(),
             SystemId::NginxBroker => "nginx-broker".into(),
+            SystemId::NginxTls => "nginx-tls".into(),
         }
     }
 
-    /// Every system: zerohop with each transport, then the baselines.
+    /// Every system of the matrix: zerohop with each transport, then the baselines
+    /// (`nginx-tls`, which only the HTTPS and HTTP/2 rows run, left out).
     pub fn all() -> Vec<SystemId> {
         Backend::ALL
             .iter()
@@ -114,6 +127,9 @@ pub struct StartOpts {
     pub bin_dir: PathBuf,
     /// Scratch folder for specs and configs (removed by the caller).
     pub work_dir: PathBuf,
+    /// Serve HTTPS with this certificate: zerohop through its spec's `tls`; `nginx-tls`
+    /// needs it. Ignored by the other baselines.
+    pub tls: Option<tls::Certificate>,
 }
 
 /// A running system; stopped (and every process reaped) on drop.
@@ -131,6 +147,8 @@ pub struct RunningSystem {
     descendants: Vec<ProcessId>,
     /// zerohop: the chain's function names, in chain order.
     functions: Vec<String>,
+    /// The certificate an `https://` URL is checked against.
+    ca: Option<PathBuf>,
 }
 
 /// One process this module started.
@@ -167,6 +185,7 @@ pub fn start(id: SystemId, chain: &[Step], opts: &StartOpts) -> Result<RunningSy
         children: Vec::new(),
         descendants: Vec::new(),
         functions: Vec::new(),
+        ca: None,
     };
     // On any error below `sys` drops and stops whatever had started.
     match id {
@@ -174,6 +193,7 @@ pub fn start(id: SystemId, chain: &[Step], opts: &StartOpts) -> Result<RunningSy
         SystemId::Monolith => sys.start_monolith(chain, opts, &dir)?,
         SystemId::HttpChain => sys.start_http_chain(chain, opts, &dir)?,
         SystemId::NginxBroker => return start_nginx_broker(chain, opts, &dir),
+        SystemId::NginxTls => return tls::start_nginx_tls(chain, opts, &dir),
     }
     Ok(sys)
 }
@@ -209,7 +229,7 @@ impl RunningSystem {
                     }
                 }
             }
-            SystemId::NginxBroker => {
+            SystemId::NginxBroker | SystemId::NginxTls => {
                 let Some(master) = self.children.last().map(|s| s.child.id()) else {
                     return;
                 };
@@ -242,7 +262,11 @@ impl RunningSystem {
         dir: &Path,
     ) -> Result<()> {
         self.functions = function_names(chain);
-        let spec = zerohop_spec(chain, &self.functions, &bin_dir(opts)?, opts.instances)?;
+        let mut spec = zerohop_spec(chain, &self.functions, &bin_dir(opts)?, opts.instances)?;
+        if let Some(cert) = &opts.tls {
+            spec.push_str(&cert.spec_line()?);
+            self.ca = Some(cert.cert.clone());
+        }
         let spec_path = dir.join("chain.yaml");
         std::fs::write(&spec_path, spec)
             .with_context(|| format!("writing {}", spec_path.display()))?;
@@ -261,9 +285,10 @@ impl RunningSystem {
         }
         let i = self.spawn(opts, &zerohop, &args, &dir.join("zerohop.log"), true)?;
         let line = self.first_line(i)?;
-        let base = zerohop_test_support::listener_in(&line, "http://")
-            .ok_or_else(|| anyhow!("no URL in zerohop's ready line {line:?}"))?;
-        self.url = format!("http://{base}{ZEROHOP_PATH}");
+        let scheme = if opts.tls.is_some() { "https" } else { "http" };
+        let base = zerohop_test_support::listener_in(&line, &format!("{scheme}://"))
+            .ok_or_else(|| anyhow!("no {scheme} URL in zerohop's ready line {line:?}"))?;
+        self.url = format!("{scheme}://{base}{ZEROHOP_PATH}");
         self.wait_ready(chain)?;
         let gateway = self.children[i].child.id();
         self.components.push(Component {
@@ -447,7 +472,11 @@ impl RunningSystem {
                     );
                 }
             }
-            match post(&self.url, PROBE_BODY, Duration::from_secs(2)) {
+            let answer = match &self.ca {
+                Some(ca) => tls::probe(&self.url, Some(ca), Protocol::Https, PROBE_BODY),
+                None => post(&self.url, PROBE_BODY, Duration::from_secs(2)),
+            };
+            match answer {
                 Ok((200, body)) if body == expected => return Ok(()),
                 Ok((status, body)) => {
                     last = format!(
@@ -538,6 +567,7 @@ fn start_nginx_broker_on(
         children: Vec::new(),
         descendants: Vec::new(),
         functions: Vec::new(),
+        ca: None,
     };
     let mut upstreams = Vec::new();
     let mut fns = Vec::new();

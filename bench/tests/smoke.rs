@@ -26,6 +26,12 @@ fn smoke_matrix_answers_correctly_and_reports_every_field() {
              it (as root with apt)"
         );
     }
+    // The HTTPS and HTTP/2 rows too.
+    if let Err(why) = zerohop_bench::h2load::available() {
+        panic!(
+            "the HTTPS and HTTP/2 rows cannot be checked: {why}; `cargo xtask test` installs it"
+        );
+    }
     let dir = TempDir::new("bench-smoke");
     let out = Command::new(target_bin("zerohop-bench"))
         .arg("--smoke")
@@ -116,8 +122,54 @@ fn smoke_matrix_answers_correctly_and_reports_every_field() {
     }
     let targets = json["targets"].as_array().unwrap();
     assert!(targets.len() >= 4, "targets: {targets:?}");
+    let protocols = &json["protocols"];
+    let rows: BTreeSet<(&str, &str)> = protocols["runs"]
+        .as_array()
+        .expect("protocol runs")
+        .iter()
+        .map(|r| {
+            let what = format!("{} {}", r["system"], r["protocol"]);
+            assert!(r["result"]["requests"].as_u64().unwrap() > 0, "{what}");
+            assert!(r["result"]["rps"].as_f64().unwrap() > 0.0, "{what}");
+            assert!(r["fault"].is_null(), "{what}: {}", r["fault"]);
+            assert!(r["sut_cpu_ms_per_1k"].as_f64().unwrap() > 0.0, "{what}");
+            assert!(r["cpu_ms_per_1k"]["loadgen"].as_f64().is_some(), "{what}");
+            let tls = r["result"]["tls_version"].as_str().unwrap();
+            let over_tls = r["protocol"] == "https" || r["protocol"] == "h2";
+            assert_eq!(tls.starts_with("TLSv1."), over_tls, "{what}: {tls}");
+            (
+                r["system"].as_str().unwrap(),
+                r["protocol"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("nginx-tls", "h2"),
+            ("nginx-tls", "https"),
+            ("zerohop-ring", "h2"),
+            ("zerohop-ring", "h2c"),
+            ("zerohop-ring", "http/1.1"),
+            ("zerohop-ring", "https"),
+        ]
+        .into_iter()
+        .collect()
+    );
+    let ratios = protocols["ratios"].as_array().expect("protocol ratios");
+    assert_eq!(ratios.len(), 5, "{ratios:?}");
+    for r in ratios {
+        assert!(r["rps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["cpu_per_request"].as_f64().unwrap() > 0.0, "{r}");
+    }
     let summary = std::fs::read_to_string(dir.path().join("summary.md")).expect("summary.md");
-    for heading in ["## Targets", "## Hello chain", "## Idle", "## Floors"] {
+    for heading in [
+        "## Targets",
+        "## Hello chain",
+        "## HTTPS and HTTP/2",
+        "## Idle",
+        "## Floors",
+    ] {
         assert!(summary.contains(heading), "summary lacks {heading}");
     }
 }

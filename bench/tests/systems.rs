@@ -68,6 +68,7 @@ fn expected_components(id: SystemId, chain: &[Step]) -> Vec<String> {
         SystemId::Monolith => vec!["monolith".to_owned()],
         SystemId::HttpChain => numbered(Vec::new()),
         SystemId::NginxBroker => numbered(vec!["nginx".into(), "nginx-worker".into()]),
+        SystemId::NginxTls => vec!["nginx".into(), "nginx-worker".into(), "monolith".into()],
     }
 }
 
@@ -118,6 +119,7 @@ fn check(id: SystemId) {
             .expect("binary folder")
             .to_path_buf(),
         work_dir: work.path().to_path_buf(),
+        tls: None,
     };
     for chain in [HELLO.to_vec(), passes(3)] {
         let what = format!("{} {:?}", id.name(), chain);
@@ -248,6 +250,7 @@ fn missing_binaries_and_empty_chains_are_clear_errors() {
         instances: 1,
         bin_dir: empty.path().to_path_buf(),
         work_dir: work.path().to_path_buf(),
+        tls: None,
     };
     for id in [
         SystemId::Zerohop(Backend::Ring),
@@ -284,6 +287,7 @@ fn zerohop_components_follow_a_restarted_function() {
             .expect("binary folder")
             .to_path_buf(),
         work_dir: work.path().to_path_buf(),
+        tls: None,
     };
     let mut sys = systems::start(SystemId::Zerohop(Backend::Ring), &HELLO, &opts)
         .unwrap_or_else(|e| panic!("{e:#}"));

@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use super::{Machine, Table};
 use crate::floors::Floor;
 use crate::loadgen::RunResult;
+use crate::protocols::Protocols;
 
 /// One load run of one system.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -120,6 +121,8 @@ pub struct Results {
     pub targets: Vec<Target>,
     /// Systems or points that could not run, and why.
     pub failures: Vec<String>,
+    /// The HTTPS and HTTP/2 rows (h2load), with their ratios.
+    pub protocols: Protocols,
 }
 
 impl Results {
@@ -439,6 +442,7 @@ impl Results {
                     .join(", ")
             )
         });
+        self.summary_protocols(&mut s);
         let _ = writeln!(s, "## Idle (everything up, no traffic)\n");
         let mut idle = Table::new(&["system", "seconds", "CPU seconds", "share of one core"]);
         for i in &self.idle {
@@ -520,6 +524,63 @@ impl Results {
             ]);
         }
         let _ = writeln!(s, "{table}");
+    }
+
+    fn summary_protocols(&self, s: &mut String) {
+        let p = &self.protocols;
+        if p.runs.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "## HTTPS and HTTP/2 (hello, 100 B, h2load)\n\n\
+             zerohop-ring over each protocol, and nginx terminating TLS (HTTP/1.1 and h2 by ALPN) \
+             in front of the monolith over keep-alive HTTP/1.1. The same requests in flight at \
+             every point: one per connection over HTTP/1.1, several streams per connection over \
+             HTTP/2. CPU is milliseconds of the system per 1,000 requests (h2load apart). With \
+             the matrix pinned, h2load has CPU 0 and the whole system CPU 1: the ratios say what \
+             a protocol costs per request on one busy core, not how the gateway, the functions \
+             or nginx would use more cores.\n"
+        );
+        let mut table = Table::new(&[
+            "system",
+            "protocol",
+            "connections x streams",
+            "RPS",
+            "mean us",
+            "CPU ms/1k",
+            "h2load CPU ms/1k",
+            "TLS",
+            "fault",
+        ]);
+        for r in &p.runs {
+            table.row(&[
+                r.system.clone(),
+                r.protocol.clone(),
+                format!("{} x {}", r.connections, r.streams),
+                format!("{:.0}", r.result.rps),
+                format!("{:.0}", r.result.mean_us),
+                format!("{:.1}", r.sut_cpu_ms_per_1k),
+                format!(
+                    "{:.1}",
+                    r.cpu_ms_per_1k.get("loadgen").copied().unwrap_or(0.0)
+                ),
+                format!("{} {}", r.result.tls_version, r.result.cipher)
+                    .trim()
+                    .to_owned(),
+                r.fault.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        let _ = writeln!(s, "{table}");
+        let mut ratios = Table::new(&["ratio", "RPS", "CPU per request"]);
+        for r in &p.ratios {
+            ratios.row(&[
+                r.name.clone(),
+                format!("{:.2}x", r.rps),
+                format!("{:.2}x", r.cpu_per_request),
+            ]);
+        }
+        let _ = writeln!(s, "{ratios}");
     }
 
     fn summary_experiment(
