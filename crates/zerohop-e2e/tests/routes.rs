@@ -97,7 +97,8 @@ fn parameters_a_catch_all_the_query_and_cookies_reach_functions() {
         &format!("{url}/product/7"),
     ]);
     assert!(
-        a.body.contains("cookie.shop_session-id=s-9\ncookie.shop_currency=JPY\n"),
+        a.body
+            .contains("cookie.shop_session-id=s-9\ncookie.shop_currency=JPY\n"),
         "{}",
         a.body
     );
