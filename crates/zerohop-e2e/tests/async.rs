@@ -222,6 +222,10 @@ fn an_idempotent_route_retries_a_synchronous_request() {
     let r = send("POST", &format!("{url}/work"), "sync", &[]);
     assert_eq!(r.status, 503, "{r:?}");
     assert_eq!(calls(&data), 3, "three attempts, no more");
+    assert!(
+        !state.path().join("idem").exists(),
+        "a chain that took no async request leaves no folder"
+    );
     d.stop_cleanly();
 }
 

@@ -29,29 +29,49 @@ pub(crate) fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// A folder of deferred requests.
+/// A folder of deferred requests; made on the first write, so a chain that never takes an
+/// async request leaves nothing behind.
 #[derive(Debug)]
 pub(crate) struct Store {
     dir: PathBuf,
+    /// Set once the folder and its sub-folders exist.
+    made: std::sync::OnceLock<()>,
 }
 
 impl Store {
-    /// Makes (mode 0700) or opens `dir` and its sub-folders; throws away half-written files.
+    /// Opens `dir` if it exists (throwing away half-written files), else only remembers it.
     pub(crate) fn open(dir: &Path) -> io::Result<Self> {
+        let s = Self {
+            dir: dir.to_owned(),
+            made: std::sync::OnceLock::new(),
+        };
+        if dir.exists() {
+            s.make()?;
+            for e in fs::read_dir(dir.join(TMP))? {
+                let _ = fs::remove_file(e?.path());
+            }
+        }
+        Ok(s)
+    }
+
+    /// Makes the folder and its sub-folders (mode 0700) unless that was done.
+    fn make(&self) -> io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
+        if self.made.get().is_some() {
+            return Ok(());
+        }
         for sub in [QUEUE, DONE, DLQ, TMP] {
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
-                .create(dir.join(sub))?;
+                .create(self.dir.join(sub))?;
         }
-        for e in fs::read_dir(dir.join(TMP))? {
-            let _ = fs::remove_file(e?.path());
+        sync_dir(&self.dir)?;
+        if let Some(parent) = self.dir.parent() {
+            sync_dir(parent)?;
         }
-        sync_dir(dir)?;
-        Ok(Self {
-            dir: dir.to_owned(),
-        })
+        let _ = self.made.set(());
+        Ok(())
     }
 
     /// The folder.
@@ -61,6 +81,7 @@ impl Store {
 
     /// Writes `sub/id` durably: whole or not at all.
     pub(crate) fn put(&self, sub: &str, id: &str, head: &Value, body: &[u8]) -> io::Result<()> {
+        self.make()?;
         let tmp = self.dir.join(TMP).join(format!("{id}.{sub}"));
         let mut f = File::create(&tmp)?;
         let mut line = serde_json::to_vec(head).map_err(io::Error::other)?;
@@ -103,7 +124,12 @@ impl Store {
     /// The ids in `sub`, oldest file first.
     pub(crate) fn ids(&self, sub: &str) -> io::Result<Vec<String>> {
         let mut out = Vec::new();
-        for e in fs::read_dir(self.dir.join(sub))? {
+        let list = match fs::read_dir(self.dir.join(sub)) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        for e in list {
             let e = e?;
             let Some(name) = e.file_name().to_str().map(str::to_owned) else {
                 continue;
@@ -155,6 +181,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("zh-store-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let s = Store::open(&dir).unwrap();
+        assert!(!dir.exists(), "made on the first write only");
+        assert!(s.ids(QUEUE).unwrap().is_empty());
         let id = "0123456789abcdef0123456789abcdef";
         let head = serde_json::json!({ "route": "POST /x" });
         s.put(QUEUE, id, &head, b"body\nwith lines").unwrap();
