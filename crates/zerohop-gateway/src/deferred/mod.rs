@@ -564,6 +564,43 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    /// What a start finds: a request with its result already written is not queued again,
+    /// one without is, a dead letter stays one, an unconfirmed callback is sent again.
+    #[test]
+    fn a_start_queues_only_what_has_no_answer() {
+        let dir = std::env::temp_dir().join(format!("zh-deferred-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir).unwrap();
+        let [answered, waiting, dead] = ["a", "b", "c"].map(|c| c.repeat(32));
+        let request = json!({ "route": "POST /x", "meta": [], "accepted_ms": now_ms() });
+        for id in [&answered, &waiting] {
+            store.put(QUEUE, id, &request, b"body").unwrap();
+        }
+        let result = json!({ "status": 200, "headers": [], "finished_ms": now_ms(),
+                             "callback": "http://127.0.0.1:9/", "delivered": false });
+        store.put(DONE, &answered, &result, b"BODY").unwrap();
+        store.put(DLQ, &dead, &request, b"body").unwrap();
+        let d = Deferred::open(&dir, &[]).unwrap();
+        assert_eq!(lock(&d.pending).iter().collect::<Vec<_>>(), [&waiting]);
+        assert!(!d.store.has(QUEUE, &answered), "its queue file outlived it");
+        assert_eq!(lock(&d.callbacks).iter().collect::<Vec<_>>(), [&answered]);
+        let letters = d.dead_letters().unwrap();
+        assert_eq!(letters.len(), 1);
+        assert_eq!(
+            (letters[0].id.as_str(), letters[0].route.as_str()),
+            (dead.as_str(), "POST /x")
+        );
+        // Replayed: queued, no longer a dead letter; unknown or malformed ids refused.
+        d.replay(&dead).unwrap();
+        assert!(d.store.has(QUEUE, &dead) && !d.store.has(DLQ, &dead));
+        assert!(matches!(d.replay(&dead), Err(DeferredError::Unknown(_))));
+        assert!(matches!(
+            d.drop_dead_letter("../x"),
+            Err(DeferredError::Unknown(_))
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn prefer_table() {
         for (values, want) in [
