@@ -4,13 +4,14 @@
 //! driven by [`h2load`](crate::h2load) in the same run.
 //!
 //! Every point keeps the same number of requests in flight ([`Plan::in_flight`]): HTTP/1.1
-//! needs a connection for each, HTTP/2 carries them as streams on a few connections
-//! ([`Plan::h2_connections`]), as HTTP/2 clients do. Before each point one request over that
+//! needs a connection for each; HTTP/2 runs twice, once with them as streams on a few
+//! connections ([`Plan::h2_connections`]), as HTTP/2 clients do, and once with one stream per
+//! connection as HTTP/1.1 (the protocol's cost apart from multiplexing). Before each point one request over that
 //! protocol is checked with curl (exact body, and the protocol curl spoke); then a warm-up run,
 //! then the measured run with the CPU of every process of the system read around it.
 //!
 //! Ratios ([`Ratio`]): zerohop over each protocol against its own clear HTTP/1.1, and zerohop
-//! against nginx-tls over the same TLS protocol. On two cores h2load (CPU 0) and the system
+//! against nginx-tls over the same TLS protocol and connections. On two cores h2load (CPU 0) and the system
 //! (CPU 1) each have one core, and the system's gateway, functions or nginx and monolith share
 //! theirs: the ratios show what a protocol costs per request on one busy core, not how any of
 //! them scales.
@@ -36,14 +37,15 @@ pub struct Plan {
     pub duration: Duration,
     /// Requests in flight at every point.
     pub in_flight: usize,
-    /// Connections that carry them over HTTP/2.
+    /// Connections that carry them over HTTP/2 when multiplexed.
     pub h2_connections: usize,
 }
 
 impl Plan {
-    /// The h2load point for `protocol`.
-    pub fn point(&self, protocol: Protocol) -> Point {
-        let (connections, streams) = if protocol.http2() {
+    /// The h2load point for `protocol`: HTTP/2 `multiplexed` on [`Plan::h2_connections`],
+    /// else (and always for HTTP/1.1) one request in flight per connection.
+    pub fn point(&self, protocol: Protocol, multiplexed: bool) -> Point {
+        let (connections, streams) = if protocol.http2() && multiplexed {
             let c = self.h2_connections.clamp(1, self.in_flight.max(1));
             (c, self.in_flight.max(1).div_ceil(c))
         } else {
@@ -101,48 +103,78 @@ pub struct Protocols {
     pub ratios: Vec<Ratio>,
 }
 
-/// The systems and protocols, in the order run.
-const ROWS: [(SystemId, bool, [Protocol; 2]); 3] = [
+/// The points on one system: (protocol, multiplexed).
+type Points = [(Protocol, bool); 3];
+
+/// The systems (served over TLS or not) and their points, in the order run.
+const ROWS: [(SystemId, bool, Points); 3] = [
     (
         SystemId::Zerohop(zerohop_transport::Backend::Ring),
         false,
-        [Protocol::Http1, Protocol::H2c],
+        [
+            (Protocol::Http1, false),
+            (Protocol::H2c, true),
+            (Protocol::H2c, false),
+        ],
     ),
     (
         SystemId::Zerohop(zerohop_transport::Backend::Ring),
         true,
-        [Protocol::Https, Protocol::H2],
+        [
+            (Protocol::Https, false),
+            (Protocol::H2, true),
+            (Protocol::H2, false),
+        ],
     ),
-    (SystemId::NginxTls, true, [Protocol::Https, Protocol::H2]),
+    (
+        SystemId::NginxTls,
+        true,
+        [
+            (Protocol::Https, false),
+            (Protocol::H2, true),
+            (Protocol::H2, false),
+        ],
+    ),
 ];
 
-/// A row: system name and protocol.
-type Row = (&'static str, Protocol);
+/// A row: system name, protocol, multiplexed.
+type Row = (&'static str, Protocol, bool);
+
+const ZEROHOP: &str = "zerohop-ring";
+const NGINX: &str = "nginx-tls";
 
 /// The ratios reported: a row over another.
-const RATIOS: [(Row, Row); 5] = [
+const RATIOS: [(Row, Row); 8] = [
     (
-        ("zerohop-ring", Protocol::Https),
-        ("zerohop-ring", Protocol::Http1),
+        (ZEROHOP, Protocol::Https, false),
+        (ZEROHOP, Protocol::Http1, false),
     ),
     (
-        ("zerohop-ring", Protocol::H2),
-        ("zerohop-ring", Protocol::Http1),
+        (ZEROHOP, Protocol::H2, false),
+        (ZEROHOP, Protocol::Http1, false),
     ),
     (
-        ("zerohop-ring", Protocol::H2c),
-        ("zerohop-ring", Protocol::Http1),
+        (ZEROHOP, Protocol::H2, true),
+        (ZEROHOP, Protocol::Http1, false),
     ),
     (
-        ("zerohop-ring", Protocol::Https),
-        ("nginx-tls", Protocol::Https),
+        (ZEROHOP, Protocol::H2c, false),
+        (ZEROHOP, Protocol::Http1, false),
     ),
-    (("zerohop-ring", Protocol::H2), ("nginx-tls", Protocol::H2)),
+    (
+        (ZEROHOP, Protocol::H2c, true),
+        (ZEROHOP, Protocol::Http1, false),
+    ),
+    (
+        (ZEROHOP, Protocol::Https, false),
+        (NGINX, Protocol::Https, false),
+    ),
+    ((ZEROHOP, Protocol::H2, false), (NGINX, Protocol::H2, false)),
+    ((ZEROHOP, Protocol::H2, true), (NGINX, Protocol::H2, true)),
 ];
 
 /// Points [`run`] measures (for progress).
-pub const POINTS: usize = 6;
-
+pub const POINTS: usize = 9;
 /// Runs every row with `chain` and 100-byte bodies; what could not run goes to `failures`.
 /// `say` gets a line per point.
 pub fn run(
@@ -179,17 +211,23 @@ pub fn run(
                 continue;
             }
         };
-        for protocol in protocols {
-            say(&format!("{label} {}", protocol.name()));
-            let point = plan.point(protocol);
+        for (protocol, multiplexed) in protocols {
+            let point = plan.point(protocol, multiplexed);
+            let what = format!(
+                "{label} {} ({} x {})",
+                protocol.name(),
+                point.connections,
+                point.streams
+            );
+            say(&what);
             match measure(&sys, &opts, &point, plan, &body_file, &body, &expected) {
                 Ok(r) => {
                     if let Some(f) = &r.fault {
-                        failures.push(format!("{label} {}: {f}", protocol.name()));
+                        failures.push(format!("{what}: {f}"));
                     }
                     out.runs.push(r);
                 }
-                Err(e) => failures.push(format!("{label} {}: {e:#}", protocol.name())),
+                Err(e) => failures.push(format!("{what}: {e:#}")),
             }
         }
         sys.stop();
@@ -270,16 +308,26 @@ fn measure(
 
 /// [`RATIOS`] of the runs that were measured without a fault.
 fn ratios(runs: &[ProtocolRun]) -> Vec<Ratio> {
-    let find = |(system, protocol): Row| {
-        runs.iter()
-            .find(|r| r.system == system && r.protocol == protocol.name() && r.fault.is_none())
+    let find = |(system, protocol, multiplexed): Row| {
+        runs.iter().find(|r| {
+            r.system == system
+                && r.protocol == protocol.name()
+                && (r.streams > 1) == multiplexed
+                && r.fault.is_none()
+        })
+    };
+    let row = |r: &ProtocolRun| {
+        format!(
+            "{} {} ({} x {})",
+            r.system, r.protocol, r.connections, r.streams
+        )
     };
     RATIOS
         .iter()
         .filter_map(|&(a, b)| {
             let (ra, rb) = (find(a)?, find(b)?);
             Some(Ratio {
-                name: format!("{} {} / {} {}", a.0, a.1.name(), b.0, b.1.name()),
+                name: format!("{} / {}", row(ra), row(rb)),
                 rps: ra.result.rps / rb.result.rps.max(1e-9),
                 cpu_per_request: ra.sut_cpu_ms_per_1k / rb.sut_cpu_ms_per_1k.max(1e-9),
             })
@@ -291,12 +339,12 @@ fn ratios(runs: &[ProtocolRun]) -> Vec<Ratio> {
 mod tests {
     use super::*;
 
-    fn run_of(system: &str, protocol: Protocol, rps: f64, cpu: f64) -> ProtocolRun {
+    fn run_of(system: &str, protocol: Protocol, streams: usize, rps: f64, cpu: f64) -> ProtocolRun {
         ProtocolRun {
             system: system.into(),
             protocol: protocol.name().into(),
-            connections: 1,
-            streams: 1,
+            connections: 32 / streams,
+            streams,
             result: H2loadResult {
                 rps,
                 ..Default::default()
@@ -316,20 +364,22 @@ mod tests {
             in_flight: 32,
             h2_connections: 4,
         };
-        let h1 = plan.point(Protocol::Https);
+        let h1 = plan.point(Protocol::Https, true);
         assert_eq!((h1.connections, h1.streams), (32, 1));
-        let h2 = plan.point(Protocol::H2c);
+        let h2 = plan.point(Protocol::H2c, true);
         assert_eq!((h2.connections, h2.streams), (4, 8));
+        let h2 = plan.point(Protocol::H2, false);
+        assert_eq!((h2.connections, h2.streams), (32, 1));
     }
 
     #[test]
     fn ratios_compare_the_named_rows_and_skip_faulty_or_missing_ones() {
         let mut runs = vec![
-            run_of("zerohop-ring", Protocol::Http1, 100.0, 10.0),
-            run_of("zerohop-ring", Protocol::Https, 80.0, 12.0),
-            run_of("zerohop-ring", Protocol::H2, 90.0, 11.0),
-            run_of("nginx-tls", Protocol::Https, 40.0, 24.0),
-            run_of("nginx-tls", Protocol::H2, 45.0, 22.0),
+            run_of("zerohop-ring", Protocol::Http1, 1, 100.0, 10.0),
+            run_of("zerohop-ring", Protocol::Https, 1, 80.0, 12.0),
+            run_of("zerohop-ring", Protocol::H2, 8, 90.0, 11.0),
+            run_of("nginx-tls", Protocol::Https, 1, 40.0, 24.0),
+            run_of("nginx-tls", Protocol::H2, 8, 45.0, 22.0),
         ];
         runs[4].fault = Some("wrong".into());
         let r = ratios(&runs);
@@ -337,9 +387,9 @@ mod tests {
         assert_eq!(
             names,
             [
-                "zerohop-ring https / zerohop-ring http/1.1",
-                "zerohop-ring h2 / zerohop-ring http/1.1",
-                "zerohop-ring https / nginx-tls https",
+                "zerohop-ring https (32 x 1) / zerohop-ring http/1.1 (32 x 1)",
+                "zerohop-ring h2 (4 x 8) / zerohop-ring http/1.1 (32 x 1)",
+                "zerohop-ring https (32 x 1) / nginx-tls https (32 x 1)",
             ]
         );
         assert_eq!(r[0].rps, 0.8);

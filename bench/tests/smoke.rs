@@ -123,7 +123,7 @@ fn smoke_matrix_answers_correctly_and_reports_every_field() {
     let targets = json["targets"].as_array().unwrap();
     assert!(targets.len() >= 4, "targets: {targets:?}");
     let protocols = &json["protocols"];
-    let rows: BTreeSet<(&str, &str)> = protocols["runs"]
+    let rows: BTreeSet<(&str, &str, bool)> = protocols["runs"]
         .as_array()
         .expect("protocol runs")
         .iter()
@@ -140,24 +140,28 @@ fn smoke_matrix_answers_correctly_and_reports_every_field() {
             (
                 r["system"].as_str().unwrap(),
                 r["protocol"].as_str().unwrap(),
+                r["streams"].as_u64().unwrap() > 1,
             )
         })
         .collect();
     assert_eq!(
         rows,
         [
-            ("nginx-tls", "h2"),
-            ("nginx-tls", "https"),
-            ("zerohop-ring", "h2"),
-            ("zerohop-ring", "h2c"),
-            ("zerohop-ring", "http/1.1"),
-            ("zerohop-ring", "https"),
+            ("nginx-tls", "h2", false),
+            ("nginx-tls", "h2", true),
+            ("nginx-tls", "https", false),
+            ("zerohop-ring", "h2", false),
+            ("zerohop-ring", "h2", true),
+            ("zerohop-ring", "h2c", false),
+            ("zerohop-ring", "h2c", true),
+            ("zerohop-ring", "http/1.1", false),
+            ("zerohop-ring", "https", false),
         ]
         .into_iter()
         .collect()
     );
     let ratios = protocols["ratios"].as_array().expect("protocol ratios");
-    assert_eq!(ratios.len(), 5, "{ratios:?}");
+    assert_eq!(ratios.len(), 8, "{ratios:?}");
     for r in ratios {
         assert!(r["rps"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["cpu_per_request"].as_f64().unwrap() > 0.0, "{r}");
