@@ -298,7 +298,9 @@ impl ChainView {
                     guards.extend(d.describe(i));
                 }
                 let mut triggers = Vec::new();
-                if !r.path.is_empty() {
+                if r.grpc {
+                    triggers.push(format!("grpc {}", r.path.trim_start_matches('/')));
+                } else if !r.path.is_empty() {
                     triggers.push(format!("{} {}", r.method, r.path));
                 }
                 if !r.mqtt.is_empty() {
