@@ -54,8 +54,10 @@ pub(super) async fn work(d: Weak<Deferred>) {
             });
             continue;
         }
-        let callback = lock(&q.callbacks).pop_front();
-        if let Some(id) = callback {
+        // Callbacks a previous run did not see confirmed: all at once (each waits on its own
+        // server).
+        let callbacks: Vec<String> = lock(&q.callbacks).drain(..).collect();
+        for id in callbacks {
             let q2 = q.clone();
             tokio::spawn(async move { deliver(&q2, &id).await });
         }
