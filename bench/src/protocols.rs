@@ -1,7 +1,7 @@
 //! The HTTPS and HTTP/2 rows of the matrix: zerohop's gateway over HTTP/1.1 in clear, h2c,
 //! HTTPS (HTTP/1.1 over TLS) and h2 over TLS, and nginx terminating TLS in front of the
 //! monolith (`nginx-tls`) over HTTPS and h2, all with the hello chain and 100-byte bodies,
-//! driven by [`h2load`](crate::h2load) in the same run.
+//! driven by [`h2load`] in the same run.
 //!
 //! Every point keeps the same number of requests in flight ([`Plan::in_flight`]): HTTP/1.1
 //! needs a connection for each; HTTP/2 runs twice, once with them as streams on a few
