@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::curl::curl;
 use common::{client, post, testfn};
 use std::time::Duration;
 
@@ -172,34 +173,6 @@ fn c_functions_call_join_count_forward_and_read_headers() {
     assert_eq!(chain.stop(), Some(0));
 }
 
-/// `curl -sS -i` of `args` (bounded in time): the status, the headers (lower-case names, in
-/// order) and the body.
-fn curl(args: &[&str]) -> (u16, Vec<(String, String)>, String) {
-    let out = Command::new("curl")
-        .args(["-sS", "-i", "--max-time", "20"])
-        .args(args)
-        .output()
-        .expect("run curl (Debian: apt-get install curl)");
-    assert!(
-        out.status.success(),
-        "curl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("a UTF-8 answer");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a header block");
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let headers = lines
-        .filter_map(|l| l.split_once(": "))
-        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
-        .collect();
-    (status, headers, body.to_owned())
-}
-
 #[test]
 fn a_c_function_reads_parameters_query_and_cookies_and_answers_303_with_headers() {
     let dir = TempDir::new("sdk-c");
@@ -211,13 +184,13 @@ fn a_c_function_reads_parameters_query_and_cookies_and_answers_303_with_headers(
         cfn.display()
     );
     let chain = ChainProcess::start(&spec, &[]);
-    let (status, headers, body) = curl(&[
+    let a = curl(&[
         "-b",
         "other=x; session=s-1",
         &format!("{}/item/42?q=caf%C3%A9+au+lait&n=1", chain.url),
     ]);
     assert_eq!(
-        (status, body.as_str()),
+        (a.status, a.body.as_str()),
         (
             303,
             "path=/item/42 route=/item/{id} id=42 query=q=caf%C3%A9+au+lait&n=1 \
@@ -225,21 +198,16 @@ fn a_c_function_reads_parameters_query_and_cookies_and_answers_303_with_headers(
              not by functions status404=500"
         )
     );
-    let named = |name: &str| -> Vec<&str> {
-        headers
-            .iter()
-            .filter(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    };
-    assert_eq!(named("location"), ["/item/42/done"]);
-    assert_eq!(named("set-cookie"), ["seen=42; Path=/"]);
+    assert_eq!(a.header("location"), ["/item/42/done"]);
+    assert_eq!(a.header("set-cookie"), ["seen=42; Path=/"]);
     // Without a query or cookies: absent, not empty; the parameter is there all the same.
-    let (status, _, body) = curl(&[&format!("{}/item/7", chain.url)]);
-    assert_eq!(status, 303, "{body}");
+    let a = curl(&[&format!("{}/item/7", chain.url)]);
+    assert_eq!(a.status, 303, "{}", a.body);
     assert!(
-        body.starts_with("path=/item/7 route=/item/{id} id=7 query=- q=- session=- "),
-        "{body}"
+        a.body
+            .starts_with("path=/item/7 route=/item/{id} id=7 query=- q=- session=- "),
+        "{}",
+        a.body
     );
     assert_eq!(chain.stop(), Some(0));
 }
