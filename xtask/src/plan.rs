@@ -109,6 +109,8 @@ const NODE: Probe = Probe::Program("node");
 const NPM: Probe = Probe::Program("npm");
 const PKG_CONFIG: Probe = Probe::Program("pkg-config");
 const PYTHON: Probe = Probe::File("/usr/bin/python3");
+/// Debian's `python3 -m venv` needs ensurepip (the Locust and grpcio tests make venvs).
+const VENV: Probe = Probe::File("/usr/lib/python3.11/ensurepip/__init__.py");
 const PIP: Probe = Probe::Pip("/usr/bin/python3");
 const C_HEADERS: Probe = Probe::File("/usr/include/stdio.h");
 /// What compiles the sockmap transport's eBPF programs (its build script).
@@ -213,6 +215,7 @@ pub const TEST_STEPS: &[Step] = &[
             Probe::Program("openssl"),
             Probe::Program("curl"),
             Probe::Program("h2load"),
+            VENV,
             Probe::Program("ip"),
             Probe::Program("nsenter"),
             Probe::Program("runc"),

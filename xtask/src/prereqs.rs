@@ -116,6 +116,12 @@ pub const REQUIREMENTS: &[Requirement] = &[
         Need::Tests,
     ),
     req(
+        Probe::File("/usr/lib/python3.11/ensurepip/__init__.py"),
+        "python3-venv",
+        "`python3 -m venv` for the Locust and grpcio clients' environments",
+        Need::Tests,
+    ),
+    req(
         Probe::Program("npm"),
         "npm",
         "builds the Node.js SDK's addon",

@@ -165,6 +165,7 @@ fn as_root_with_apt_the_first_step_installs_the_package_of_every_program_any_ste
             "prometheus",
             "python3",
             "python3-pip",
+            "python3-venv",
             "runc",
             "util-linux",
         ]
