@@ -40,8 +40,12 @@ pub fn async_dir(
 }
 
 /// Opens `spec`'s folder of deferred requests (what a previous run left is queued again or
-/// kept) and gives it to `gateways`; [`start`] runs them.
-pub(super) fn open(spec: &ChainSpec, gateways: &Gateways) -> Result<Arc<Deferred>, AgentError> {
+/// kept) and gives it to `gateways`; [`start`] runs them. `None` when the folder cannot be
+/// used and no route needs it (`Prefer: respond-async` is then answered synchronously).
+pub(super) fn open(
+    spec: &ChainSpec,
+    gateways: &Gateways,
+) -> Result<Option<Arc<Deferred>>, AgentError> {
     let env = std::env::var_os(STATE_DIR_ENV);
     let xdg = std::env::var_os("XDG_STATE_HOME");
     let home = std::env::var_os("HOME");
@@ -52,13 +56,27 @@ pub(super) fn open(spec: &ChainSpec, gateways: &Gateways) -> Result<Arc<Deferred
         xdg.as_deref().map(Path::new),
         home.as_deref().map(Path::new),
     );
-    let deferred = Deferred::open(&dir, &spec.routes)?;
+    let deferred = match Deferred::open(&dir, &spec.routes) {
+        Ok(d) => d,
+        // Only an `async: true` route needs the folder to start; elsewhere `Prefer:
+        // respond-async` is a preference, and the chain answers at once instead (an agent run
+        // as another user than its $HOME's, say).
+        Err(e) if !spec.routes.iter().any(|r| r.delivery.is_async) => {
+            tracing::warn!(
+                chain = %spec.name,
+                "async requests are answered synchronously: {e}; set {STATE_DIR_ENV} to a \
+                 folder this agent may write"
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let left = deferred.pending();
     if left > 0 {
         tracing::info!(chain = %spec.name, dir = %dir.display(), "{left} async requests left by the last run are queued again");
     }
     deferred.attach(gateways);
-    Ok(deferred)
+    Ok(Some(deferred))
 }
 
 /// Starts running the deferred requests of the chain of `gateways` (its instances are ready).
