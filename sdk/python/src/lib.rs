@@ -159,8 +159,16 @@ impl NativeRequest {
     }
 
     /// Sets the answer's status (200..=399 but 204, 205 and 304).
-    fn set_status(&self, status: u16) -> PyResult<()> {
-        self.get()?.set_status(status).map_err(handler_error)
+    fn set_status(&self, status: i64) -> PyResult<()> {
+        let req = self.get()?;
+        // Any integer: one past u16 is refused as the runtime refuses any status it may not use.
+        let Ok(code) = u16::try_from(status) else {
+            return Err(handler_error(HandlerError::internal(format!(
+                "status {status} is not one a function answers with: 200..=399 but 204, 205 \
+                 and 304 (an error status is answered by failing the request)"
+            ))));
+        };
+        req.set_status(code).map_err(handler_error)
     }
 
     /// Calls `function` with `data`; (status, body bytes) where status 200 is an output.
