@@ -9,6 +9,8 @@
 use std::ffi::c_char;
 use std::ptr;
 
+use zerohop_runtime::Request;
+
 use super::{out_str, put_len, request, text, zh_request};
 
 /// The path of the route the request came in by, as the spec writes it (`/item/{id}`,
@@ -37,6 +39,20 @@ fn out_opt(found: Option<&str>, len: *mut usize) -> *const c_char {
     }
 }
 
+/// What `get` finds under `name` in the request, as (pointer, length), or NULL (length 0)
+/// when absent or when `req` or `name` is unusable (zh_param, zh_cookie).
+fn named(
+    req: *mut zh_request,
+    name: *const c_char,
+    len: *mut usize,
+    get: for<'x> fn(&'x Request<'static>, &str) -> Option<&'x str>,
+) -> *const c_char {
+    let (Some(r), Some(name)) = (request(req), text(name)) else {
+        return out_opt(None, len);
+    };
+    out_opt(get(r.req(), name), len)
+}
+
 /// The route's path parameter `name` (`id` for `GET /item/{id}`, `rest` for a trailing `*`),
 /// percent-decoded, else NULL. Parameters always arrive, listed in `headers` or not. Not
 /// NUL-terminated; its length in `*len`.
@@ -51,10 +67,7 @@ pub unsafe extern "C" fn zh_param(
     name: *const c_char,
     len: *mut usize,
 ) -> *const c_char {
-    let (Some(r), Some(name)) = (request(req), text(name)) else {
-        return out_opt(None, len);
-    };
-    out_opt(r.req().param(name), len)
+    named(req, name, len, Request::param)
 }
 
 /// The query string as the client sent it (after `?`, not decoded), when a function of the
@@ -101,7 +114,8 @@ pub unsafe extern "C" fn zh_query(
     };
     put_len(len, v.len());
     if v.len() <= cap && !buf.is_null() {
-        // SAFETY: C passes room for `cap` bytes at `buf`.
+        // SAFETY: `buf` is not NULL and C passes room for `cap` bytes there (zerohop.h);
+        // `v.len() <= cap` was checked; `v` is a string of our own, so they do not overlap.
         unsafe { ptr::copy_nonoverlapping(v.as_ptr(), buf.cast::<u8>(), v.len()) };
     }
     1
@@ -121,10 +135,7 @@ pub unsafe extern "C" fn zh_cookie(
     name: *const c_char,
     len: *mut usize,
 ) -> *const c_char {
-    let (Some(r), Some(name)) = (request(req), text(name)) else {
-        return out_opt(None, len);
-    };
-    out_opt(r.req().cookie(name), len)
+    named(req, name, len, Request::cookie)
 }
 
 /// Adds the header `name: value` to the client's answer (HTTP only), e.g. `Location` with

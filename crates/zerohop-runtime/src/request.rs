@@ -62,6 +62,15 @@ impl HandlerError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, message)
     }
+
+    /// 500: `status` is not one [`Request::set_status`] takes (SDKs whose integers are wider
+    /// than `u16` refuse theirs with it too).
+    pub fn status_refused(status: impl std::fmt::Display) -> Self {
+        Self::internal(format!(
+            "status {status} is not one a function answers with: 200..=399 but 204, 205 and \
+             304 (an error status is answered by failing the request)"
+        ))
+    }
 }
 
 /// One request, viewed in place in shared memory.
@@ -193,10 +202,7 @@ impl Request<'_> {
     /// set another; a call's answer with a 3xx is an error for its caller.
     pub fn set_status(&mut self, status: u16) -> Result<(), HandlerError> {
         if !(200..=399).contains(&status) || matches!(status, 204 | 205 | 304) {
-            return Err(HandlerError::internal(format!(
-                "status {status} is not one a function answers with: 200..=399 but 204, 205 \
-                 and 304 (an error status is answered by failing the request)"
-            )));
+            return Err(HandlerError::status_refused(status));
         }
         self.header.status = status;
         Ok(())

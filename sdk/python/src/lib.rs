@@ -163,10 +163,7 @@ impl NativeRequest {
         let req = self.get()?;
         // Any integer: one past u16 is refused as the runtime refuses any status it may not use.
         let Ok(code) = u16::try_from(status) else {
-            return Err(handler_error(HandlerError::internal(format!(
-                "status {status} is not one a function answers with: 200..=399 but 204, 205 \
-                 and 304 (an error status is answered by failing the request)"
-            ))));
+            return Err(handler_error(HandlerError::status_refused(status)));
         };
         req.set_status(code).map_err(handler_error)
     }

@@ -108,8 +108,8 @@ fn frontend_page(req: &mut Request<'_>) -> Result<Next, HandlerError> {
         HandlerError::not_found(format!("no page for {} {}", req.method(), req.route_path()))
     })?;
     let owned = |v: Option<&str>| v.map(str::to_owned);
-    let [_, referer, accept] = frontend::HEADERS.map(|name| owned(req.header(name)));
-    let cookie = cookie_header(req);
+    // The gateway gives cookies split over several fields as one line (HTTP/2 clients).
+    let [cookie, referer, accept] = frontend::HEADERS.map(|name| owned(req.header(name)));
     let product_id = owned(req.param("id"));
     let body = req.body().to_vec();
     let page = frontend::PageRequest {
@@ -129,27 +129,6 @@ fn frontend_page(req: &mut Request<'_>) -> Result<Next, HandlerError> {
         req.add_response_header(name, value)?;
     }
     Ok(Next::Continue)
-}
-
-/// The request's cookies as one `Cookie` value. A client may send several `Cookie` fields
-/// (HTTP/2 clients split them), each a line of the metadata, and `Request::header` reads the
-/// first; the shop's own cookies are looked up in all of them (`Request::cookie`) and added
-/// when the first lacks them.
-fn cookie_header(req: &Request<'_>) -> Option<String> {
-    let mut jar = req.header(frontend::HEADERS[0]).map(str::to_owned);
-    for name in [frontend::SESSION_COOKIE, frontend::CURRENCY_COOKIE] {
-        let Some(value) = req.cookie(name) else {
-            continue;
-        };
-        if frontend::cookie(jar.as_deref(), name).is_none() {
-            let jar = jar.get_or_insert_with(String::new);
-            if !jar.is_empty() {
-                jar.push_str("; ");
-            }
-            jar.push_str(&format!("{name}={value}"));
-        }
-    }
-    jar
 }
 
 /// Serves `service` as this process's function until the agent stops it.
