@@ -196,6 +196,21 @@ fn the_manifests_pass_a_server_dry_run_and_a_wrong_chain_is_refused_with_its_fie
             "  timeout: 10s\n  pool: { slotz: 4 }",
             "spec.pool.slotz",
         ),
+        (
+            "    - http: POST /hello",
+            "    - http: POST /hello\n      grpc: a.B/C",
+            "spec.routes[0]",
+        ),
+        (
+            "      sequence: [upper, exclaim]",
+            "      sequence: [upper, exclaim]\n      retry: { statuses: [200] }",
+            "spec.routes[0].retry.statuses[0]",
+        ),
+        (
+            "      sequence: [upper, exclaim]",
+            "      sequence: [upper, exclaim]\n      rate_limit: { per: 1s }",
+            "spec.routes[0].rate_limit.requests",
+        ),
     ];
     for (from, to, field) in cases {
         let doc = hello(3).replace(from, to);

@@ -34,7 +34,7 @@ pub struct DeliverySpec {
     pub idempotent: bool,
 }
 
-/// `retry: { attempts, backoff, max_backoff, on }`: exponential backoff with full jitter,
+/// `retry: { attempts, backoff, max_backoff, statuses }`: exponential backoff with full jitter,
 /// never past the request's deadline.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetrySpec {
@@ -46,7 +46,7 @@ pub struct RetrySpec {
     /// The backoff stops doubling here.
     pub max_backoff: Duration,
     /// The statuses that are retried; any other failure goes to the dead-letter queue at once.
-    pub on: Vec<u16>,
+    pub statuses: Vec<u16>,
 }
 
 impl Default for RetrySpec {
@@ -55,7 +55,7 @@ impl Default for RetrySpec {
             attempts: DEFAULT_ATTEMPTS,
             backoff: DEFAULT_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
-            on: DEFAULT_RETRY_ON.to_vec(),
+            statuses: DEFAULT_RETRY_ON.to_vec(),
         }
     }
 }
@@ -122,7 +122,7 @@ impl Cx {
         self.only_known(
             &m,
             &format!("{at}."),
-            &["attempts", "backoff", "max_backoff", "on"],
+            &["attempts", "backoff", "max_backoff", "statuses"],
         )?;
         let mut r = RetrySpec::default();
         if let Some(n) = get(&m, "attempts") {
@@ -150,8 +150,8 @@ impl Cx {
         } else {
             r.max_backoff = r.max_backoff.max(r.backoff);
         }
-        if let Some(n) = get(&m, "on") {
-            let field = format!("{at}.on");
+        if let Some(n) = get(&m, "statuses") {
+            let field = format!("{at}.statuses");
             let list = self.sequence(n, &field)?;
             if list.is_empty() {
                 return Err(self.err(
@@ -160,7 +160,7 @@ impl Cx {
                     "empty; name the statuses to retry (502, 503, 504 unless set)",
                 ));
             }
-            r.on = list
+            r.statuses = list
                 .iter()
                 .enumerate()
                 .map(|(i, e)| {
@@ -200,13 +200,13 @@ routes:
         let d = route("    async: true\n    retry: {}\n").unwrap();
         assert!(d.is_async && !d.idempotent);
         assert_eq!(d.retry, Some(RetrySpec::default()));
-        assert_eq!(RetrySpec::default().on, vec![502, 503, 504]);
+        assert_eq!(RetrySpec::default().statuses, vec![502, 503, 504]);
     }
 
     #[test]
     fn every_field_is_read() {
         let d = route(
-            "    retry: { attempts: 5, backoff: 20ms, max_backoff: 1s, on: [500, 503] }\n    \
+            "    retry: { attempts: 5, backoff: 20ms, max_backoff: 1s, statuses: [500, 503] }\n    \
              idempotent: true\n",
         )
         .unwrap();
@@ -219,7 +219,7 @@ routes:
                     attempts: 5,
                     backoff: Duration::from_millis(20),
                     max_backoff: Duration::from_secs(1),
-                    on: vec![500, 503],
+                    statuses: vec![500, 503],
                 }),
             }
         );
@@ -252,12 +252,12 @@ routes:
                 "c.yaml:6: routes[0].retry.max_backoff: is shorter than backoff",
             ),
             (
-                "    retry: { on: [] }\n",
-                "c.yaml:6: routes[0].retry.on: empty",
+                "    retry: { statuses: [] }\n",
+                "c.yaml:6: routes[0].retry.statuses: empty",
             ),
             (
-                "    retry: { on: [200] }\n",
-                "c.yaml:6: routes[0].retry.on[0]: 200 is out of range",
+                "    retry: { statuses: [200] }\n",
+                "c.yaml:6: routes[0].retry.statuses[0]: 200 is out of range",
             ),
             (
                 "    idempotent: true\n",

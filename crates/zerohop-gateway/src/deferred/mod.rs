@@ -304,7 +304,7 @@ impl Deferred {
             out.push("async".to_owned());
         }
         if let Some(r) = &d.retry {
-            let on: Vec<String> = r.on.iter().map(u16::to_string).collect();
+            let on: Vec<String> = r.statuses.iter().map(u16::to_string).collect();
             out.push(format!(
                 "retry {}x ({:?} to {:?}, on {})",
                 r.attempts,

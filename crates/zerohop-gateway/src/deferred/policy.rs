@@ -9,18 +9,18 @@ use zerohop_spec::RetrySpec;
 /// What to do with the outcome of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// Keep it as the request's answer (2xx and 3xx, and client errors outside `on`:
+    /// Keep it as the request's answer (2xx and 3xx, and client errors outside `statuses`:
     /// running the same request again would get the same 4xx).
     Answer,
     /// Run it again if the schedule allows ([`backoff`]).
     Retry,
-    /// A server error outside `on`: straight to the dead-letter queue.
+    /// A server error outside `statuses`: straight to the dead-letter queue.
     DeadLetter,
 }
 
-/// The verdict on `status` for a route that retries the statuses in `on`.
-pub(crate) fn classify(status: u16, on: &[u16]) -> Verdict {
-    if on.contains(&status) {
+/// The verdict on `status` for a route that retries the statuses in `statuses`.
+pub(crate) fn classify(status: u16, statuses: &[u16]) -> Verdict {
+    if statuses.contains(&status) {
         Verdict::Retry
     } else if status < 500 {
         Verdict::Answer
@@ -70,7 +70,7 @@ mod tests {
             attempts,
             backoff: Duration::from_millis(backoff_ms),
             max_backoff: Duration::from_millis(max_ms),
-            on: vec![502, 503, 504],
+            statuses: vec![502, 503, 504],
         }
     }
 

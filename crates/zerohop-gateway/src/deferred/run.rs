@@ -24,7 +24,7 @@ fn callback_retry() -> RetrySpec {
         attempts: 5,
         backoff: Duration::from_millis(200),
         max_backoff: Duration::from_secs(5),
-        on: Vec::new(),
+        statuses: Vec::new(),
     }
 }
 /// How long one callback POST may take.
@@ -120,7 +120,7 @@ async fn run_one(d: &Arc<Deferred>, id: &str) {
             )
             .await;
         let status = status_of(&out);
-        let verdict = policy::classify(status, &retry.on);
+        let verdict = policy::classify(status, &retry.statuses);
         if verdict != Verdict::Answer && d.stopping.load(Ordering::Relaxed) {
             // Failing because the chain goes down: the next start runs it again.
             return;
@@ -307,7 +307,7 @@ impl Gateway {
             let out = self
                 .submit_within(route, meta.iter().copied(), chunks, left)
                 .await;
-            if policy::classify(status_of(&out), &retry.on) != Verdict::Retry {
+            if policy::classify(status_of(&out), &retry.statuses) != Verdict::Retry {
                 return out;
             }
             let left = deadline.saturating_duration_since(Instant::now());
