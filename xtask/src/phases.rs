@@ -142,10 +142,24 @@ pub fn print_file(root: &Path) -> Result<()> {
         }
     }
     print!("{}", table(&rows, None));
+    // Last, so that a log cut short in the middle still shows where the time went.
+    print!("{}", longest(&rows, 15));
     for (task, secs) in by_task {
         println!("  {task:<8} sum of its phases {secs:>9.1} s");
     }
     Ok(())
+}
+
+/// The `n` longest of `rows`, longest first.
+fn longest(rows: &[(String, String, f64, bool)], n: usize) -> String {
+    let mut sorted: Vec<&(String, String, f64, bool)> = rows.iter().collect();
+    sorted.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let width = sorted.iter().take(n).map(|r| r.1.len()).max().unwrap_or(5);
+    let mut out = format!("xtask: the {} longest phases\n", n.min(rows.len()));
+    for (task, phase, secs, _) in sorted.into_iter().take(n) {
+        out.push_str(&format!("  {task:<8} {phase:<width$} {secs:>9.1}\n"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -168,5 +182,7 @@ mod tests {
         assert!(t.contains("30.5  FAILED"), "{t}");
         assert!(t.contains("150.5"), "{t}");
         assert!(t.contains("100.0"), "{t}");
+        let top = longest(&rows, 1);
+        assert!(top.contains("build") && !top.contains("http"), "{top}");
     }
 }
