@@ -25,13 +25,14 @@ pub fn bench(extra: &[String]) -> Result<()> {
         .windows(2)
         .find(|w| w[0] == "--out")
         .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
-    // `--no-scale`, `--no-apps` and `--no-activation` are ours (skip the scale point, the
-    // applications, activation); the rest goes to zerohop-bench.
+    // `--no-scale`, `--no-apps`, `--no-activation`, `--no-languages` and `--no-async` are
+    // ours (skip that step); the rest goes to zerohop-bench.
     let ours = [
         "--no-scale",
         "--no-apps",
         "--no-activation",
         "--no-languages",
+        "--no-async",
     ];
     let status = Command::new("target/release/zerohop-bench")
         .args(extra.iter().filter(|a| !ours.contains(&a.as_str())))
@@ -53,7 +54,7 @@ pub fn bench(extra: &[String]) -> Result<()> {
     // The benchmarks beside the matrix: each skipped by `--smoke` or its `--no-NAME`.
     let quick = extra.iter().any(|a| a == "--quick");
     type Extra = fn(&Path, bool) -> Result<bool>;
-    let others: [(&str, Extra, &str); 3] = [
+    let others: [(&str, Extra, &str); 4] = [
         ("apps", apps, "an application run had errors"),
         (
             "activation",
@@ -61,6 +62,11 @@ pub fn bench(extra: &[String]) -> Result<()> {
             "the activation benchmark had errors",
         ),
         ("languages", languages, "a language failed or had errors"),
+        (
+            "async",
+            deferred,
+            "an async request failed or its callback did not come",
+        ),
     ];
     for (name, bench, failed) in others {
         let skip = format!("--no-{name}");
@@ -95,6 +101,13 @@ fn apps(out: &Path, quick: bool) -> Result<bool> {
 fn activation(out: &Path, quick: bool) -> Result<bool> {
     eprintln!("xtask: activation from zero (parked instance beside a cold start)");
     report_bench("zerohop-bench-activation", out, quick)
+}
+
+/// Async invocations beside synchronous ones on the hello chain (POST to 202, POST to the
+/// callback, POST to 200), written to `out/async.md` and `out/async.json`.
+fn deferred(out: &Path, quick: bool) -> Result<bool> {
+    eprintln!("xtask: async invocations beside synchronous ones");
+    report_bench("zerohop-bench-async", out, quick)
 }
 
 /// Pass-through functions in Rust, C, Go, Python and Node.js on the same runtime (per-hop

@@ -6,6 +6,9 @@
 //!   (the original load generator's task mix, every answer checked) at the same number of
 //!   users: requests per second, p50/p99, and CPU per request of the deployment (every
 //!   process of it, from `/proc`; the load generator not included).
+//! * **Online Boutique with Locust**: the original `locustfile.py`, unchanged, run by real
+//!   Locust (installed into `target/locust-venv` when missing) against both deployments:
+//!   requests per second, p50/p99, failures and CPU per request.
 //! * **IoT motion**: `zerohop up apps/motion/chain.yaml` (the gateway is the devices' MQTT
 //!   broker) and the baseline `motion-http up` (sensor and actuator HTTP servers behind an
 //!   MQTT adapter at a `mosquitto` broker), each replaying the same synthesised trace with
@@ -130,6 +133,78 @@ fn boutique_run(cx: &Ctx, url: &str, users: usize, root_pid: u32) -> Result<Valu
     });
     report.as_object_mut().map(|o| o.remove("routes"));
     Ok(report)
+}
+
+/// One run of the original `locustfile.py` with real Locust against `url`: its request
+/// rate and times, failures, and the deployment's CPU per request over the run. Locust's
+/// users think 1 to 10 s between tasks, so this is the original's realism, not a
+/// throughput test (that is `boutique-load`'s).
+fn locust_run(cx: &Ctx, locust: &Path, url: &str, root_pid: u32) -> Result<Value> {
+    let (users, seconds) = if cx.quick { (20, 10) } else { (100, 30) };
+    let before = tree_ticks(root_pid);
+    let run = zerohop_test_support::locust::run(
+        locust,
+        &cx.root.join("apps/boutique/locust/locustfile.py"),
+        url,
+        users,
+        users.div_ceil(2),
+        seconds,
+    )
+    .map_err(|e| anyhow!(e))?;
+    let cpu_s = tree_ticks(root_pid).saturating_sub(before) as f64 / ticks_per_second();
+    let total = run
+        .total()
+        .ok_or_else(|| anyhow!("Locust's stats have no Aggregated line"))?;
+    let per_request = if total.requests > 0 {
+        cpu_s * 1000.0 / total.requests as f64
+    } else {
+        0.0
+    };
+    Ok(json!({
+        "users": users,
+        "seconds": seconds,
+        "requests": total.requests,
+        "errors": total.failures,
+        "exit_code": run.code,
+        "rps": total.rps,
+        "p50_ms": total.p50_ms,
+        "p99_ms": total.p99_ms,
+        "cpu_s": cpu_s,
+        "cpu_ms_per_request": per_request,
+    }))
+}
+
+/// The original locustfile against both deployments, one after the other.
+fn boutique_locust(cx: &Ctx) -> Result<Value> {
+    eprintln!("zerohop-bench-apps: boutique, Locust (installing it into target/ if missing)");
+    let locust = zerohop_test_support::locust::venv(&cx.root).map_err(|e| anyhow!(e))?;
+    eprintln!("zerohop-bench-apps: boutique, Locust: zerohop");
+    let zerohop = {
+        let (p, out) = Proc::start(
+            "zerohop up apps/boutique/chain.yaml",
+            Command::new(cx.bin("zerohop")?)
+                .arg("up")
+                .arg(cx.root.join("apps/boutique/chain.yaml"))
+                .args(["--listen", "127.0.0.1:0"])
+                .stderr(Stdio::null()),
+        )?;
+        let line = wait_line(out, "ready at", Duration::from_secs(60))?;
+        let url = format!("http://{}", address(&line, "http://")?);
+        locust_run(cx, &locust, &url, p.pid())?
+    };
+    eprintln!("zerohop-bench-apps: boutique, Locust: HTTP microservices");
+    let http = {
+        let (p, out) = Proc::start(
+            "boutique-http",
+            Command::new(cx.bin("boutique-http")?)
+                .args(["--listen", "127.0.0.1:0"])
+                .stderr(Stdio::null()),
+        )?;
+        let line = wait_line(out, "frontend at", Duration::from_secs(60))?;
+        let url = format!("http://{}", address(&line, "http://")?);
+        locust_run(cx, &locust, &url, p.pid())?
+    };
+    Ok(json!({ "zerohop": zerohop, "http": http }))
 }
 
 fn boutique(cx: &Ctx) -> Result<Value> {
@@ -294,7 +369,7 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-fn markdown(boutique: &Value, motion: &Value) -> String {
+fn markdown(boutique: &Value, locust: &Value, motion: &Value) -> String {
     let mut s = String::from("# Applications: zerohop beside HTTP microservices\n\n");
     s.push_str(
         "## Online Boutique (boutique-load, the original's task mix)\n\n\
@@ -324,6 +399,32 @@ fn markdown(boutique: &Value, motion: &Value) -> String {
             ratio(num(z, "cpu_ms_per_request"), num(h, "cpu_ms_per_request")),
         ));
     }
+    s.push_str(
+        "\n## Online Boutique (the original locustfile, real Locust)\n\n\
+         | deployment | users | requests | RPS | p50 (ms) | p99 (ms) | CPU ms / request | failures |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for (name, key) in [("zerohop", "zerohop"), ("HTTP microservices", "http")] {
+        let r = &locust[key];
+        s.push_str(&format!(
+            "| {name} | {} | {} | {:.1} | {:.0} | {:.0} | {:.3} | {} |\n",
+            r["users"],
+            r["requests"],
+            num(r, "rps"),
+            num(r, "p50_ms"),
+            num(r, "p99_ms"),
+            num(r, "cpu_ms_per_request"),
+            r["errors"]
+        ));
+    }
+    let (z, h) = (&locust["zerohop"], &locust["http"]);
+    s.push_str(&format!(
+        "\nzerohop / HTTP: p50 {}, p99 {}, CPU per request {} (Locust's times are whole \
+         milliseconds; its users think 1 to 10 s between tasks).\n",
+        ratio(num(z, "p50_ms"), num(h, "p50_ms")),
+        ratio(num(z, "p99_ms"), num(h, "p99_ms")),
+        ratio(num(z, "cpu_ms_per_request"), num(h, "cpu_ms_per_request")),
+    ));
     s.push_str(
         "\n## IoT motion (motion-gen, the same synthesised trace)\n\n\
          | deployment | events | answered | wrong/missing | p50 (ms) | p99 (ms) | CPU s | CPU % |\n\
@@ -390,12 +491,13 @@ fn run() -> Result<bool> {
         scratch: scratch.path().to_owned(),
     };
     let boutique = boutique(&cx)?;
+    let locust = boutique_locust(&cx)?;
     let motion = motion(&cx)?;
     zerohop_bench::report::publish(
         &out,
         "apps",
-        &json!({ "boutique": boutique, "motion": motion }),
-        &markdown(&boutique, &motion),
+        &json!({ "boutique": boutique, "locust": locust, "motion": motion }),
+        &markdown(&boutique, &locust, &motion),
         None,
     )?;
     let ok = boutique
@@ -403,9 +505,11 @@ fn run() -> Result<bool> {
         .into_iter()
         .flatten()
         .all(|r| clean(&r["zerohop"], &["errors"]) && clean(&r["http"], &["errors"]))
-        && ["zerohop", "http"]
-            .iter()
-            .all(|k| clean(&motion[*k], &["wrong", "missing", "errors"]));
+        && ["zerohop", "http"].iter().all(|k| {
+            clean(&motion[*k], &["wrong", "missing", "errors"])
+                && clean(&locust[*k], &["errors"])
+                && locust[*k]["exit_code"] == json!(0)
+        });
     Ok(ok)
 }
 
