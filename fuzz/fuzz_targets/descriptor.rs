@@ -55,6 +55,7 @@ impl Fixture {
                     slot_size: 256,
                     max_parties: 4,
                     hugepages: false,
+                    release: false,
                 },
             )
             .expect("create the pool"),

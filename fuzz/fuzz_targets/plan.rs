@@ -31,6 +31,7 @@ fn pool() -> &'static Arc<Pool> {
                     slot_size: 128,
                     max_parties: 4,
                     hugepages: false,
+                    release: false,
                 },
             )
             .expect("create the pool"),

@@ -146,8 +146,11 @@ pub struct Gateway {
     party: PartyId,
     /// The pools of every security domain of the chain.
     pools: Pools,
-    /// Per route, the pool of its domain.
+    /// Per route, the pool of its domain (its small slots).
     route_pools: Vec<Arc<Pool>>,
+    /// Per route, the large pool of its domain (bodies bigger than a small slot), if the
+    /// chain has large pools.
+    route_large: Vec<Option<Arc<Pool>>>,
     sender: Box<dyn Sender>,
     plan: Arc<Plan>,
     router: Router,
@@ -177,13 +180,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A gateway for `plan`, sending with `sender` (party 0's) into `pools`: one pool per
-    /// security domain of the plan ([`Plan::domains`], in that order), or a single pool for
-    /// all routes. For several gateway threads see [`Gateways::new`].
+    /// A gateway for `plan`, sending with `sender` (party 0's) into `pools`: every pool of
+    /// the plan ([`Plan::pool_geometry`] and [`Plan::large_pool_geometry`] of each of its
+    /// [`Plan::domains`]: a route's pools are found by their first slot), or a single pool
+    /// for all routes. For several gateway threads see [`Gateways::new`].
     ///
     /// # Panics
     ///
-    /// If `pools` holds neither one pool nor one per domain.
+    /// If `pools` is neither a single pool nor holds each domain's small pool.
     pub fn new(
         pools: impl Into<Pools>,
         sender: Box<dyn Sender>,
@@ -211,20 +215,10 @@ impl Gateway {
         became_busy: Arc<tokio::sync::Notify>,
         wants_instance: Arc<tokio::sync::Notify>,
     ) -> Arc<Self> {
-        let list = pools.as_slice();
-        let domains = plan.domains().len();
-        assert!(
-            list.len() == 1 || list.len() == domains,
-            "the gateway needs one pool per security domain ({domains}) or one for all, got {}",
-            list.len()
-        );
-        let route_pools = plan
-            .route_domains()
-            .into_iter()
-            .map(|d| list[if list.len() == 1 { 0 } else { d }].clone())
-            .collect();
+        let (route_pools, route_large) = route_pools(&plan, &pools);
         Arc::new(Self {
             route_pools,
+            route_large,
             router: Router::new(&plan),
             content_types: plan
                 .routes
@@ -290,9 +284,19 @@ impl Gateway {
         self.party
     }
 
-    /// The pools, one per security domain.
+    /// The pools, one per security domain (and its large pool, if the chain has them).
     pub fn pools(&self) -> &Pools {
         &self.pools
+    }
+
+    /// The large pool of route `route`'s security domain: where a body bigger than a small
+    /// slot goes. `None` when the chain has none (every body fits a small slot).
+    #[allow(
+        dead_code,
+        reason = "the gateway's streaming of large bodies (issue 32) is its user"
+    )]
+    pub(crate) fn large_pool(&self, route: u16) -> Option<&Arc<Pool>> {
+        self.route_large.get(usize::from(route))?.as_ref()
     }
 
     /// The plan.
@@ -303,4 +307,37 @@ impl Gateway {
     fn count_error(&self) {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Per route of `plan`, the small pool of its security domain and its large pool (if any),
+/// found in `pools` by the first slot the plan gives each (`pools` is every pool of the
+/// chain); or, when `pools` is a single pool, that one for every route and no large pool.
+///
+/// # Panics
+///
+/// If a domain's small pool is not in `pools`.
+fn route_pools(plan: &Plan, pools: &Pools) -> (Vec<Arc<Pool>>, Vec<Option<Arc<Pool>>>) {
+    if let [only] = pools.as_slice() {
+        let n = plan.routes.len();
+        return (vec![only.clone(); n], vec![None; n]);
+    }
+    plan.route_domains()
+        .into_iter()
+        .map(|d| {
+            let small = plan
+                .pool_geometry(d)
+                .and_then(|g| pools.of_slot(g.first_slot))
+                .filter(|p| !p.releases())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "the gateway needs every security domain's pool: domain {d}'s is not \
+                         among the {} given",
+                        pools.len()
+                    )
+                })
+                .clone();
+            let large = pools.large_of(&small).cloned();
+            (small, large)
+        })
+        .unzip()
 }

@@ -75,6 +75,8 @@ fn plan(queue_capacity: u32) -> Plan {
             slots: 64,
             slot_size: 4096,
             hugepages: false,
+            large_slots: 0,
+            large_slot_size: 0,
         },
     }
 }
@@ -90,6 +92,7 @@ fn start(config: GatewayConfig, queue_capacity: u32) -> Chain {
                 slot_size: 4096,
                 max_parties: 3,
                 hugepages: false,
+                release: false,
             },
         )
         .expect("pool"),

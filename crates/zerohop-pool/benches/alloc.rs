@@ -15,6 +15,7 @@ fn bench(c: &mut Criterion) {
                 slot_size: 4096,
                 max_parties: 4,
                 hugepages: false,
+                release: false,
             },
         )
         .expect("pool"),

@@ -40,6 +40,8 @@ pub mod progress;
 #[cfg(not(loom))]
 pub mod region;
 #[cfg(not(loom))]
+mod release;
+#[cfg(not(loom))]
 pub mod state;
 pub mod sync;
 #[cfg(not(loom))]

@@ -155,6 +155,23 @@ impl<'a> OwnerTable<'a> {
         None
     }
 
+    /// Allocates `slot` itself for `me` if it is free: the same transition as
+    /// [`alloc`](Self::alloc) (`(g, FREE) -> (g, me)`), for one chosen slot. Returns its
+    /// generation, `None` when the slot is out of range or held.
+    pub fn claim(&self, slot: u32, me: Owner) -> Option<u32> {
+        debug_assert_ne!(me, Owner::FREE);
+        let word = self.words.get(slot as usize)?;
+        let cur = OwnerWord::unpack(word.load(Ordering::Relaxed));
+        if cur.owner != Owner::FREE {
+            return None;
+        }
+        let new = OwnerWord { owner: me, ..cur };
+        // SYNC POINT: AcqRel pairs with the Release half of `free`/`reclaim`, as in `alloc`.
+        word.compare_exchange(cur.pack(), new.pack(), Ordering::AcqRel, Ordering::Relaxed)
+            .ok()
+            .map(|_| cur.generation)
+    }
+
     /// Takes over `slot` for `me`, sent with generation `generation`, if its current owner
     /// passes `allowed`. Returns the previous owner. The owner may be `me` itself when
     /// `allowed` admits it: a party that sends to itself (a route `[f, f]`) takes back the
@@ -282,6 +299,21 @@ mod tests {
         assert_eq!(t.in_use(), 4);
         t.free(2, a).unwrap();
         assert_eq!(t.alloc(a), Some((2, 1)), "generation moved on after free");
+    }
+
+    #[test]
+    fn claim_takes_only_the_named_free_slot() {
+        let w = table(3);
+        let t = OwnerTable::new(&w);
+        let (a, b) = (Owner::party(0), Owner::party(1));
+        assert_eq!(t.alloc(a), Some((0, 0)));
+        assert_eq!(t.claim(0, b), None, "held by a");
+        assert_eq!(t.claim(3, b), None, "out of range");
+        assert_eq!(t.claim(2, b), Some(0));
+        assert_eq!(t.get(2).unwrap().owner, b);
+        assert_eq!(t.get(1).unwrap().owner, Owner::FREE, "no other slot taken");
+        t.free(2, b).unwrap();
+        assert_eq!(t.claim(2, b), Some(1), "the generation it found");
     }
 
     #[test]

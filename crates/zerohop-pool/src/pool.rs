@@ -11,7 +11,7 @@ use crate::{sys, Descriptor, PoolError};
 /// First 8 bytes of every pool region.
 pub const HEADER_MAGIC: [u8; 8] = *b"ZHPOOL\0\0";
 /// Version of the shared-memory protocol (`docs/protocol.md`).
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Bytes of [`SlotHeader`] at the start of every slot.
 pub const SLOT_HEADER_LEN: usize = 32;
 /// Bytes of a slot the gateway keeps for a request's metadata (the headers the chain's
@@ -40,6 +40,8 @@ struct PoolHeader {
 }
 const _: () = assert!(core::mem::size_of::<PoolHeader>() == 64);
 const FLAG_HUGETLB: u32 = 1;
+/// Header flag: a releasing pool (a large pool): a freed slot's pages go back to the kernel.
+const FLAG_RELEASE: u32 = 2;
 
 /// Lifecycle of a party slot in the party table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -356,6 +358,11 @@ pub struct PoolGeometry {
     pub max_parties: u16,
     /// Backed by 2 MiB huge pages.
     pub hugepages: bool,
+    /// A releasing pool (header flags bit 1; a security domain's large pool, for bodies
+    /// bigger than its small slots): whoever frees a slot first gives its pages back to the
+    /// kernel, so an idle pool holds no memory ([`Pool::releases`]). Never with huge pages;
+    /// `slot_size` a multiple of 4096.
+    pub release: bool,
 }
 
 impl PoolGeometry {
@@ -377,6 +384,14 @@ impl PoolGeometry {
                 "slot_size must be a multiple of 64 and at least {}, got {}",
                 SLOT_HEADER_LEN + 64,
                 self.slot_size
+            )));
+        }
+        if self.release && (self.hugepages || !(self.slot_size as usize).is_multiple_of(PAGE)) {
+            return Err(PoolError::Geometry(format!(
+                "a releasing pool needs slot_size a multiple of {PAGE} and no huge pages, got \
+                 {} bytes{}",
+                self.slot_size,
+                if self.hugepages { " on huge pages" } else { "" }
             )));
         }
         if self.max_parties == 0 || self.max_parties == u16::MAX {
@@ -408,7 +423,8 @@ impl PoolGeometry {
             slot_count: self.slots,
             slot_size: self.slot_size,
             max_parties: self.max_parties as u32,
-            flags: if self.hugepages { FLAG_HUGETLB } else { 0 },
+            flags: if self.hugepages { FLAG_HUGETLB } else { 0 }
+                | if self.release { FLAG_RELEASE } else { 0 },
             first_slot: self.first_slot,
             parties_offset: parties_offset as u64,
             owners_offset: owners_offset as u64,
@@ -552,6 +568,7 @@ impl Pool {
             slot_size: self.header.slot_size,
             max_parties: self.header.max_parties as u16,
             hugepages: self.header.flags & FLAG_HUGETLB != 0,
+            release: self.releases(),
         }
     }
 
@@ -609,6 +626,12 @@ impl Pool {
     /// Whether the pool is backed by huge pages.
     pub fn hugepages(&self) -> bool {
         self.header.flags & FLAG_HUGETLB != 0
+    }
+
+    /// Whether this is a releasing pool (a large pool): a slot's pages go back to the kernel
+    /// when its owner frees it ([`OwnedSlot`]'s drop) and in [`Pool::release_free`].
+    pub fn releases(&self) -> bool {
+        self.header.flags & FLAG_RELEASE != 0
     }
 
     /// Total mapped bytes.
@@ -682,7 +705,7 @@ impl Pool {
     }
 
     /// Address of local slot `local` (< slot_count).
-    fn slot_ptr(&self, local: u32) -> *mut u8 {
+    pub(crate) fn slot_ptr(&self, local: u32) -> *mut u8 {
         debug_assert!(local < self.header.slot_count);
         // SAFETY: local < slot_count, so the offset is inside the mapping.
         unsafe {
@@ -919,6 +942,8 @@ impl OwnedSlot {
 impl Drop for OwnedSlot {
     fn drop(&mut self) {
         if self.free_on_drop {
+            // Punched while still ours: after the free, the bytes may be a new owner's.
+            self.pool.release_owned(self.local);
             let _ = self.pool.owners().free(self.local, self.owner);
         }
     }
@@ -965,6 +990,7 @@ mod tests {
                     slot_size: 4096,
                     max_parties: 4,
                     hugepages: false,
+                    release: false,
                 },
             )
             .unwrap(),
@@ -1117,6 +1143,7 @@ mod tests {
                 slot_size: 4096,
                 max_parties: 4,
                 hugepages: false,
+                release: false,
             },
             PoolGeometry {
                 slots: 16,
@@ -1124,6 +1151,7 @@ mod tests {
                 slot_size: 4096,
                 max_parties: 4,
                 hugepages: false,
+                release: false,
             },
             PoolGeometry {
                 slots: 16,
@@ -1131,6 +1159,7 @@ mod tests {
                 slot_size: 100,
                 max_parties: 4,
                 hugepages: false,
+                release: false,
             },
         ] {
             let fd = fd.try_clone().unwrap();
@@ -1167,6 +1196,7 @@ mod tests {
                 slot_size: 1 << 16,
                 max_parties: 4,
                 hugepages: true,
+                release: false,
             },
         );
         match r {
@@ -1208,6 +1238,7 @@ mod party_record_tests {
                 slot_size: 4096,
                 max_parties: 3,
                 hugepages: false,
+                release: false,
             },
         )
         .unwrap();

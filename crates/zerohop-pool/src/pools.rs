@@ -72,6 +72,16 @@ impl Pools {
         p.contains(slot).then_some(p)
     }
 
+    /// The large pool of the security domain whose small pool is `small`: the releasing
+    /// pool numbered right after it (`first_slot == small.first_slot() + small.slot_count()`);
+    /// `None` when the domain has none (every body fits a small slot) or this party does
+    /// not map it.
+    pub fn large_of(&self, small: &Pool) -> Option<&Arc<Pool>> {
+        let first = small.first_slot().checked_add(small.slot_count())?;
+        self.of_slot(first)
+            .filter(|p| p.releases() && p.first_slot() == first)
+    }
+
     /// [`Pool::take`] in the pool the descriptor's slot belongs to.
     pub fn take(
         &self,
@@ -134,6 +144,7 @@ mod tests {
                     slot_size: 4096,
                     max_parties: 4,
                     hugepages: false,
+                    release: false,
                 },
             )
             .unwrap(),
@@ -181,6 +192,7 @@ mod tests {
                 slot_size: 4096,
                 max_parties: 4,
                 hugepages: false,
+                release: false,
             },
         );
         assert!(matches!(r, Err(PoolError::Geometry(_))));

@@ -200,3 +200,32 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
+
+/// `madvise(p, len, MADV_REMOVE)`: gives the pages of `[p, p+len)` of a shared memfd mapping
+/// back to the kernel (a hole punched in the file: every mapping of it reads zeros there
+/// after, and the memory is free).
+///
+/// # Safety
+/// `(p, len)` must lie inside a writable shared mapping of this process, page aligned, and
+/// the caller must own those bytes in the protocol's sense (no one else may rely on them:
+/// they read as zeros afterwards).
+pub(crate) unsafe fn madvise_remove(p: *mut u8, len: usize) -> Result<(), PoolError> {
+    // SAFETY: guaranteed by the caller; MADV_REMOVE changes only the file's contents, never
+    // the mapping, so no Rust reference is invalidated (bytes only become zero).
+    if unsafe { libc::madvise(p.cast(), len, libc::MADV_REMOVE) } < 0 {
+        return Err(last("madvise(MADV_REMOVE)"));
+    }
+    Ok(())
+}
+
+/// Pages of `[p, p+len)` resident in memory (`mincore`), for tests that check a release.
+#[cfg(test)]
+pub(crate) fn resident_pages(p: *mut u8, len: usize) -> usize {
+    let pages = len.div_ceil(4096);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `vec` holds one byte per page of the range, as mincore writes; the range is a
+    // mapping of the caller's (mincore only reads the page tables).
+    let r = unsafe { libc::mincore(p.cast(), len, vec.as_mut_ptr().cast()) };
+    assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+    vec.iter().filter(|&&b| b & 1 != 0).count()
+}

@@ -36,6 +36,7 @@ fn geometry(slots: u32) -> PoolGeometry {
         slot_size: 512,
         max_parties: 8,
         hugepages: false,
+        release: false,
     }
 }
 

@@ -87,6 +87,7 @@ fn create_pool(name: &str, c: PoolConfigJson) -> Result<Pool, String> {
             slot_size: c.slot_size,
             max_parties: c.max_parties,
             hugepages: c.hugepages,
+            release: c.release,
         },
     )
     .map_err(|e| format!("cannot create the pool: {e}"))
@@ -474,6 +475,9 @@ struct PoolConfigJson {
     slot_size: u32,
     max_parties: u16,
     hugepages: bool,
+    /// A releasing (large) pool: header flags bit 1.
+    #[serde(default)]
+    release: bool,
 }
 
 impl PoolConfigJson {
@@ -484,6 +488,7 @@ impl PoolConfigJson {
             slot_size,
             max_parties,
             hugepages: false,
+            release: false,
         }
     }
 }
@@ -566,7 +571,8 @@ fn pool_about() -> String {
          at creation) and reserved bytes (zero). `fields` is those bytes decoded at the \
          documented offsets (magic as hex). Every byte is deterministic: `ignored` is empty \
          (no pid, time or host value is in the header). Huge pages (flags bit 0) are not \
-         covered: a pool with them can be created only on a host that has them reserved.",
+         covered: a pool with them can be created only on a host that has them reserved. \
+         A releasing pool (a security domain's large pool, `config.release`) has flags bit 1.",
     )
 }
 
@@ -612,6 +618,24 @@ fn pool_seeds() -> Vec<PoolCase> {
             1024,
             300,
         ),
+        PoolCase {
+            config: PoolConfigJson {
+                release: true,
+                ..PoolConfigJson::new(16, 2064, (64 << 20) + 4096, 9)
+            },
+            ..case(
+                "large pool",
+                Some(
+                    "domain 1's large pool with slots 1024 and large_slots 16: first_slot \
+                     1 * (1024 + 16) + 1024; slots for a 64 MiB max_body (64 MiB + slot \
+                     header + metadata reserve, rounded up to 4096); flags bit 1 (release)",
+                ),
+                0,
+                0,
+                0,
+                0,
+            )
+        },
     ]
 }
 
@@ -703,13 +727,15 @@ fn pool_header_vectors() {
         ) {
             Ok(p) => {
                 // What attach reads, and what the configuration asked for, is the file's.
-                let geometry = "(slot_count, first_slot, slot_size, max_parties, hugepages)";
+                let geometry =
+                    "(slot_count, first_slot, slot_size, max_parties, hugepages, release)";
                 let want = (
                     f.slot_count,
                     f.first_slot,
                     f.slot_size,
                     f.max_parties,
                     f.flags & 1 != 0,
+                    f.flags & 2 != 0,
                 );
                 let attached = (
                     p.slot_count(),
@@ -717,6 +743,7 @@ fn pool_header_vectors() {
                     p.slot_size(),
                     u32::from(p.max_parties()),
                     p.hugepages(),
+                    p.releases(),
                 );
                 r.eq(n, &format!("attached {geometry}"), attached, want);
                 let cfg = c.config;
@@ -726,6 +753,7 @@ fn pool_header_vectors() {
                     cfg.slot_size,
                     u32::from(cfg.max_parties),
                     cfg.hugepages,
+                    cfg.release,
                 );
                 r.eq(n, &format!("config {geometry}"), asked, want);
                 r.eq(

@@ -381,6 +381,7 @@ mod tests {
                     slot_size: 256,
                     max_parties: 3,
                     hugepages: false,
+                    release: false,
                 },
             )
             .unwrap(),

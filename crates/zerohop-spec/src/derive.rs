@@ -60,6 +60,7 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
         // Every instance the function may scale to has its party (and queues) from the start.
         party_function.extend(std::iter::repeat_n(i as u8, reserved(f)));
     }
+    let (large_slots, large_slot_size) = spec.pool.large(spec.max_body);
     Plan {
         chain: spec.name.clone(),
         transport: transport.to_owned(),
@@ -75,6 +76,8 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
             slots: spec.pool.slots,
             slot_size: spec.pool.slot_size,
             hugepages: spec.pool.hugepages,
+            large_slots,
+            large_slot_size,
         },
     }
 }

@@ -25,19 +25,29 @@ pub enum JoinPolicy {
     Join,
 }
 
-/// The shape of the chain's pools: one per security domain, all alike but for their first
-/// slot (domain `d`'s is `d * slots`), with a party-table entry for every party of the plan.
-/// A party maps a pool only if the pool's header says the same ([`Plan::pool_geometry`];
-/// `zerohop_pool::Pool::attach`): the header is shared memory every party of the domain can
-/// write, the plan is not.
+/// The shape of the chain's pools: per security domain a pool of small slots and, when the
+/// chain's `max_body` does not fit a small slot, a pool of large slots for the bodies that
+/// do not (`docs/protocol.md`, "Large pools"). Every domain's pools are alike but for their
+/// first slot (domain `d`'s small pool starts at `d * (slots + large_slots)`, its large pool
+/// right after), with a party-table entry for every party of the plan. A party maps a pool
+/// only if the pool's header says the same ([`Plan::pool_geometry`],
+/// [`Plan::large_pool_geometry`]; `zerohop_pool::Pool::attach`): the header is shared memory
+/// every party of the domain can write, the plan is not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolPlan {
-    /// Slots per pool.
+    /// Small slots per domain.
     pub slots: u32,
-    /// Bytes per slot, slot header included.
+    /// Bytes per small slot, slot header included.
     pub slot_size: u32,
-    /// Backed by huge pages.
+    /// Small slots backed by huge pages (large pools never are).
     pub hugepages: bool,
+    /// Large slots per domain; 0: no large pool (every body fits a small slot).
+    #[serde(default)]
+    pub large_slots: u32,
+    /// Bytes per large slot, slot header included (a multiple of 4096); 0 with no large
+    /// pool.
+    #[serde(default)]
+    pub large_slot_size: u32,
 }
 
 /// The chain's state store geometry (see `zerohop_pool::State`).
@@ -377,21 +387,51 @@ impl Plan {
             .collect()
     }
 
-    /// The shape of security domain `domain`'s pool (see [`PoolPlan`]); `None` when its
-    /// first slot would not fit a descriptor's slot number.
+    /// The shape of security domain `domain`'s pool of small slots (see [`PoolPlan`]);
+    /// `None` when its slots would not fit a descriptor's slot numbers.
     #[cfg(not(loom))]
     pub fn pool_geometry(&self, domain: usize) -> Option<zerohop_pool::PoolGeometry> {
-        let first_slot = u32::try_from(domain)
-            .ok()?
-            .checked_mul(self.pool.slots)
-            .filter(|&f| f <= zerohop_pool::Descriptor::MAX_SLOT)?;
+        let first_slot = self.domain_first_slot(domain, self.pool.slots)?;
         Some(zerohop_pool::PoolGeometry {
             slots: self.pool.slots,
             first_slot,
             slot_size: self.pool.slot_size,
             max_parties: self.parties(),
             hugepages: self.pool.hugepages,
+            release: false,
         })
+    }
+
+    /// The shape of security domain `domain`'s large pool, numbered right after its small
+    /// pool: sparse, never on huge pages, a freed slot's pages given back (`release`).
+    /// `None` when the chain has no large pools (every body fits a small slot) or its slots
+    /// would not fit a descriptor's slot numbers.
+    #[cfg(not(loom))]
+    pub fn large_pool_geometry(&self, domain: usize) -> Option<zerohop_pool::PoolGeometry> {
+        if self.pool.large_slots == 0 || self.pool.large_slot_size == 0 {
+            return None;
+        }
+        let first_slot = self
+            .domain_first_slot(domain, self.pool.slots + self.pool.large_slots)?
+            .checked_add(self.pool.slots)?;
+        Some(zerohop_pool::PoolGeometry {
+            slots: self.pool.large_slots,
+            first_slot,
+            slot_size: self.pool.large_slot_size,
+            max_parties: self.parties(),
+            hugepages: false,
+            release: true,
+        })
+    }
+
+    /// First slot of domain `domain`'s small pool, if the domain's slots (ending `span`
+    /// slots after it) fit the descriptor's 24-bit slot numbers.
+    #[cfg(not(loom))]
+    fn domain_first_slot(&self, domain: usize, span: u32) -> Option<u32> {
+        let per_domain = self.pool.slots.checked_add(self.pool.large_slots)?;
+        let first = u32::try_from(domain).ok()?.checked_mul(per_domain)?;
+        let end = u64::from(first) + u64::from(span);
+        (end <= u64::from(zerohop_pool::Descriptor::MAX_SLOT) + 1).then_some(first)
     }
 
     /// Serialises for `ZEROHOP_PLAN`.
@@ -427,6 +467,8 @@ mod tests {
                     slots: 64,
                     slot_size: 4096,
                     hugepages: false,
+                    large_slots: 0,
+                    large_slot_size: 0,
                 },
             };
             assert_eq!(plan.gateways(), n);
@@ -481,6 +523,8 @@ mod tests {
                 slots: 64,
                 slot_size: 4096,
                 hugepages: false,
+                large_slots: 0,
+                large_slot_size: 0,
             },
         }
     }

@@ -10,8 +10,9 @@
 //! ```yaml
 //! name: hello
 //! transport: ring                       # optional: ring (default) or socket
-//! pool: { slots: 1024, slot_size: 64KiB, hugepages: false }   # optional
-//! max_body: 60KiB                       # optional: largest request body
+//! pool: { slots: 1024, slot_size: 64KiB, hugepages: false, large_slots: 16 }   # optional
+//! max_body: 64MiB                       # optional: largest request body (one beyond a
+//!                                       # slot goes into one of the large slots)
 //! timeout: 10s                          # optional: a request's answer deadline
 //! functions:
 //!   upper:   { command: ["./upper"], instances: 1, concurrency: 1 }
@@ -26,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
-use zerohop_pool::{META_RESERVE, SLOT_HEADER_LEN};
+use zerohop_pool::META_RESERVE;
 
 use crate::functions::absolute;
 use crate::yaml::{get, kind, line, shown_key, Cx};
@@ -123,30 +124,69 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
             slots: DEFAULT_SLOTS,
             slot_size: DEFAULT_SLOT_SIZE,
             hugepages: false,
+            large_slots: DEFAULT_LARGE_SLOTS,
         },
         Some(n) => cx.pool(n)?,
     };
-    // What one slot can carry after the header and the reserved metadata area.
-    let body_room = pool.slot_size as u64 - (SLOT_HEADER_LEN + META_RESERVE) as u64;
-    let max_body = match get(&top, "max_body") {
-        None => body_room,
+    // What one slot can carry after the header and the reserved metadata area; a larger
+    // body goes into a large slot of its domain (docs/protocol.md, "Large pools").
+    let body_room = pool.body_room();
+    let max_body_node = get(&top, "max_body");
+    let max_body = match max_body_node {
+        None => DEFAULT_MAX_BODY,
         Some(n) => {
             let v = cx.size(n, "max_body")?;
-            if v > body_room {
+            if v > MAX_MAX_BODY {
                 return Err(cx.err(
                     line(n),
                     "max_body",
-                    format!(
-                        "{v} bytes do not fit a slot of {} bytes ({body_room} bytes after the slot \
-                         header and the {META_RESERVE}-byte metadata area); raise pool.slot_size \
-                         or lower max_body",
-                        pool.slot_size
-                    ),
+                    format!("{v} bytes; a request body may be at most 3GiB"),
                 ));
             }
             v
         }
     };
+    // The line of `pool.large_slots` (or of `pool`, or 1), for errors that name it.
+    let large_slots_line = || {
+        let pool = get(&top, "pool")?;
+        let map = cx.mapping(pool, "pool").ok()?;
+        Some(get(&map, "large_slots").map_or(line(pool), line))
+    };
+    if max_body > body_room && pool.large_slots == 0 {
+        let (at, field) = match max_body_node {
+            Some(n) => (line(n), "max_body"),
+            None => (large_slots_line().unwrap_or(1), "pool.large_slots"),
+        };
+        return Err(cx.err(
+            at,
+            field,
+            format!(
+                "max_body ({max_body} bytes{}) does not fit a slot of {} bytes ({body_room} bytes \
+                 after the slot header and the {META_RESERVE}-byte metadata area) and \
+                 pool.large_slots is 0, so there is no large slot for it; set pool.large_slots \
+                 to 1 or more, or max_body to at most {body_room}",
+                if max_body_node.is_none() {
+                    ", the default"
+                } else {
+                    ""
+                },
+                pool.slot_size
+            ),
+        ));
+    }
+    let (large_slots, large_slot_size) = pool.large(max_body);
+    let large_total = u64::from(large_slots) * u64::from(large_slot_size);
+    if large_total > 1 << 40 {
+        return Err(cx.err(
+            large_slots_line().unwrap_or(1),
+            "pool.large_slots",
+            format!(
+                "{large_slots} large slots of {large_slot_size} bytes (for max_body {max_body}) \
+                 are {large_total} bytes of address space per security domain, more than 1TiB; \
+                 lower pool.large_slots or max_body"
+            ),
+        ));
+    }
     let bounded_duration = |field: &str, default: Duration| match get(&top, field) {
         None => Ok(default),
         Some(n) => {

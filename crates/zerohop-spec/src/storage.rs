@@ -10,7 +10,11 @@ use crate::*;
 impl Cx {
     pub(crate) fn pool(&self, n: &MarkedYaml<'_>) -> Result<PoolSpec, SpecError> {
         let map = self.mapping(n, "pool")?;
-        self.only_known(&map, "pool.", &["slots", "slot_size", "hugepages"])?;
+        self.only_known(
+            &map,
+            "pool.",
+            &["slots", "slot_size", "hugepages", "large_slots"],
+        )?;
         let slots = match get(&map, "slots") {
             None => DEFAULT_SLOTS,
             Some(v) => self.integer(v, "pool.slots", 1, 1 << 24)? as u32,
@@ -34,6 +38,10 @@ impl Cx {
             None => false,
             Some(v) => self.boolean(v, "pool.hugepages")?,
         };
+        let large_slots = match get(&map, "large_slots") {
+            None => DEFAULT_LARGE_SLOTS,
+            Some(v) => self.integer(v, "pool.large_slots", 0, i64::from(MAX_LARGE_SLOTS))? as u32,
+        };
         let total = slots as u64 * slot_size as u64;
         if total > 64 << 30 {
             return Err(self.err(
@@ -46,6 +54,7 @@ impl Cx {
             slots,
             slot_size,
             hugepages,
+            large_slots,
         })
     }
 

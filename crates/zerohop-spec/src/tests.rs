@@ -212,10 +212,11 @@ fn parses_every_field() {
         PoolSpec {
             slots: 64,
             slot_size: 8192,
-            hugepages: false
+            hugepages: false,
+            large_slots: DEFAULT_LARGE_SLOTS,
         }
     );
-    assert_eq!(s.max_body, 8192 - 32 - 1024);
+    assert_eq!(s.max_body, DEFAULT_MAX_BODY);
     assert_eq!(s.timeout, Duration::from_secs(2));
     assert_eq!(s.gateway_threads, None, "auto by default");
     for (text, want) in [("auto", None), ("3", Some(3))] {
@@ -462,7 +463,10 @@ fn errors_name_line_and_field() {
             (HELLO.replace("POST /hello", "post hello"), "c.yaml:13: routes[0].http: `post hello` is not `METHOD /path`"),
             (HELLO.replace("slot_size: 8KiB", "slot_size: 8 lots"), "c.yaml:2: pool.slot_size: `8 lots` is not a size"),
             (HELLO.replace("slot_size: 8KiB", "slot_size: 1000"), "c.yaml:2: pool.slot_size: must be a multiple of 64"),
-            (HELLO.replace("timeout: 2s", "max_body: 1MiB"), "c.yaml:3: max_body: 1048576 bytes do not fit a slot of 8192 bytes"),
+            (HELLO.replace("timeout: 2s", "max_body: 4GiB"), "c.yaml:3: max_body: 4294967296 bytes; a request body may be at most 3GiB"),
+            (HELLO.replace("{ slots: 64,", "{ slots: 64, large_slots: 1025,"), "c.yaml:2: pool.large_slots: 1025 is out of range"),
+            (HELLO.replace("timeout: 2s", "max_body: 1MiB").replace("{ slots: 64,", "{ slots: 64, large_slots: 0,"), "c.yaml:3: max_body: max_body (1048576 bytes) does not fit a slot of 8192 bytes (7136 bytes after the slot header and the 1024-byte metadata area) and pool.large_slots is 0"),
+            (HELLO.replace("{ slots: 64,", "{ slots: 64, large_slots: 0,"), "c.yaml:2: pool.large_slots: max_body (67108864 bytes, the default) does not fit a slot of 8192 bytes"),
             (HELLO.replace("name: hello", "name: hello world"), "c.yaml:1: name: a chain name is"),
             (HELLO.replace("name: hello\n", ""), "c.yaml:1: name: missing"),
             (HELLO.replace("timeout: 2s", "transport: carrier-pigeon"), "c.yaml:3: transport: unknown transport `carrier-pigeon`; use one of: ring, socket, poll, sockmap"),
@@ -667,4 +671,82 @@ fn grpc_route_errors_name_line_and_field() {
         e.contains("c.yaml:15: routes[1].grpc:") && e.contains("(routes[0])"),
         "{e}"
     );
+}
+
+#[test]
+fn a_max_body_beyond_a_slot_gets_a_large_pool_per_domain() {
+    let plan = |yaml: &str| {
+        let s = parse(Path::new("c.yaml"), yaml).unwrap();
+        crate::plan_from_spec(&s, "ring", 0, 1)
+    };
+    // The default max_body (64 MiB) is beyond an 8 KiB slot: 16 large slots of 64 MiB and
+    // the slot header and metadata reserve, rounded up to a page.
+    let p = plan(HELLO);
+    assert_eq!(
+        (p.pool.large_slots, p.pool.large_slot_size),
+        (16, (64 << 20) + 4096)
+    );
+    let small = p.pool_geometry(0).unwrap();
+    let large = p.large_pool_geometry(0).unwrap();
+    assert_eq!(
+        (small.first_slot, small.slots, small.release),
+        (0, 64, false)
+    );
+    assert_eq!(
+        (
+            large.first_slot,
+            large.slots,
+            large.slot_size,
+            large.release,
+            large.hugepages
+        ),
+        (64, 16, (64 << 20) + 4096, true, false)
+    );
+    // Domain 1 starts after domain 0's small and large slots.
+    assert_eq!(p.pool_geometry(1).unwrap().first_slot, 80);
+    assert_eq!(p.large_pool_geometry(1).unwrap().first_slot, 144);
+    // A body that fits a slot needs no large pool, whatever large_slots says.
+    let fits = plan(&HELLO.replace("timeout: 2s", "max_body: 7136"));
+    assert_eq!((fits.pool.large_slots, fits.pool.large_slot_size), (0, 0));
+    assert!(fits.large_pool_geometry(0).is_none());
+    assert_eq!(fits.pool_geometry(1).unwrap().first_slot, 64);
+    // One byte more, and a large pool of the size asked for.
+    let one_more = plan(
+        &HELLO
+            .replace("timeout: 2s", "max_body: 7137")
+            .replace("{ slots: 64,", "{ slots: 64, large_slots: 2,"),
+    );
+    assert_eq!(
+        (one_more.pool.large_slots, one_more.pool.large_slot_size),
+        (2, 12288),
+        "7137 + 32 + 1024 bytes, in whole pages"
+    );
+    // The largest max_body still gives a slot size in u32.
+    let huge = plan(&HELLO.replace("timeout: 2s", "max_body: 3GiB"));
+    assert_eq!(huge.pool.large_slot_size, (3 << 30) + 4096);
+    // A plan without the new fields (an older agent's JSON) has no large pool.
+    let mut json: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    let pool = json["pool"].as_object_mut().unwrap();
+    pool.remove("large_slots");
+    pool.remove("large_slot_size");
+    let old = crate::Plan::from_json(&json.to_string()).unwrap();
+    assert!(old.large_pool_geometry(0).is_none());
+}
+
+#[test]
+fn slot_numbers_beyond_24_bits_have_no_geometry() {
+    let s = parse(
+        Path::new("c.yaml"),
+        &HELLO.replace(
+            "{ slots: 64, slot_size: 8KiB",
+            "{ slots: 16777200, slot_size: 2KiB",
+        ),
+    )
+    .unwrap();
+    let p = crate::plan_from_spec(&s, "ring", 0, 1);
+    // 16777200 small + 16 large slots fill the 2^24 numbers exactly; domain 1 has none.
+    assert!(p.pool_geometry(0).is_some());
+    assert_eq!(p.large_pool_geometry(0).unwrap().first_slot, 16_777_200);
+    assert!(p.pool_geometry(1).is_none());
+    assert!(p.large_pool_geometry(1).is_none());
 }

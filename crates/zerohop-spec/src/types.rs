@@ -10,6 +10,15 @@ use crate::plan::{JoinPolicy, StatePlan};
 pub const DEFAULT_SLOTS: u32 = 1024;
 /// Default slot size (including the slot header).
 pub const DEFAULT_SLOT_SIZE: u32 = 64 * 1024;
+/// Default number of large slots per security domain (for bodies bigger than a slot).
+pub const DEFAULT_LARGE_SLOTS: u32 = 16;
+/// Most large slots per security domain.
+pub const MAX_LARGE_SLOTS: u32 = 1024;
+/// Default largest request body.
+pub const DEFAULT_MAX_BODY: u64 = 64 << 20;
+/// Largest `max_body` a spec may set: a large slot (body, slot header, metadata reserve,
+/// rounded up to a page) must stay below 4 GiB, the slot size's `u32`.
+pub const MAX_MAX_BODY: u64 = 3 << 30;
 /// Default answer deadline of a request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default time a client has to send a request body.
@@ -68,6 +77,34 @@ pub struct PoolSpec {
     pub slot_size: u32,
     /// Back the pool with 2 MiB huge pages.
     pub hugepages: bool,
+    /// Large slots per security domain, for bodies bigger than a slot (used only when
+    /// `max_body` does not fit a slot; 0: none, and then it must).
+    pub large_slots: u32,
+}
+
+impl PoolSpec {
+    /// Bytes of a slot left for a body after the slot header and the metadata reserve.
+    pub fn body_room(&self) -> u64 {
+        u64::from(self.slot_size)
+            - (zerohop_pool::SLOT_HEADER_LEN + zerohop_pool::META_RESERVE) as u64
+    }
+
+    /// The large slots a chain whose largest body is `max_body` needs per security domain:
+    /// `(large_slots, large_slot_size)`, `(0, 0)` when every body fits a small slot. A large
+    /// slot holds the body, the slot header and the metadata reserve, rounded up to a page
+    /// (a large pool punches freed slots, page by page).
+    pub fn large(&self, max_body: u64) -> (u32, u32) {
+        if max_body <= self.body_room() || self.large_slots == 0 {
+            return (0, 0);
+        }
+        let size = (max_body + (zerohop_pool::SLOT_HEADER_LEN + zerohop_pool::META_RESERVE) as u64)
+            .next_multiple_of(4096);
+        // The reader bounds max_body to MAX_MAX_BODY, so this fits.
+        (
+            self.large_slots,
+            u32::try_from(size).unwrap_or(!4095),
+        )
+    }
 }
 
 /// One function.
@@ -231,7 +268,8 @@ pub struct ChainSpec {
     pub transport: String,
     /// The pool.
     pub pool: PoolSpec,
-    /// Largest accepted request body in bytes.
+    /// Largest accepted request body in bytes (a body that does not fit a slot goes into a
+    /// large slot, [`PoolSpec::large`]).
     pub max_body: u64,
     /// How long a request may take end to end (also bounds the 502 after a crash).
     pub timeout: Duration,

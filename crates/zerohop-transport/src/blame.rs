@@ -179,6 +179,7 @@ mod tests {
                         slot_size: 4096,
                         max_parties: 4,
                         hugepages: false,
+                        release: false,
                     },
                 )
                 .unwrap(),

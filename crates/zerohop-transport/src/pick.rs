@@ -108,6 +108,8 @@ mod tests {
                 slots: 64,
                 slot_size: 4096,
                 hugepages: false,
+                large_slots: 0,
+                large_slot_size: 0,
             },
         };
         let pool = Pool::create(
@@ -118,6 +120,7 @@ mod tests {
                 slot_size: 4096,
                 max_parties: 4,
                 hugepages: false,
+                release: false,
             },
         )
         .unwrap();

@@ -68,6 +68,8 @@ mod tests {
                 slots: 64,
                 slot_size: 4096,
                 hugepages: false,
+                large_slots: 0,
+                large_slot_size: 0,
             },
         };
         let pol = p.policy().unwrap();

@@ -51,6 +51,7 @@ fn geometry(slots: u32) -> PoolGeometry {
         slot_size: 256,
         max_parties: 8,
         hugepages: false,
+        release: false,
     }
 }
 

@@ -63,6 +63,8 @@ fn plan(name: &str) -> Plan {
             slots: 64,
             slot_size: 4096,
             hugepages: false,
+            large_slots: 0,
+            large_slot_size: 0,
         },
     }
 }
@@ -81,6 +83,7 @@ impl Chain {
                     slot_size: 8192,
                     max_parties: 2,
                     hugepages: false,
+                    release: false,
                 },
             )
             .expect("create the pool"),

@@ -90,6 +90,8 @@ fn plan(name: &str) -> Plan {
             slots: 64,
             slot_size: 8192,
             hugepages: false,
+            large_slots: 0,
+            large_slot_size: 0,
         },
     }
 }
@@ -107,6 +109,7 @@ impl EchoChain {
                     slot_size: 8192,
                     max_parties: 2,
                     hugepages: false,
+                    release: false,
                 },
             )
             .expect("create the pool"),

@@ -53,6 +53,8 @@ pub(crate) fn hello() -> Plan {
             slots: 64,
             slot_size: 4096,
             hugepages: false,
+            large_slots: 0,
+            large_slot_size: 0,
         },
     }
 }
@@ -69,6 +71,7 @@ pub(super) fn upper(kept: &Kept, name: &str) -> (Dispatcher, Arc<Pool>) {
                 slot_size: 4096,
                 max_parties: 3,
                 hugepages: false,
+                release: false,
             },
         )
         .unwrap(),
