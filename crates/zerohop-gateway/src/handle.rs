@@ -6,23 +6,29 @@ use std::net::IpAddr;
 use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{header, HeaderMap, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
+use zerohop_pool::Owner;
 
+use crate::body::{self, AnswerBody, Received, Sink};
 use crate::cloudevents;
 use crate::error::error_response;
 use crate::grpc;
 use crate::ingress::{too_large, Reply};
 use crate::{ErrorSource, Gateway, GatewayError};
 
-/// An HTTP answer.
+/// An HTTP answer the gateway makes whole (an error, an async result).
 pub(crate) type Answer = Response<Full<Bytes>>;
+
+/// An HTTP answer: made whole by the gateway, or the chain's reply sent in pieces (out of
+/// its slot when it is large).
+pub(crate) type Streamed = Response<Either<Full<Bytes>, AnswerBody>>;
 
 impl Gateway {
     /// Answers one HTTP request from `peer`.
-    pub(crate) async fn handle(&self, req: Request<Incoming>, peer: Option<IpAddr>) -> Answer {
+    pub(crate) async fn handle(&self, req: Request<Incoming>, peer: Option<IpAddr>) -> Streamed {
         if let Some(a) = self.deferred_result(req.method(), req.uri().path()) {
-            return a;
+            return a.map(Either::Left);
         }
         match self.handle_inner(req, peer, None).await {
             Ok((mut reply, route, mode)) => {
@@ -38,7 +44,7 @@ impl Gateway {
                 }
                 reply.into_http(route_type)
             }
-            Err(e) => e.into_response(),
+            Err(e) => e.into_response().map(Either::Left),
         }
     }
 
@@ -64,49 +70,44 @@ impl Gateway {
             .admit(matched.route, req.headers(), peer, &self.plan.chain)
             .inspect_err(|_| self.count_error())?;
         let max = self.config.max_body;
-        if let Some(len) = content_length(req.headers()).inspect_err(|_| self.count_error())? {
-            if len > max {
-                self.count_error();
-                return Err(too_large(max));
-            }
+        let length = content_length(req.headers()).inspect_err(|_| self.count_error())?;
+        if length.is_some_and(|len| len > max) {
+            self.count_error();
+            return Err(too_large(max));
         }
         let mode = cloudevents::mode(req.headers()).inspect_err(|_| self.count_error())?;
         let (mut parts, body) = req.into_parts();
-        // The whole body first, as the chunks hyper read it (no copy), bounded in size and
-        // time: a slow client holds memory of its own, never a slot.
-        let mut chunks =
-            match tokio::time::timeout(self.config.body_timeout, read_body(body, max)).await {
-                Ok(Ok(chunks)) => chunks,
-                Ok(Err(e)) => {
-                    self.count_error();
-                    return Err(e);
-                }
-                Err(_) => {
-                    self.count_error();
-                    return Err(GatewayError::new(
-                        StatusCode::REQUEST_TIMEOUT,
-                        ErrorSource::Gateway,
-                        format!(
-                            "the request body did not arrive within {:?} (body_timeout)",
-                            self.config.body_timeout
-                        ),
-                    ));
-                }
-            };
+        let route = matched.route;
+        let small = self.route_pools[route as usize].slot_capacity();
+        let mut body = Some(body);
+        let mut event_data = None;
         if mode == cloudevents::Mode::Structured {
             // The event's data alone goes into the slot; its attributes become the headers
-            // binary mode would have carried.
-            let event = chunks.concat();
+            // binary mode would have carried, so the metadata waits for the whole event,
+            // which must fit a slot.
+            let limit = max.min(small as u64);
+            let incoming = body.take().expect("the body is read once");
+            let event = self
+                .within_body_timeout(read_body(incoming, limit))
+                .await
+                .map_err(|e| {
+                    self.count_error();
+                    match e.status {
+                        StatusCode::PAYLOAD_TOO_LARGE if limit < max => GatewayError::new(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            ErrorSource::Gateway,
+                            format!(
+                                "a structured CloudEvent must fit a slot ({limit} bytes); send \
+                                 a larger event in binary mode (its attributes as ce-* headers)"
+                            ),
+                        ),
+                        _ => e,
+                    }
+                })?
+                .concat();
             let data = cloudevents::unwrap(&event, &mut parts.headers)
                 .inspect_err(|_| self.count_error())?;
-            chunks = vec![data];
-        }
-        if call.is_some() {
-            // The function gets the message alone.
-            chunks = grpc::message(chunks).map_err(|e| {
-                self.count_error();
-                e.into_gateway()
-            })?;
+            event_data = Some(data);
         }
         // What the functions asked for (`headers`), then the route's parameters.
         let mut meta: Vec<(&str, &str)> = Vec::new();
@@ -165,15 +166,67 @@ impl Gateway {
                 .zip(&matched.params)
                 .map(|(n, (_, v))| (n.as_str(), v.as_str())),
         );
-        let route = matched.route;
-        let timeout = grpc::Call::timeout(call, self.config.timeout);
-        if call.is_none() {
-            if let Some(accepted) = self.defer(route, &parts.headers, &meta, &chunks).await? {
-                return Ok((accepted, route, mode));
+        let received = match (event_data, body) {
+            (Some(data), _) => Received::Chunks(vec![data]),
+            (None, Some(incoming)) => {
+                // The metadata before the body: a body larger than a slot is streamed into
+                // a large slot behind it as it arrives.
+                let text = self
+                    .meta(meta.iter().copied())
+                    .inspect_err(|_| self.count_error())?;
+                let mut sink = Sink::new(
+                    &text,
+                    small,
+                    self.large_pool(route),
+                    Owner::party(self.party),
+                    max,
+                    call.is_some(),
+                );
+                let read = async move {
+                    sink.expect(length)?;
+                    body::read(sink, incoming).await
+                };
+                self.within_body_timeout(read)
+                    .await
+                    .inspect_err(|_| self.count_error())?
             }
-        }
-        let reply = self.submit_retrying(route, &meta, &chunks, timeout).await?;
+            (None, None) => unreachable!("the body is read once"),
+        };
+        let timeout = grpc::Call::timeout(call, self.config.timeout);
+        let received = if call.is_none() {
+            match self.defer(route, &parts.headers, &meta, received).await? {
+                Ok(accepted) => return Ok((accepted, route, mode)),
+                Err(received) => received,
+            }
+        } else {
+            received
+        };
+        let reply = match received {
+            Received::Chunks(chunks) => {
+                self.submit_retrying(route, &meta, &chunks, timeout).await?
+            }
+            // Sent as it is: it cannot be sent twice, so no retries.
+            Received::Slot(filled) => self.submit_filled(route, filled, timeout).await?,
+        };
         Ok((reply, route, mode))
+    }
+
+    /// `read` (of a request body), bounded by `body_timeout`: 408 when it takes longer.
+    async fn within_body_timeout<T>(
+        &self,
+        read: impl std::future::Future<Output = Result<T, GatewayError>>,
+    ) -> Result<T, GatewayError> {
+        match tokio::time::timeout(self.config.body_timeout, read).await {
+            Ok(r) => r,
+            Err(_) => Err(GatewayError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                ErrorSource::Gateway,
+                format!(
+                    "the request body did not arrive within {:?} (body_timeout)",
+                    self.config.body_timeout
+                ),
+            )),
+        }
     }
 }
 
@@ -181,9 +234,9 @@ impl Reply {
     /// The HTTP answer: the body as it is, or a function's error as a `text/plain` line.
     /// Its headers follow: the functions' own, then the route's `content_type` if they set
     /// no `Content-Type`.
-    fn into_http(self, content_type: Option<&HeaderValue>) -> Answer {
+    fn into_http(self, content_type: Option<&HeaderValue>) -> Streamed {
         let mut r = if self.status.is_success() || self.status.is_redirection() {
-            let mut r = Response::new(Full::new(self.body));
+            let mut r = Response::new(Either::Right(AnswerBody::new(self.body)));
             *r.status_mut() = self.status;
             if let Some(t) = content_type {
                 r.headers_mut().insert(header::CONTENT_TYPE, t.clone());
@@ -192,7 +245,7 @@ impl Reply {
         } else {
             let mut text = String::from_utf8_lossy(&self.body).into_owned();
             text.push('\n');
-            error_response(self.status, text, &[])
+            error_response(self.status, text, &[]).map(Either::Left)
         };
         let h = r.headers_mut();
         let mut typed = false;

@@ -1,7 +1,9 @@
 //! The way in for every protocol: a slot, the one copy in, the descriptor to the head
 //! function, the answer (the one copy out).
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -9,7 +11,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::{header, StatusCode};
 use tokio::sync::oneshot;
 use tracing::Instrument;
-use zerohop_pool::{Descriptor, OwnedSlot, Owner, SlotHeader};
+use zerohop_pool::{Descriptor, OwnedSlot, Owner, Pool, SlotHeader};
 use zerohop_transport::{PartyId, SendError};
 
 use crate::egress::Outcome;
@@ -38,6 +40,89 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
+/// Replies larger than this are streamed to an HTTP client out of their slot
+/// ([`Keep::Large`]); smaller ones are copied and their slot freed at once.
+pub(crate) const KEEP_ABOVE: usize = 256 * 1024;
+
+/// What becomes of the slot of a reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// The body is copied out and the slot freed: MQTT, CoAP, relayed hops and the async
+    /// result store hold replies for an unknown time, so they never hold a slot.
+    Copy,
+    /// A body over [`KEEP_ABOVE`] bytes stays in its slot ([`SlotBytes`]) until the HTTP
+    /// answer that streams it is written or dropped; a client that stops reading holds it
+    /// at most `body_timeout` without progress (see `stall`).
+    Large,
+}
+
+/// A slot holding a request: its metadata lines, then `len` bytes of body.
+pub(crate) struct Filled {
+    slot: OwnedSlot,
+    meta_len: usize,
+    len: usize,
+}
+
+/// The metadata and body do not fit the slot.
+#[derive(Debug, thiserror::Error)]
+#[error("the request does not fit the slot")]
+pub(crate) struct Overflow;
+
+impl Filled {
+    /// `slot` with `meta` written and no body yet.
+    pub(crate) fn start(mut slot: OwnedSlot, meta: &str) -> Result<Self, Overflow> {
+        let area = slot.data_mut().get_mut(..meta.len()).ok_or(Overflow)?;
+        area.copy_from_slice(meta.as_bytes());
+        Ok(Self {
+            slot,
+            meta_len: meta.len(),
+            len: 0,
+        })
+    }
+
+    /// Appends `data` to the body (the one copy in).
+    pub(crate) fn append(&mut self, data: &[u8]) -> Result<(), Overflow> {
+        let at = self.meta_len + self.len;
+        let end = at.checked_add(data.len()).ok_or(Overflow)?;
+        let area = self.slot.data_mut();
+        area.get_mut(at..end).ok_or(Overflow)?.copy_from_slice(data);
+        self.len += data.len();
+        Ok(())
+    }
+
+    /// Bytes of body so far.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The body so far.
+    pub(crate) fn body(&self) -> &[u8] {
+        &self.slot.data()[self.meta_len..self.meta_len + self.len]
+    }
+}
+
+/// A reply's body left in its slot: the slot is freed when the last [`Bytes`] made from it
+/// (the answer body's pieces) is dropped.
+pub(crate) struct SlotBytes {
+    slot: OwnedSlot,
+    range: Range<usize>,
+}
+
+impl SlotBytes {
+    /// `range` of `slot`'s data area as [`Bytes`], without a copy.
+    pub(crate) fn bytes(slot: OwnedSlot, range: Range<usize>) -> Bytes {
+        Bytes::from_owner(SlotBytes { slot, range })
+    }
+}
+
+impl AsRef<[u8]> for SlotBytes {
+    fn as_ref(&self) -> &[u8] {
+        // The gateway owns the slot until this is dropped: no party of the chain may write
+        // it (one that does anyway, against the protocol, garbles only this answer).
+        &self.slot.data()[self.range.clone()]
+    }
+}
+
 impl Gateway {
     /// Runs one request through route `route` of the chain, whatever protocol it came by:
     /// takes a slot, writes `meta` (name, value pairs the chain's functions asked for: HTTP
@@ -52,12 +137,15 @@ impl Gateway {
         meta: impl IntoIterator<Item = (&'m str, &'m str)>,
         chunks: &[C],
     ) -> Result<Reply, GatewayError> {
-        self.submit_within(route, meta, chunks, self.config.timeout)
+        let timeout = self.config.timeout;
+        self.submit_keeping(route, meta, chunks, timeout, Keep::Copy)
             .await
     }
 
-    /// [`Gateway::submit`] waiting at most `timeout` (a gRPC call's `grpc-timeout`), which
-    /// the chain's timeout bounds.
+    /// [`Gateway::submit`] for an HTTP or gRPC request, waiting at most `timeout` (a gRPC
+    /// call's `grpc-timeout`), which the chain's timeout bounds. A reply over
+    /// [`KEEP_ABOVE`] bytes is a view of its slot ([`Keep::Large`]): the HTTP answer streams
+    /// it to the client and frees the slot when it is dropped.
     pub(crate) async fn submit_within<'m, C: AsRef<[u8]>>(
         &self,
         route: u16,
@@ -65,12 +153,47 @@ impl Gateway {
         chunks: &[C],
         timeout: Duration,
     ) -> Result<Reply, GatewayError> {
+        self.submit_keeping(route, meta, chunks, timeout, Keep::Large)
+            .await
+    }
+
+    async fn submit_keeping<'m, C: AsRef<[u8]>>(
+        &self,
+        route: u16,
+        meta: impl IntoIterator<Item = (&'m str, &'m str)>,
+        chunks: &[C],
+        timeout: Duration,
+        keep: Keep,
+    ) -> Result<Reply, GatewayError> {
         // The request's life in a span, its id recorded once assigned. DEBUG: under the
         // agent's usual `info` filter the span is never created (a check of a few ns, no
         // allocation), so the error events below name the request themselves.
         let span = tracing::debug_span!("request", id = tracing::field::Empty, route);
+        let timeout = timeout.min(self.config.timeout);
+        let result = async {
+            let filled = self.fill(route, meta, chunks)?;
+            self.send_and_wait(route, filled, timeout, keep, &span)
+                .await
+        }
+        .instrument(span.clone())
+        .await;
+        self.tally(&result);
+        result
+    }
+
+    /// Runs a request whose body the HTTP side already streamed into a slot
+    /// ([`crate::body::Sink`]): [`Gateway::submit_within`] without the copy. Such a body
+    /// cannot be sent twice, so an `idempotent` route's retries do not apply.
+    pub(crate) async fn submit_filled(
+        &self,
+        route: u16,
+        filled: Filled,
+        timeout: Duration,
+    ) -> Result<Reply, GatewayError> {
+        let span = tracing::debug_span!("request", id = tracing::field::Empty, route);
+        let timeout = timeout.min(self.config.timeout);
         let result = self
-            .submit_inner(route, meta, chunks, timeout.min(self.config.timeout), &span)
+            .send_and_wait(route, filled, timeout, Keep::Large, &span)
             .instrument(span.clone())
             .await;
         self.tally(&result);
@@ -104,16 +227,14 @@ impl Gateway {
         let text = String::from_utf8_lossy(meta);
         let pairs = text.lines().filter_map(|l| l.split_once(": "));
         let span = tracing::debug_span!("relayed", id = tracing::field::Empty, route);
-        let result = self
-            .submit_inner(
-                route,
-                pairs,
-                &[body],
-                timeout.min(self.config.timeout),
-                &span,
-            )
-            .instrument(span.clone())
-            .await;
+        let timeout = timeout.min(self.config.timeout);
+        let result = async {
+            let filled = self.fill(route, pairs, &[body])?;
+            self.send_and_wait(route, filled, timeout, Keep::Copy, &span)
+                .await
+        }
+        .instrument(span.clone())
+        .await;
         self.tally(&result);
         result
     }
@@ -132,45 +253,63 @@ impl Gateway {
         }
     }
 
-    async fn submit_inner<'m, C: AsRef<[u8]>>(
+    /// Fills a slot for route `route`: the metadata lines of `meta`, then the body's
+    /// `chunks` (the one copy in). A body that fits beside the metadata in a slot of the
+    /// route's pool goes there, a larger one into a slot of its large pool.
+    fn fill<'m, C: AsRef<[u8]>>(
         &self,
         route: u16,
         meta: impl IntoIterator<Item = (&'m str, &'m str)>,
         chunks: &[C],
-        timeout: Duration,
-        span: &tracing::Span,
-    ) -> Result<Reply, GatewayError> {
-        let head = self.plan.routes[route as usize].sequence[0];
+    ) -> Result<Filled, GatewayError> {
         let total: u64 = chunks.iter().map(|c| c.as_ref().len() as u64).sum();
         if total > self.config.max_body {
             return Err(too_large(self.config.max_body));
         }
         let meta = self.meta(meta)?;
-        let pool = &self.route_pools[route as usize];
-        let Some(mut slot) = pool.alloc(Owner::party(self.party)) else {
-            tracing::debug!(route, "every slot of the pool is in use; answered 503");
-            return Err(GatewayError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorSource::Gateway,
-                format!(
-                    "all {} slots of the pool are in use; retry",
-                    pool.slot_count()
-                ),
-            )
-            .with_header(header::RETRY_AFTER, "1"));
-        };
-        let meta_len = meta.len();
-        // The one copy in: the metadata and the body's chunks straight into the slot.
-        let mut len = 0usize;
-        {
-            let data = slot.data_mut();
-            data[..meta_len].copy_from_slice(meta.as_bytes());
-            for c in chunks {
-                let c = c.as_ref();
-                data[meta_len + len..meta_len + len + c.len()].copy_from_slice(c);
-                len += c.len();
+        let small = &self.route_pools[route as usize];
+        let pool = if (meta.len() as u64).saturating_add(total) <= small.slot_capacity() as u64 {
+            small
+        } else {
+            match self.large_pool(route) {
+                Some(large) => large,
+                None => return Err(too_large(self.config.max_body)),
             }
+        };
+        let large = !Arc::ptr_eq(pool, small);
+        let Some(slot) = pool.alloc(Owner::party(self.party)) else {
+            tracing::debug!(
+                route,
+                large,
+                "every slot of the pool is in use; answered 503"
+            );
+            return Err(no_free_slot(pool, large));
+        };
+        let too_large = |_| too_large(self.config.max_body);
+        let mut filled = Filled::start(slot, &meta).map_err(too_large)?;
+        for c in chunks {
+            filled.append(c.as_ref()).map_err(too_large)?;
         }
+        Ok(filled)
+    }
+
+    /// Sends the request in `filled` to the head function of route `route` and waits at
+    /// most `timeout` for its answer.
+    async fn send_and_wait(
+        &self,
+        route: u16,
+        filled: Filled,
+        timeout: Duration,
+        keep: Keep,
+        span: &tracing::Span,
+    ) -> Result<Reply, GatewayError> {
+        let head = self.plan.routes[route as usize].sequence[0];
+        let Filled {
+            mut slot,
+            meta_len,
+            len,
+        } = filled;
+        let pool = slot.pool().clone();
         let id = self.ids.id(
             self.party,
             self.next_request.fetch_add(1, Ordering::Relaxed),
@@ -209,7 +348,9 @@ impl Gateway {
         };
         let desc = slot.descriptor(id, len as u32, head);
         // Never wait for room on this thread: it serves every connection of the chain.
-        let delivered = match self.picker.pick_state(head, pool) {
+        // Party states live in the route's (small) pool, whichever pool holds the body.
+        let parties = &self.route_pools[route as usize];
+        let delivered = match self.picker.pick_state(head, parties) {
             Some((to, state)) => {
                 let sent = self.sender.try_send(to, desc);
                 if state != zerohop_pool::PartyState::Ready && sent.is_ok() {
@@ -265,7 +406,7 @@ impl Gateway {
                 len,
                 header,
                 function,
-            })) => self.reply(slot, len, &header, function),
+            })) => self.reply(slot, len, &header, function, keep),
             // Logged with the request where it failed (an instance's death, the receive
             // path).
             Ok(Ok(Outcome::Failed(e))) => Err(e),
@@ -295,19 +436,27 @@ impl Gateway {
         }
     }
 
-    /// The one copy out: the reply's body from the slot; the slot is freed on return.
-    /// `header` is the copy validated when the slot was taken.
+    /// The reply's body out of the slot: copied (the one copy out, and the slot is freed on
+    /// return), or, for [`Keep::Large`] and more than [`KEEP_ABOVE`] bytes, a view of the
+    /// slot that frees it when its last piece is dropped (the HTTP answer streams it, and
+    /// the copy out is the one into the socket). `header` is the copy validated when the
+    /// slot was taken.
     fn reply(
         &self,
         slot: OwnedSlot,
         len: u32,
         header: &SlotHeader,
         function: u8,
+        keep: Keep,
     ) -> Result<Reply, GatewayError> {
         let m = header.meta_len as usize;
-        let body = Bytes::copy_from_slice(&slot.data()[m..m + len as usize]);
         let headers = response_headers(&slot.data()[..m]);
-        drop(slot);
+        let range = m..m + len as usize;
+        let body = if keep == Keep::Large && len as usize > KEEP_ABOVE {
+            SlotBytes::bytes(slot, range)
+        } else {
+            Bytes::copy_from_slice(&slot.data()[range])
+        };
         let headers = headers.map_err(|why| {
             tracing::warn!(
                 request = header.request,
@@ -347,7 +496,7 @@ impl Gateway {
     }
 
     /// The metadata area's text: `name: value\n` lines, at most [`META_RESERVE`] bytes.
-    fn meta<'m>(
+    pub(crate) fn meta<'m>(
         &self,
         pairs: impl IntoIterator<Item = (&'m str, &'m str)>,
     ) -> Result<String, GatewayError> {
@@ -395,7 +544,8 @@ impl Gateway {
 pub struct Reply {
     /// 200 unless the function set another final status.
     pub status: StatusCode,
-    /// The output, copied out of the slot.
+    /// The output, copied out of the slot; for an HTTP request and more than 256 KiB, a
+    /// view of the slot, which is freed when the last clone of it is dropped.
     pub body: Bytes,
     /// Response headers the functions set (HTTP sends them; MQTT and CoAP have no place
     /// for them).
@@ -411,6 +561,23 @@ fn answerable(s: StatusCode) -> bool {
         && s != StatusCode::NO_CONTENT
         && s != StatusCode::RESET_CONTENT
         && s != StatusCode::NOT_MODIFIED
+}
+
+/// The 503 for a pool with no free slot; `large`: the pool of bodies larger than a slot.
+pub(crate) fn no_free_slot(pool: &Pool, large: bool) -> GatewayError {
+    let what = if large {
+        format!(
+            "all {} large slots (for bodies larger than a slot) are in use; retry",
+            pool.slot_count()
+        )
+    } else {
+        format!(
+            "all {} slots of the pool are in use; retry",
+            pool.slot_count()
+        )
+    };
+    GatewayError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorSource::Gateway, what)
+        .with_header(header::RETRY_AFTER, "1")
 }
 
 pub(crate) fn too_large(max: u64) -> GatewayError {

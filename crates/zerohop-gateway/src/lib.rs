@@ -40,6 +40,7 @@
 #![deny(missing_docs)]
 
 mod access;
+mod body;
 mod cloudevents;
 mod coap;
 mod deferred;
@@ -52,6 +53,7 @@ mod mqtt;
 mod response;
 mod router;
 mod serve;
+mod stall;
 mod tls;
 
 mod group;

@@ -18,7 +18,8 @@
 //! | unread HTTP/2 body bytes | [`H2_STREAM_WINDOW`] per stream, [`H2_CONNECTION_WINDOW`] per connection |
 //! | HTTP/2 streams reset by the client before they are served (rapid reset) | [`H2_MAX_PENDING_RESETS`], then the connection is closed (GOAWAY `ENHANCE_YOUR_CALM`) |
 //! | HTTP/2 streams the server had to reset for errors of the client | [`H2_MAX_LOCAL_RESETS`], then the connection is closed |
-//! | a request body | `max_body` and `body_timeout` (in [`Gateway::handle`]) |
+//! | a request body | `max_body` and `body_timeout` (in [`Gateway::handle`]); one large slot while a body larger than a slot arrives |
+//! | an answer the client does not read | `body_timeout` without progress of a write ([`Stall`]), then the connection is closed: one slot per request held at most that long |
 //!
 //! So an HTTP/2 connection holds at most [`H2_MAX_STREAMS`] requests' bodies (each at most
 //! `max_body`), where an HTTP/1.1 connection holds one.
@@ -43,6 +44,8 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::body::AnswerBody;
+use crate::stall::{Progress, Stall, Watched};
 use crate::tls::{Inside, Tls};
 use crate::{grpc, Gateway};
 
@@ -102,6 +105,8 @@ struct ConnState {
     /// The client's address (what a per-client rate limit counts when it is not
     /// authenticated); `None` for [`Gateway::serve_io`].
     peer: Option<IpAddr>,
+    /// Its answers being written (see `stall`).
+    answers: Arc<Progress>,
 }
 
 impl ConnState {
@@ -114,6 +119,7 @@ impl ConnState {
             born: Instant::now(),
             once,
             kick: Notify::new(),
+            answers: Progress::new(),
         }
     }
 
@@ -144,9 +150,10 @@ impl Drop for Busy {
     }
 }
 
-/// What the service answers: [`Gateway::handle`]'s whole body, or a gRPC answer's message
-/// and trailers ([`Gateway::handle_grpc`]).
-type Answer = Response<Either<Full<Bytes>, grpc::Body>>;
+/// What the service answers: [`Gateway::handle`]'s (an answer the gateway made whole, or
+/// the chain's reply in pieces), or a gRPC answer's message and trailers
+/// ([`Gateway::handle_grpc`]); watched for a client that stops reading.
+type Answer = Response<Watched<Either<Full<Bytes>, AnswerBody>>>;
 
 /// The gateway as hyper's service, for one connection.
 struct Service {
@@ -163,6 +170,7 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         let gw = self.gw.clone();
         let busy = Busy::enter(&self.conn);
         let peer = self.conn.peer;
+        let answers = self.conn.answers.clone();
         let h1 = req.version() < Version::HTTP_2;
         if !h1 {
             self.conn.h2.store(true, Ordering::Relaxed);
@@ -176,7 +184,7 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         Box::pin(async move {
             let _busy = busy;
             let mut answer = match grpc::Call::of(&req) {
-                Ok(None) => gw.handle(req, peer).await.map(Either::Left),
+                Ok(None) => gw.handle(req, peer).await,
                 Ok(Some(call)) => gw.handle_grpc(req, peer, call).await.map(Either::Right),
                 Err(e) => {
                     gw.count_error();
@@ -191,7 +199,7 @@ impl hyper::service::Service<Request<Incoming>> for Service {
                     header::HeaderValue::from_static("close"),
                 );
             }
-            Ok(answer)
+            Ok(answer.map(|b| Watched::new(b, answers)))
         })
     }
 }
@@ -330,6 +338,8 @@ impl Gateway {
         let _permit = permit;
         let _ = stream.set_nodelay(true);
         let peer = stream.peer_addr().ok().map(|a| a.ip());
+        // Under TLS too: what stalls is the socket.
+        let stream = Stall::new(stream, self.config.body_timeout);
         let Some(tls) = tls else {
             return self.drive(stream, peer, once, phase).await;
         };
@@ -367,6 +377,7 @@ impl Gateway {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let state = Arc::new(ConnState::new(once, peer));
+        let limit = self.config.body_timeout;
         let builder = builder(!once);
         let conn = builder.serve_connection(
             TokioIo::new(io),
@@ -378,11 +389,14 @@ impl Gateway {
         tokio::pin!(conn);
         loop {
             // While a request runs the connection is not idle: look again a period later.
-            let wake = if state.busy.load(Ordering::Relaxed) > 0 {
+            let mut wake = if state.busy.load(Ordering::Relaxed) > 0 {
                 Instant::now() + IDLE_TIMEOUT
             } else {
                 state.idle_at()
             };
+            if let Some(at) = state.answers.stalls_at(limit) {
+                wake = wake.min(at);
+            }
             tokio::select! {
                 _ = conn.as_mut() => return,
                 changed = phase.changed() => {
@@ -399,7 +413,17 @@ impl Gateway {
                     }
                 }
                 _ = state.kick.notified() => break,
+                // An answer started: its stall is watched from the next look at the time.
+                _ = state.answers.started.notified() => {}
                 _ = tokio::time::sleep_until(wake) => {
+                    if state.answers.stalled(limit) {
+                        // Dropping the connection drops its answers and frees their slots.
+                        tracing::debug!(
+                            "gateway: closing a connection whose answers made no progress \
+                             for {limit:?} (body_timeout)"
+                        );
+                        return;
+                    }
                     if state.busy.load(Ordering::Relaxed) == 0 && Instant::now() >= state.idle_at() {
                         tracing::debug!("gateway: closing a connection idle for {IDLE_TIMEOUT:?}");
                         break;

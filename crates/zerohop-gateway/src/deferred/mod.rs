@@ -31,6 +31,7 @@ use http::{header, HeaderMap, Method, StatusCode};
 use serde_json::{json, Value};
 use zerohop_spec::{DeliverySpec, RouteSpec};
 
+use crate::body::Received;
 use crate::handle::Answer;
 use crate::ingress::Reply;
 use crate::{ErrorSource, Gateway, GatewayError, Gateways};
@@ -423,25 +424,28 @@ impl Gateway {
     }
 
     /// Queues the request on route `route` when it is async (the route's `async`, or
-    /// `Prefer: respond-async`) and answers the 202; `None`: run it now.
-    pub(crate) async fn defer<C: AsRef<[u8]>>(
+    /// `Prefer: respond-async`) and answers the 202; `Err(body)`: run it now.
+    ///
+    /// A body in memory is written to the queue from there; one streamed into a large slot
+    /// is written straight from the slot (no copy in memory), which is then freed.
+    pub(crate) async fn defer(
         &self,
         route: u16,
         headers: &HeaderMap,
         meta: &[(&str, &str)],
-        chunks: &[C],
-    ) -> Result<Option<Reply>, GatewayError> {
+        body: Received,
+    ) -> Result<Result<Reply, Received>, GatewayError> {
         let wants = prefers_async(headers);
         // Without a queue (a gateway the agent did not give one) the preference is not
         // applied: the request runs now.
         let Some(d) = self.deferred() else {
-            return Ok(None);
+            return Ok(Err(body));
         };
         let Some(rd) = d.routes.get(usize::from(route)) else {
-            return Ok(None);
+            return Ok(Err(body));
         };
         if !(rd.delivery.is_async || wants) {
-            return Ok(None);
+            return Ok(Err(body));
         }
         let callback = match headers.get(CALLBACK_HEADER) {
             None => None,
@@ -455,23 +459,25 @@ impl Gateway {
             "callback": callback,
             "accepted_ms": now_ms(),
         });
-        let body: Vec<u8> = chunks.iter().flat_map(|c| c.as_ref().to_vec()).collect();
         let (d2, id2) = (d.clone(), id.clone());
         // fsync takes milliseconds: off the gateway's thread.
-        tokio::task::spawn_blocking(move || d2.store.put(QUEUE, &id2, &head, &body))
-            .await
-            .map_err(|e| unavailable(&e.to_string()))?
-            .map_err(|e| {
-                tracing::error!(dir = %d.dir().display(), "cannot queue an async request: {e}");
-                unavailable("the async queue cannot be written")
-            })?;
+        tokio::task::spawn_blocking(move || match body {
+            Received::Chunks(chunks) => d2.store.put(QUEUE, &id2, &head, &chunks.concat()),
+            Received::Slot(filled) => d2.store.put(QUEUE, &id2, &head, filled.body()),
+        })
+        .await
+        .map_err(|e| unavailable(&e.to_string()))?
+        .map_err(|e| {
+            tracing::error!(dir = %d.dir().display(), "cannot queue an async request: {e}");
+            unavailable("the async queue cannot be written")
+        })?;
         d.stats.accepted.fetch_add(1, Ordering::Relaxed);
         lock(&d.pending).push_back(id.clone());
         d.wake.notify_one();
         let location = format!("{RESULT_PATH}{id}");
         let body = json!({ "id": id, "location": location }).to_string();
         let hv = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static(""));
-        Ok(Some(Reply {
+        Ok(Ok(Reply {
             status: StatusCode::ACCEPTED,
             body: Bytes::from(body),
             headers: vec![

@@ -8,9 +8,10 @@
 //! +------------+----------------------+-------------------+
 //! ```
 //!
-//! The request's message is cut out of hyper's chunks as slices of them (no copy): the one
-//! copy in stays the gateway's copy into the slot. The work is bounded by the number of
-//! chunks, whatever the length prefix claims.
+//! The request's message is cut out of hyper's chunks as they arrive, as slices of them (no
+//! copy; [`Unframe`]): the one copy in stays the gateway's copy into the slot, also for a
+//! message streamed into a large slot. The work is bounded by the number of chunks, whatever
+//! the length prefix claims.
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -59,69 +60,96 @@ impl FrameError {
 
 /// The one message of a unary request body (hyper's chunks), as slices of the chunks.
 pub(crate) fn message(chunks: Vec<Bytes>) -> Result<Vec<Bytes>, FrameError> {
-    let total: u64 = chunks.iter().map(|c| c.len() as u64).sum();
-    if total == 0 {
-        return Err(FrameError::NoMessage);
-    }
-    if total < PREFIX as u64 {
-        return Err(FrameError::Truncated {
-            want: PREFIX as u64,
-            have: total,
-        });
-    }
-    let mut prefix = [0u8; PREFIX];
-    let mut got = 0;
-    for c in &chunks {
-        let n = (PREFIX - got).min(c.len());
-        prefix[got..got + n].copy_from_slice(&c[..n]);
-        got += n;
-        if got == PREFIX {
-            break;
-        }
-    }
-    match prefix[0] {
-        0 => {}
-        1 => return Err(FrameError::Compressed),
-        f => return Err(FrameError::BadFlag(f)),
-    }
-    let len = u64::from(u32::from_be_bytes([
-        prefix[1], prefix[2], prefix[3], prefix[4],
-    ]));
-    let after = total - PREFIX as u64;
-    if after < len {
-        return Err(FrameError::Truncated {
-            want: len,
-            have: after,
-        });
-    }
-    match after - len {
-        0 => {}
-        // The start of a next message: a call that streams.
-        n if n >= PREFIX as u64 => return Err(FrameError::Streaming),
-        n => {
-            return Err(FrameError::Truncated {
-                want: PREFIX as u64,
-                have: n,
-            })
-        }
-    }
-    // Skip the prefix, keep `len` bytes, as slices of the chunks.
-    let (mut skip, mut left) = (PREFIX, len as usize);
+    let mut unframe = Unframe::default();
     let mut out = Vec::with_capacity(chunks.len());
     for c in chunks {
-        if left == 0 {
-            break;
+        let m = unframe.push(c)?;
+        if !m.is_empty() {
+            out.push(m);
         }
-        if skip >= c.len() {
-            skip -= c.len();
-            continue;
-        }
-        let take = (c.len() - skip).min(left);
-        out.push(c.slice(skip..skip + take));
-        left -= take;
-        skip = 0;
     }
+    unframe.finish()?;
     Ok(out)
+}
+
+/// Takes the one message out of a unary request body as its chunks arrive, so a body can
+/// be streamed into a slot without its prefix: each chunk gives back the part of it that is
+/// message (a slice, no copy). Refuses a compressed or second message as soon as it shows.
+#[derive(Debug, Default)]
+pub(crate) struct Unframe {
+    /// The prefix so far.
+    prefix: [u8; PREFIX],
+    /// Bytes of the prefix seen (up to [`PREFIX`]).
+    got: usize,
+    /// The message's length, once the prefix is in.
+    len: Option<u64>,
+    /// Message bytes seen.
+    taken: u64,
+    /// Bytes seen after the message (the start of a second one).
+    after: u64,
+}
+
+impl Unframe {
+    /// The message's length, once its prefix arrived.
+    pub(crate) fn message_len(&self) -> Option<u64> {
+        self.len
+    }
+
+    /// The part of `chunk` that is message.
+    pub(crate) fn push(&mut self, mut chunk: Bytes) -> Result<Bytes, FrameError> {
+        if self.len.is_none() {
+            let n = (PREFIX - self.got).min(chunk.len());
+            self.prefix[self.got..self.got + n].copy_from_slice(&chunk[..n]);
+            self.got += n;
+            let _ = chunk.split_to(n);
+            if self.got < PREFIX {
+                return Ok(Bytes::new());
+            }
+            match self.prefix[0] {
+                0 => {}
+                1 => return Err(FrameError::Compressed),
+                f => return Err(FrameError::BadFlag(f)),
+            }
+            let [_, a, b, c, d] = self.prefix;
+            self.len = Some(u64::from(u32::from_be_bytes([a, b, c, d])));
+        }
+        let len = self.len.unwrap_or(0);
+        let take = (len - self.taken).min(chunk.len() as u64) as usize;
+        let rest = chunk.split_off(take);
+        self.taken += take as u64;
+        self.after += rest.len() as u64;
+        if self.after >= PREFIX as u64 {
+            // The start of a next message: a call that streams.
+            return Err(FrameError::Streaming);
+        }
+        Ok(chunk)
+    }
+
+    /// Whether the body ended where its message does.
+    pub(crate) fn finish(&self) -> Result<(), FrameError> {
+        let Some(len) = self.len else {
+            return Err(match self.got {
+                0 => FrameError::NoMessage,
+                have => FrameError::Truncated {
+                    want: PREFIX as u64,
+                    have: have as u64,
+                },
+            });
+        };
+        if self.taken < len {
+            return Err(FrameError::Truncated {
+                want: len,
+                have: self.taken,
+            });
+        }
+        match self.after {
+            0 => Ok(()),
+            n => Err(FrameError::Truncated {
+                want: PREFIX as u64,
+                have: n,
+            }),
+        }
+    }
 }
 
 /// The prefix of an uncompressed message of `len` bytes.

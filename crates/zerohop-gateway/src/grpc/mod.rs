@@ -5,7 +5,8 @@
 //! must come over HTTP/2 (other `application/grpc+…` types get 415, HTTP/1.1 gets 505, in
 //! plain HTTP as gRPC servers answer them). The gateway routes, admits and reads it as any
 //! HTTP request (bounded by `max_body` and `body_timeout`), hands the function the message
-//! alone ([`frame::message`]: the prefix stripped, still one copy into the slot), and waits
+//! alone ([`Unframe`]: the prefix stripped as the body arrives, still one copy into the
+//! slot, a large message streamed into a large slot), and waits
 //! at most `grpc-timeout`, bounded by the chain's `timeout`. The answer is HTTP 200,
 //! `content-type: application/grpc`, the function's output as one message and the trailer
 //! `grpc-status: 0`; any error is a Trailers-Only answer (`grpc-status` and a percent-encoded
@@ -17,7 +18,6 @@
 //! cannot be told from unary on the wire until it comes). A server-streaming call gets its
 //! one answer message.
 
-mod body;
 mod frame;
 mod status;
 
@@ -30,10 +30,10 @@ use http::{Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use zerohop_transport::RoutePlan;
 
-pub(crate) use body::Body;
-pub(crate) use frame::message;
+pub(crate) use frame::{prefix, FrameError, Unframe, PREFIX};
 use status::{message_value, Code};
 
+use crate::body::AnswerBody;
 use crate::ingress::Reply;
 use crate::{ErrorSource, Gateway, GatewayError};
 
@@ -135,7 +135,7 @@ impl Call {
 
     /// The answer to the call: the reply as one message and `grpc-status: 0`, or the error
     /// (a gateway's, or a function's status 4xx/5xx) as a Trailers-Only answer.
-    pub(crate) fn answer(&self, result: Result<Reply, GatewayError>) -> Response<Body> {
+    pub(crate) fn answer(&self, result: Result<Reply, GatewayError>) -> Response<AnswerBody> {
         let reply = match result {
             Ok(r) if r.status.is_success() => r,
             Ok(r) => {
@@ -157,8 +157,8 @@ impl Call {
         };
         let mut trailers = HeaderMap::new();
         trailers.insert(GRPC_STATUS, Code::Ok.value());
-        let prefix = Bytes::copy_from_slice(&frame::prefix(reply.body.len()));
-        let mut r = Response::new(Body::message(prefix, reply.body, trailers));
+        let head = Bytes::copy_from_slice(&prefix(reply.body.len()));
+        let mut r = Response::new(AnswerBody::message(head, reply.body, trailers));
         let h = r.headers_mut();
         h.insert(header::CONTENT_TYPE, GRPC);
         h.insert(ACCEPT_ENCODING, IDENTITY);
@@ -173,8 +173,12 @@ impl Call {
 }
 
 /// A Trailers-Only answer: HTTP 200 and the status in the headers, no body.
-fn trailers_only(code: Code, message: &str, extra: &[(HeaderName, String)]) -> Response<Body> {
-    let mut r = Response::new(Body::default());
+fn trailers_only(
+    code: Code,
+    message: &str,
+    extra: &[(HeaderName, String)],
+) -> Response<AnswerBody> {
+    let mut r = Response::new(AnswerBody::default());
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, GRPC);
     h.insert(ACCEPT_ENCODING, IDENTITY);
@@ -197,7 +201,7 @@ impl Gateway {
         req: Request<Incoming>,
         peer: Option<IpAddr>,
         call: Call,
-    ) -> Response<Body> {
+    ) -> Response<AnswerBody> {
         let result = self.handle_inner(req, peer, Some(&call)).await;
         call.answer(result.map(|(reply, ..)| reply))
     }
@@ -241,7 +245,7 @@ pub fn fuzz_frames(data: &[u8]) {
         at = end;
     }
     chunks.push(Bytes::copy_from_slice(&body[at..]));
-    match message(chunks) {
+    match frame::message(chunks) {
         Ok(m) => {
             let m = m.concat();
             // Exactly one uncompressed message, the whole body.

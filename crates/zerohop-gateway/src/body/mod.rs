@@ -1,0 +1,20 @@
+//! Bodies of any size up to `max_body`, in and out, without holding them in the gateway's
+//! memory.
+//!
+//! In ([`Sink`]): a request body is kept as hyper's chunks while it fits a slot of its
+//! route's pool beside the metadata (a slow client then holds memory of its own, never a
+//! slot); once it grows past that, or its `Content-Length` (a gRPC message's length prefix)
+//! says it will, it goes into a slot of the route's large pool, each further frame copied
+//! there as it arrives: the one copy in. Bounded by `max_body` (413) and, around the reading,
+//! `body_timeout` (408): a body cut short frees its slot.
+//!
+//! Out ([`AnswerBody`]): an answer is sent in pieces of at most [`PIECE`] bytes as hyper asks
+//! for them; a large one is a view of its slot (`ingress::SlotBytes`), so its pieces go from
+//! the slot to the socket and the slot is freed when the answer is written, or dropped with
+//! its connection (see `serve::Stall` for a client that stops reading).
+
+mod answer;
+mod sink;
+
+pub(crate) use answer::AnswerBody;
+pub(crate) use sink::{read, Received, Sink};
