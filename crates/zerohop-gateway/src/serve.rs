@@ -21,8 +21,9 @@
 //! | a request body | `max_body` and `body_timeout` (in [`Gateway::handle`]); one large slot while a body larger than a slot arrives |
 //! | an answer the client does not read | `body_timeout` without progress of a write ([`Stall`]), then the connection is closed: one slot per request held at most that long |
 //!
-//! So an HTTP/2 connection holds at most [`H2_MAX_STREAMS`] requests' bodies (each at most
-//! `max_body`), where an HTTP/1.1 connection holds one.
+//! So an HTTP/2 connection holds at most [`H2_MAX_STREAMS`] requests' bodies, where an
+//! HTTP/1.1 connection holds one: in memory while a body fits a slot, in a large slot once it
+//! does not (see `body`).
 
 use std::convert::Infallible;
 use std::future::Future;
