@@ -204,6 +204,16 @@ pub(crate) fn handover_fds(
     Ok(fds)
 }
 
+/// Gives back the pages of the large pools' free slots after a party's slots were freed
+/// without a punch (reclaimed from a dead or stopped party; `docs/protocol.md`, "Large
+/// pools"). Claimed as gateway party 0 for the instant of the punch: the agent is the
+/// gateway's process, so nothing outlives it holding them.
+fn release_large(gateways: &Gateways) {
+    for pool in gateways.pools().iter().filter(|p| p.releases()) {
+        pool.release_free(Owner::party(0));
+    }
+}
+
 /// Starts an instance of `inst`'s party from its function's current run; `park`: it waits
 /// parked once attached.
 pub(crate) fn spawn(
@@ -438,6 +448,7 @@ async fn retire(
     }
     terminate(s.parties, &s.launch.jail, inst.party, instance).await;
     let failed = s.gateways.party_died(inst.party, why);
+    release_large(s.gateways);
     if failed > 0 {
         tracing::warn!(
             function = %inst.function,
@@ -590,6 +601,7 @@ async fn crashed(
         c.count_restart();
     }
     let failed = s.gateways.party_died(inst.party, &what);
+    release_large(s.gateways);
     let backoff = if attached || instance.started.elapsed() > HEALTHY_AFTER {
         BACKOFF_MIN
     } else {

@@ -239,7 +239,9 @@ pub unsafe extern "C" fn zh_body(req: *mut zh_request, len: *mut usize) -> *mut 
     body.as_mut_ptr()
 }
 
-/// The most bytes the body may grow to (the slot's room).
+/// The most bytes the body may grow to in place (the slot's room). It may grow beyond, up to
+/// the chain's `max_body`: zh_set_len, zh_set_body and zh_extend then move the request into a
+/// large slot (one copy), and a pointer from zh_body is stale.
 ///
 /// # Safety
 ///
@@ -250,8 +252,10 @@ pub unsafe extern "C" fn zh_capacity(req: *mut zh_request) -> usize {
     request(req).map_or(0, |r| r.req().capacity())
 }
 
-/// Sets the body's length (new bytes are whatever the slot held). Returns 0, or 500 when
-/// `len` is over zh_capacity (nothing changes; zh_last_error says so, naming the room).
+/// Sets the body's length (new bytes are zero). Beyond zh_capacity the request moves into a
+/// large slot. Returns 0, or 500 when `len` is over the largest slot the chain has (its
+/// `max_body`), 503 when every large slot is in use (nothing changes either way;
+/// zh_last_error says so, naming the room).
 ///
 /// # Safety
 ///
@@ -264,8 +268,9 @@ pub unsafe extern "C" fn zh_set_len(req: *mut zh_request, len: usize) -> u16 {
     r.result(result)
 }
 
-/// Replaces the body with `len` bytes at `data`. Returns 0, or 500 when they do not fit
-/// (nothing changes), 400 for a null `data` with a nonzero `len`.
+/// Replaces the body with `len` bytes at `data` (beyond zh_capacity, in a large slot, as
+/// zh_set_len). Returns 0, or 500 when they do not fit (nothing changes), 503 when no large
+/// slot is free, 400 for a null `data` with a nonzero `len`.
 ///
 /// # Safety
 ///
@@ -281,8 +286,9 @@ pub unsafe extern "C" fn zh_set_body(req: *mut zh_request, data: *const c_void, 
     r.result(result)
 }
 
-/// Appends `len` bytes at `data` to the body. Returns 0, or 500 when they do not fit
-/// (nothing changes), 400 for a null `data` with a nonzero `len`.
+/// Appends `len` bytes at `data` to the body (beyond zh_capacity, in a large slot, as
+/// zh_set_len). Returns 0, or 500 when they do not fit (nothing changes), 503 when no large
+/// slot is free, 400 for a null `data` with a nonzero `len`.
 ///
 /// # Safety
 ///

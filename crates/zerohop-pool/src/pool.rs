@@ -881,6 +881,11 @@ impl OwnedSlot {
         &self.pool
     }
 
+    /// The party holding it (this process).
+    pub fn owner(&self) -> Owner {
+        self.owner
+    }
+
     /// Reads the slot header.
     pub fn header(&self) -> SlotHeader {
         // SAFETY: we own the slot (owner table), so nobody else writes it; in bounds.

@@ -82,6 +82,21 @@ impl Pools {
             .filter(|p| p.releases() && p.first_slot() == first)
     }
 
+    /// The small pool of the security domain whose large pool is `large`: the pool numbered
+    /// right before it; `None` when `large` is not a releasing pool or this party does not
+    /// map its domain's small pool.
+    pub fn small_of(&self, large: &Pool) -> Option<&Arc<Pool>> {
+        if !large.releases() {
+            return None;
+        }
+        self.of_slot(large.first_slot().checked_sub(1)?)
+            .filter(|p| {
+                !p.releases()
+                    && u64::from(p.first_slot()) + u64::from(p.slot_count())
+                        == u64::from(large.first_slot())
+            })
+    }
+
     /// [`Pool::take`] in the pool the descriptor's slot belongs to.
     pub fn take(
         &self,

@@ -164,7 +164,11 @@ mod tests {
         s.data_mut()[..4].copy_from_slice(b"keep");
         drop(s);
         assert_eq!(small.release_free(Owner::party(0)), 0);
-        assert_eq!(resident(&small, 0), 1, "the written page stays: no punch in a small pool");
+        assert_eq!(
+            resident(&small, 0),
+            1,
+            "the written page stays: no punch in a small pool"
+        );
     }
 
     #[test]
@@ -226,5 +230,9 @@ mod tests {
             set.large_of(&l0).is_none(),
             "a large pool has no large pool"
         );
+        assert!(Arc::ptr_eq(set.small_of(&l0).unwrap(), &s0));
+        assert!(set.small_of(&s0).is_none(), "a small pool is no large one");
+        let alone = Pools::new(vec![l0.clone()]).unwrap();
+        assert!(alone.small_of(&l0).is_none(), "its small pool not mapped");
     }
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use zerohop_pool::{OwnedSlot, Owner, PartyState, Pool, SlotHeader};
+use zerohop_pool::{OwnedSlot, Owner, PartyState, Pool, Pools, SlotHeader};
 use zerohop_transport::{Delivery, PartyId, Picker, Plan, Sender};
 
 /// How often a waiting caller looks whether its callees are still alive.
@@ -124,6 +124,9 @@ pub(crate) struct Calls<'a> {
     pub picker: &'a Picker,
     pub sender: &'a dyn Sender,
     pub pending: &'a Pending,
+    /// The pools this instance maps: a call's input goes into a small slot of the request's
+    /// domain, or into a large one when it does not fit.
+    pub pools: &'a Pools,
 }
 
 /// One call on its way.
@@ -260,15 +263,42 @@ impl Calls<'_> {
             .picker
             .pick_state(function, pool)
             .ok_or_else(|| fail(503, "no instance of it exists".into()))?;
-        let mut slot = pool
-            .alloc(Owner::party(r.me))
-            .ok_or_else(|| fail(503, "no free slot for the call's input".into()))?;
+        // The request's domain: its small pool, and its large pool for an input that does
+        // not fit a small slot (the request itself may be in either).
+        let small = r.pools.small_of(pool).unwrap_or(pool);
+        let large = r.pools.large_of(small);
+        let target = match large {
+            Some(large) if input.len() > small.slot_capacity() => {
+                if input.len() > large.slot_capacity() {
+                    return Err(fail(
+                        500,
+                        format!(
+                            "call input of {} bytes exceeds the largest slot of {} bytes (for \
+                             the chain's max_body); raise max_body",
+                            input.len(),
+                            large.slot_capacity()
+                        ),
+                    ));
+                }
+                large
+            }
+            _ => small,
+        };
+        let mut slot = target.alloc(Owner::party(r.me)).ok_or_else(|| {
+            let which = if target.releases() {
+                "large slot"
+            } else {
+                "slot"
+            };
+            fail(503, format!("no free {which} for the call's input"))
+        })?;
         let room = slot.data().len();
         if input.len() > room {
             return Err(fail(
                 500,
                 format!(
-                    "call input of {} bytes exceeds the slot capacity of {room} bytes",
+                    "call input of {} bytes exceeds the slot capacity of {room} bytes, and the \
+                     chain has no large slots; raise max_body (or pool.slot_size)",
                     input.len()
                 ),
             ));

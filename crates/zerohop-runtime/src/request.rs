@@ -1,6 +1,6 @@
 //! What a handler sees and returns.
 
-use zerohop_pool::{OwnedSlot, SlotHeader, State, StateError};
+use zerohop_pool::{OwnedSlot, Pools, SlotHeader, State, StateError};
 use zerohop_spec::meta;
 use zerohop_transport::Plan;
 
@@ -86,6 +86,9 @@ pub struct Request<'a> {
     pub(crate) branches: Vec<Result<Answer, CallError>>,
     /// The chain's state store, for a function with `state`.
     pub(crate) state: Option<&'a State>,
+    /// The pools this instance maps: where a body that outgrows its slot finds the large
+    /// pool of its domain.
+    pub(crate) pools: &'a Pools,
 }
 
 impl From<StateError> for HandlerError {
@@ -272,18 +275,19 @@ impl Request<'_> {
         &mut self.slot.data_mut()[m..m + self.len]
     }
 
-    /// The largest body this request's slot can hold.
+    /// The largest body this request's slot can hold in place. A body may grow beyond it
+    /// (up to the chain's `max_body`): [`Request::set_len`], [`Request::set_body`] and
+    /// [`Request::extend`] then move the request into a large slot.
     pub fn capacity(&self) -> usize {
         self.slot.data().len() - self.header.meta_len as usize
     }
 
-    /// Grows or shrinks the body in place; new bytes are zero.
+    /// Grows or shrinks the body; new bytes are zero. In place when it fits the slot;
+    /// beyond, the request moves into a slot of its domain's large pool (its metadata and
+    /// body copied once, the old slot freed; `docs/protocol.md`, "Large pools").
     pub fn set_len(&mut self, len: usize) -> Result<(), HandlerError> {
         if len > self.capacity() {
-            return Err(HandlerError::internal(format!(
-                "output of {len} bytes exceeds the slot capacity of {} bytes; raise pool.slot_size",
-                self.capacity()
-            )));
+            self.move_to_large(len, None)?;
         }
         let (m, old) = (self.header.meta_len as usize, self.len);
         if len > old {
@@ -293,10 +297,66 @@ impl Request<'_> {
         Ok(())
     }
 
-    /// Replaces the body with `bytes` (copied into the slot).
+    /// Replaces the body with `bytes` (copied into the slot, or into a large slot when they
+    /// do not fit this one: see [`Request::set_len`]).
     pub fn set_body(&mut self, bytes: &[u8]) -> Result<(), HandlerError> {
+        if bytes.len() > self.capacity() {
+            // Straight into the large slot: the old body is not copied first.
+            self.move_to_large(bytes.len(), Some(bytes))?;
+            self.len = bytes.len();
+            return Ok(());
+        }
         self.set_len(bytes.len())?;
         self.body_mut().copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Moves the request into a slot of its domain's large pool for a body of `len` bytes:
+    /// the metadata, then `body` if given (else the body as it is), the header as the handler
+    /// left it; the old slot is freed only after the copy (`body` may be a view of it).
+    fn move_to_large(&mut self, len: usize, body: Option<&[u8]>) -> Result<(), HandlerError> {
+        let m = self.header.meta_len as usize;
+        let here = self.slot.pool();
+        let Some(large) = self.pools.large_of(here) else {
+            let hint = if here.releases() {
+                "the largest slot the chain has (for its max_body); raise max_body"
+            } else {
+                "the slot, and the chain has no large slots; raise max_body (or pool.slot_size)"
+            };
+            return Err(HandlerError::internal(format!(
+                "output of {len} bytes does not fit: {} bytes fit {hint}",
+                self.capacity()
+            )));
+        };
+        if m + len > large.slot_capacity() {
+            return Err(HandlerError::internal(format!(
+                "output of {len} bytes does not fit: {} bytes fit the largest slot the chain has \
+                 (for its max_body); raise max_body",
+                large.slot_capacity() - m
+            )));
+        }
+        let Some(mut moved) = large.alloc(self.slot.owner()) else {
+            return Err(HandlerError::new(
+                503,
+                format!(
+                    "output of {len} bytes needs a large slot and all {} are in use; try again \
+                     or raise pool.large_slots",
+                    large.slot_count()
+                ),
+            ));
+        };
+        let data = self.slot.data();
+        let out = moved.data_mut();
+        out[..m].copy_from_slice(&data[..m]);
+        match body {
+            Some(b) => out[m..m + b.len()].copy_from_slice(b),
+            None => {
+                let keep = self.len.min(len);
+                out[m..m + keep].copy_from_slice(&data[m..m + keep]);
+            }
+        }
+        // The old slot is freed here (dropped): its descriptor was never sent on.
+        *self.slot = moved;
         Ok(())
     }
 
@@ -365,28 +425,48 @@ impl Request<'_> {
 mod tests {
     use std::sync::Arc;
 
-    use zerohop_pool::{Owner, Pool, PoolGeometry};
+    use zerohop_pool::{Owner, Pool, PoolGeometry, Pools};
 
     use super::*;
     use crate::instance::testing::hello;
 
-    /// Runs `f` on a request of `hello`'s route 0 whose slot holds `meta` then `body`.
+    /// Runs `f` on a request of `hello`'s route 0 whose slot holds `meta` then `body`, in a
+    /// domain with a large pool (2 slots of 8 KiB beside 2 small slots of 256 bytes).
     fn with_request(name: &str, meta: &str, body: &[u8], f: impl FnOnce(&mut Request<'_>)) {
-        let pool = Arc::new(
-            Pool::create(
-                name,
-                &PoolGeometry {
-                    slots: 2,
-                    first_slot: 0,
-                    slot_size: 256,
-                    max_parties: 3,
-                    hugepages: false,
-                    release: false,
-                },
+        with_request_in(name, meta, body, true, f)
+    }
+
+    /// [`with_request`], with or without a large pool.
+    fn with_request_in(
+        name: &str,
+        meta: &str,
+        body: &[u8],
+        large: bool,
+        f: impl FnOnce(&mut Request<'_>),
+    ) {
+        let pool = |first_slot, slot_size, release| {
+            Arc::new(
+                Pool::create(
+                    name,
+                    &PoolGeometry {
+                        slots: 2,
+                        first_slot,
+                        slot_size,
+                        max_parties: 3,
+                        hugepages: false,
+                        release,
+                    },
+                )
+                .unwrap(),
             )
-            .unwrap(),
-        );
-        let mut slot = pool.alloc(Owner::party(1)).unwrap();
+        };
+        let small = pool(0, 256, false);
+        let pools = if large {
+            Pools::new(vec![small.clone(), pool(2, 8192, true)]).unwrap()
+        } else {
+            Pools::single(small.clone())
+        };
+        let mut slot = small.alloc(Owner::party(1)).unwrap();
         let header = SlotHeader {
             meta_len: meta.len() as u16,
             ..SlotHeader::default()
@@ -404,8 +484,65 @@ mod tests {
             calls: None,
             branches: Vec::new(),
             state: None,
+            pools: &pools,
         };
         f(&mut req);
+    }
+
+    #[test]
+    fn a_body_that_outgrows_its_slot_moves_into_a_large_slot_with_its_metadata() {
+        with_request("zh-rt-req-large", "x-trace: t\n", b"hello", |req| {
+            let (small, large) = (
+                req.pools.as_slice()[0].clone(),
+                req.pools.as_slice()[1].clone(),
+            );
+            req.extend(&[7; 1000]).unwrap();
+            assert!(Arc::ptr_eq(req.slot.pool(), &large), "moved");
+            assert_eq!(&req.body()[..5], b"hello");
+            assert!(req.body()[5..].iter().all(|&b| b == 7));
+            assert_eq!(req.body().len(), 1005);
+            assert_eq!(req.header("x-trace"), Some("t"), "the metadata came along");
+            assert_eq!(small.owners().in_use(), 0, "the small slot is freed");
+            assert_eq!(large.owners().in_use(), 1);
+            assert_eq!(req.capacity(), 8192 - 32 - 11);
+            // It stays in its large slot, shrinking or growing in place.
+            req.set_len(3).unwrap();
+            assert_eq!(req.body(), b"hel");
+            req.set_len(6).unwrap();
+            assert_eq!(req.body(), b"hel\0\0\0", "new bytes are zero");
+            assert!(Arc::ptr_eq(req.slot.pool(), &large));
+            // Beyond the largest slot: a clear error, nothing changes.
+            let e = req.set_body(&[1; 9000]).unwrap_err();
+            assert_eq!(e.status, 500);
+            assert!(e.message.contains("raise max_body"), "{e}");
+            assert_eq!(req.body(), b"hel\0\0\0");
+        });
+        // set_body goes straight into the large slot.
+        with_request("zh-rt-req-large-set", "", b"old", |req| {
+            let body: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+            req.set_body(&body).unwrap();
+            assert!(req.slot.pool().releases());
+            assert_eq!(req.body(), &body[..]);
+        });
+    }
+
+    #[test]
+    fn no_free_large_slot_is_503_and_no_large_pool_is_500() {
+        with_request("zh-rt-req-full", "", b"keep", |req| {
+            let large = req.pools.as_slice()[1].clone();
+            let _held = [large.alloc(Owner::party(2)), large.alloc(Owner::party(2))];
+            let e = req.set_len(1000).unwrap_err();
+            assert_eq!(e.status, 503, "{e}");
+            assert!(e.message.contains("pool.large_slots"), "{e}");
+            assert_eq!(req.body(), b"keep", "nothing changed");
+            assert!(!req.slot.pool().releases());
+        });
+        with_request_in("zh-rt-req-none", "", b"keep", false, |req| {
+            let e = req.extend(&[0; 1000]).unwrap_err();
+            assert_eq!(e.status, 500);
+            assert!(e.message.contains("no large slots"), "{e}");
+            assert_eq!(req.body(), b"keep");
+        });
     }
 
     #[test]

@@ -424,6 +424,18 @@ impl Plan {
         })
     }
 
+    /// The shapes of security domain `domain`'s pools in hand-over order (`docs/protocol.md`,
+    /// "Hand-over"): its small pool, then its large pool if the chain has large pools.
+    /// `None` when their slots would not fit a descriptor's slot numbers.
+    #[cfg(not(loom))]
+    pub fn pool_geometries(&self, domain: usize) -> Option<Vec<zerohop_pool::PoolGeometry>> {
+        let small = self.pool_geometry(domain)?;
+        if self.pool.large_slots == 0 || self.pool.large_slot_size == 0 {
+            return Some(vec![small]);
+        }
+        Some(vec![small, self.large_pool_geometry(domain)?])
+    }
+
     /// First slot of domain `domain`'s small pool, if the domain's slots (ending `span`
     /// slots after it) fit the descriptor's 24-bit slot numbers.
     #[cfg(not(loom))]

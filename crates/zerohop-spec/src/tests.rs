@@ -702,6 +702,7 @@ fn a_max_body_beyond_a_slot_gets_a_large_pool_per_domain() {
         ),
         (64, 16, (64 << 20) + 4096, true, false)
     );
+    assert_eq!(p.pool_geometries(0).unwrap(), vec![small, large]);
     // Domain 1 starts after domain 0's small and large slots.
     assert_eq!(p.pool_geometry(1).unwrap().first_slot, 80);
     assert_eq!(p.large_pool_geometry(1).unwrap().first_slot, 144);
@@ -709,6 +710,7 @@ fn a_max_body_beyond_a_slot_gets_a_large_pool_per_domain() {
     let fits = plan(&HELLO.replace("timeout: 2s", "max_body: 7136"));
     assert_eq!((fits.pool.large_slots, fits.pool.large_slot_size), (0, 0));
     assert!(fits.large_pool_geometry(0).is_none());
+    assert_eq!(fits.pool_geometries(0).unwrap().len(), 1);
     assert_eq!(fits.pool_geometry(1).unwrap().first_slot, 64);
     // One byte more, and a large pool of the size asked for.
     let one_more = plan(
@@ -749,4 +751,5 @@ fn slot_numbers_beyond_24_bits_have_no_geometry() {
     assert_eq!(p.large_pool_geometry(0).unwrap().first_slot, 16_777_200);
     assert!(p.pool_geometry(1).is_none());
     assert!(p.large_pool_geometry(1).is_none());
+    assert!(p.pool_geometries(1).is_none());
 }

@@ -96,7 +96,9 @@ void zh_run(zh_handler handler, void *user) ZH_NORETURN;
 // that got it, strings NUL-terminated, buffers as long as their lengths).
 uint8_t *zh_body(struct zh_request *req, size_t *len);
 
-// The most bytes the body may grow to (the slot's room).
+// The most bytes the body may grow to in place (the slot's room). It may grow beyond, up to
+// the chain's `max_body`: zh_set_len, zh_set_body and zh_extend then move the request into a
+// large slot (one copy), and a pointer from zh_body is stale.
 //
 // # Safety
 //
@@ -104,8 +106,10 @@ uint8_t *zh_body(struct zh_request *req, size_t *len);
 // that got it, strings NUL-terminated, buffers as long as their lengths).
 size_t zh_capacity(struct zh_request *req);
 
-// Sets the body's length (new bytes are whatever the slot held). Returns 0, or 500 when
-// `len` is over zh_capacity (nothing changes; zh_last_error says so, naming the room).
+// Sets the body's length (new bytes are zero). Beyond zh_capacity the request moves into a
+// large slot. Returns 0, or 500 when `len` is over the largest slot the chain has (its
+// `max_body`), 503 when every large slot is in use (nothing changes either way;
+// zh_last_error says so, naming the room).
 //
 // # Safety
 //
@@ -113,8 +117,9 @@ size_t zh_capacity(struct zh_request *req);
 // that got it, strings NUL-terminated, buffers as long as their lengths).
 uint16_t zh_set_len(struct zh_request *req, size_t len);
 
-// Replaces the body with `len` bytes at `data`. Returns 0, or 500 when they do not fit
-// (nothing changes), 400 for a null `data` with a nonzero `len`.
+// Replaces the body with `len` bytes at `data` (beyond zh_capacity, in a large slot, as
+// zh_set_len). Returns 0, or 500 when they do not fit (nothing changes), 503 when no large
+// slot is free, 400 for a null `data` with a nonzero `len`.
 //
 // # Safety
 //
@@ -122,8 +127,9 @@ uint16_t zh_set_len(struct zh_request *req, size_t len);
 // that got it, strings NUL-terminated, buffers as long as their lengths).
 uint16_t zh_set_body(struct zh_request *req, const void *data, size_t len);
 
-// Appends `len` bytes at `data` to the body. Returns 0, or 500 when they do not fit
-// (nothing changes), 400 for a null `data` with a nonzero `len`.
+// Appends `len` bytes at `data` to the body (beyond zh_capacity, in a large slot, as
+// zh_set_len). Returns 0, or 500 when they do not fit (nothing changes), 503 when no large
+// slot is free, 400 for a null `data` with a nonzero `len`.
 //
 // # Safety
 //

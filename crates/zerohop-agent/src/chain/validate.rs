@@ -64,13 +64,14 @@ pub(super) fn validate(spec: &ChainSpec, opts: &UpOptions) -> Result<Validated, 
     let plan = plan_from_spec(spec, backend.name(), spin_us, gateway_threads);
     // One pool per security domain, numbered in disjoint slot ranges.
     let domains = plan.domains().len();
-    if u64::from(spec.pool.slots) * domains as u64 > 1 << 24 {
+    let per_domain = u64::from(plan.pool.slots) + u64::from(plan.pool.large_slots);
+    if per_domain * domains as u64 > 1 << 24 {
         return Err(spec_error(
             "pool.slots",
             format!(
-                "{} slots in each of the chain's {} security domains exceed the 16777216 \
-                 slots a chain can number; lower pool.slots",
-                spec.pool.slots, domains
+                "{} slots ({} small, {} large) in each of the chain's {} security domains \
+                 exceed the 16777216 slots a chain can number; lower pool.slots",
+                per_domain, plan.pool.slots, plan.pool.large_slots, domains
             ),
         ));
     }

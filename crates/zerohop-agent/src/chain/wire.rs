@@ -1,5 +1,6 @@
 //! Stage 3 of bringing a chain up: its shared memory and transport. One pool per security
-//! domain (each function maps only its own domains' pools), the transport with the policy
+//! domain and its large pool when bodies may outgrow a slot (each function maps only its own
+//! domains' pools), the transport with the policy
 //! the plan allows, the gateway's parties (their senders and validating endpoints, counted
 //! as the agent's own for [`crate::offence`]), and the state store (a chain it replaces
 //! hands its store over).
@@ -43,10 +44,12 @@ pub(super) fn wire(
     inherited: Option<Arc<zerohop_pool::State>>,
 ) -> Result<Wired, AgentError> {
     let domains = plan.domains().len();
-    let mut list = Vec::new();
+    // Per domain its pools in hand-over order: the small pool, then the large pool if the
+    // chain has large pools (docs/protocol.md, "Large pools").
+    let mut by_domain: Vec<Vec<Arc<Pool>>> = Vec::with_capacity(domains);
     for i in 0..domains {
-        // The shape every party is told through the plan (validated: it fits).
-        let geometry = plan.pool_geometry(i).ok_or_else(|| {
+        // The shapes every party is told through the plan (validated: they fit).
+        let geometries = plan.pool_geometries(i).ok_or_else(|| {
             AgentError::Pool(PoolError::Geometry(format!(
                 "security domain {i}'s slots do not fit a descriptor"
             )))
@@ -56,16 +59,27 @@ pub(super) fn wire(
         } else {
             format!("{}:{i}", spec.name)
         };
-        list.push(Arc::new(Pool::create(&name, &geometry)?));
+        let made = geometries
+            .iter()
+            .map(|g| {
+                let name = if g.release {
+                    format!("{name}:large")
+                } else {
+                    name.clone()
+                };
+                Pool::create(&name, g).map(Arc::new)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        by_domain.push(made);
     }
-    let pools = Pools::new(list.clone())?;
+    let pools = Pools::new(by_domain.iter().flatten().cloned().collect())?;
     // Per function the pools of its domains, once; every instance of it shares that set.
     let function_pools = (0..plan.functions.len())
         .map(|f| {
             Pools::new(
                 plan.domains_of(f as u8)
                     .into_iter()
-                    .map(|d| list[d].clone())
+                    .flat_map(|d| by_domain[d].iter().cloned())
                     .collect(),
             )
         })

@@ -57,8 +57,13 @@ fn handed() -> Handed {
     let function = plan.party_function[usize::from(me)];
     let domains = plan.domains_of(function);
     let state = usize::from(plan.state.is_some() && plan.functions[usize::from(function)].state);
-    // The pools, the state store (if any), the progress records, then the transport's.
-    let transport_from = (domains.len() + state + 1) as i32;
+    // The pools (per domain small, then large), the state store (if any), the progress
+    // records, then the transport's.
+    let pools: usize = domains
+        .iter()
+        .map(|&d| plan.pool_geometries(d).expect("geometry").len())
+        .sum();
+    let transport_from = (pools + state + 1) as i32;
     let geometry = plan.pool_geometry(domains[0]).expect("geometry");
     let pool = Arc::new(Pool::attach(dup(handover::FIRST_FD), &geometry).expect("pool"));
     let fds = (transport_from..nfds)

@@ -29,6 +29,7 @@ impl Deferred {
             calls: None,
             branches: Vec::new(),
             state: None,
+            pools: &self.router.pools,
         }
     }
 

@@ -80,6 +80,7 @@ impl Dispatcher {
             calls,
             branches,
             state: self.state.as_ref(),
+            pools: &self.pools,
         };
         let outcome = match failed {
             Some(e) => Err(HandlerError::from(e)),

@@ -92,6 +92,7 @@ impl Instance {
                             picker: &router.picker,
                             sender: &*router.sender,
                             pending: &pending,
+                            pools: &router.pools,
                         };
                         loop {
                             let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();

@@ -61,9 +61,18 @@ pub fn attach(
         .function_of(me)
         .filter(|&f| f != GATEWAY_FN)
         .ok_or(HandOverError::NoFunction(me))?;
-    // First the pools of this function's domains, in domain order.
+    // First the pools of this function's domains, in domain order: per domain its small
+    // pool, then its large pool when the plan has large pools.
     let domains = plan.domains_of(function);
-    if domains.is_empty() || fds.len() < domains.len() {
+    let geometries = domains
+        .iter()
+        .map(|&d| {
+            plan.pool_geometries(d)
+                .ok_or(HandOverError::PoolOutOfRange(d))
+        })
+        .collect::<Result<Vec<_>, _>>()?
+        .concat();
+    if domains.is_empty() || fds.len() < geometries.len() {
         return Err(HandOverError::TooFewDescriptors {
             fds: fds.len(),
             domains: domains.len(),
@@ -72,14 +81,9 @@ pub fn attach(
     }
     // Each pool's shape comes from the plan; its header is only compared with it.
     let pools = fds
-        .drain(..domains.len())
-        .zip(&domains)
-        .map(|(fd, &d)| {
-            let geometry = plan
-                .pool_geometry(d)
-                .ok_or(HandOverError::PoolOutOfRange(d))?;
-            Ok(Arc::new(Pool::attach(fd, &geometry)?))
-        })
+        .drain(..geometries.len())
+        .zip(&geometries)
+        .map(|(fd, geometry)| Ok(Arc::new(Pool::attach(fd, geometry)?)))
         .collect::<Result<Vec<_>, StartError>>()?;
     let pools = Pools::new(pools)?;
     // Then the state store, for a function with `state`.
