@@ -293,10 +293,6 @@ impl Gateway {
 
     /// The large pool of route `route`'s security domain: where a body bigger than a small
     /// slot goes. `None` when the chain has none (every body fits a small slot).
-    #[allow(
-        dead_code,
-        reason = "the gateway's streaming of large bodies (issue 32) is its user"
-    )]
     pub(crate) fn large_pool(&self, route: u16) -> Option<&Arc<Pool>> {
         self.route_large.get(usize::from(route))?.as_ref()
     }
