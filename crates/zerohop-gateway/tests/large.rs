@@ -535,3 +535,37 @@ fn an_http2_client_that_never_opens_its_window_holds_its_large_slot_at_most_body
     let (_answer, _send, conn) = held;
     conn.abort();
 }
+
+#[test]
+fn a_structured_cloudevent_larger_than_a_slot_is_413_asking_for_binary_mode() {
+    let chain = LargeChain::start("large-ce", 1);
+    let event = |data_len: usize| {
+        format!(
+            r#"{{"specversion":"1.0","id":"1","source":"/t","type":"t.big","datacontenttype":"text/plain","data":"{}"}}"#,
+            "x".repeat(data_len)
+        )
+    };
+    let post = |event: String| {
+        curl(&[
+            "-H",
+            "content-type: application/cloudevents+json",
+            "--data-binary",
+            &event,
+            "-w",
+            "|%{http_code}",
+            &chain.url(),
+        ])
+    };
+    // An event that fits a slot is unwrapped and runs as ever.
+    let small = post(event(1000));
+    assert!(small.stdout.ends_with("|200"), "{}", small.stdout);
+    // One that does not is refused before it is parsed, with what to do instead.
+    let large = post(event(SLOT as usize));
+    assert!(large.stdout.ends_with("|413"), "{}", large.stdout);
+    assert!(
+        large.stdout.contains("send a larger event in binary mode"),
+        "{}",
+        large.stdout
+    );
+    assert!(wait_until(Duration::from_secs(5), || chain.quiet()));
+}
