@@ -145,7 +145,8 @@ func (r *Request) Body() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n))
 }
 
-// Capacity is the most bytes the body may grow to.
+// Capacity is the most bytes the body may grow to in place; beyond, SetLen, SetBody and
+// Extend move the request into a large slot (up to the chain's max_body).
 func (r *Request) Capacity() int { return int(C.zh_capacity(r.r)) }
 
 // SetLen resizes the body (new bytes are whatever the slot held).

@@ -71,7 +71,7 @@ export class Request {
    * `req.body` afterwards is a fresh one.
    */
   readonly body: Buffer;
-  /** The most bytes the body may grow to. */
+  /** The most bytes the body may grow to in place (beyond, it moves into a large slot). */
   readonly capacity: number;
   /** The gateway's id of the request. */
   readonly id: number;

@@ -248,7 +248,7 @@ class Request {
     }
   }
 
-  /** The most bytes the body may grow to. @type {number} */
+  /** The most bytes the body may grow to in place (beyond, it moves into a large slot). @type {number} */
   get capacity() {
     return this.#n.capacity();
   }

@@ -298,7 +298,7 @@ impl NativeRequest {
         Ok(self.inner.get()?.body().len() as u32)
     }
 
-    /// The most bytes the body may grow to.
+    /// The most bytes the body may grow to in place (beyond, it moves into a large slot).
     #[napi]
     pub fn capacity(&self) -> Result<u32> {
         Ok(self.inner.get()?.capacity() as u32)

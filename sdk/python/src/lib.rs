@@ -76,7 +76,7 @@ impl NativeRequest {
         Ok(self.get()?.body().len())
     }
 
-    /// The most bytes the body may grow to.
+    /// The most bytes the body may grow to in place (beyond, it moves into a large slot).
     fn capacity(&self) -> PyResult<usize> {
         Ok(self.get()?.capacity())
     }

@@ -6,7 +6,10 @@ counter named by the body), header (the X-Test header), forward (to PYFN_TARGET)
 item (for GET /item/{id} with ``headers: [":path", ":query", cookie]``: answers 303 with a
 Location and a Set-Cookie naming the id, and a body of what it read: path, route, param,
 query string, decoded query q, cookie session, what a refused header and status said),
-keep (keeps a view of the body past its return), sleep (says "pyfn: holding BODY" on stderr,
+keep (keeps a view of the body past its return), grow (answers its body repeated to
+PYFN_GROW_TO bytes, far beyond a slot: the runtime moves the request into a large slot),
+sizes (calls each of PYFN_CALLS, "name" or "name:N", with its body or the body's first N
+bytes, and answers "name=length:first4..last2;" for each), sleep (says "pyfn: holding BODY" on stderr,
 which zerohop up echoes, so the test knows the request reached the handler; then 2 s, or 60 s
 for a body starting with "hold": a request the test kills, which only the kill ends in time;
 then upper-cases)."""
@@ -110,6 +113,24 @@ def handle(req: zerohop.Request):
         return zerohop.Forward(os.environ["PYFN_TARGET"])
     if MODE == "item":
         return item(req)
+    if MODE == "grow":
+        with req.body as body:
+            data = bytes(body)
+        size = int(os.environ["PYFN_GROW_TO"])
+        return (data * (size // len(data) + 1))[:size]
+    if MODE == "sizes":
+        with req.body as body:
+            data = bytes(body)
+        out = ""
+        for entry in os.environ["PYFN_CALLS"].split(","):
+            name, _, n = entry.partition(":")
+            a = req.call(name, data[: int(n)] if n else data)
+            if not a.ok:
+                out += f"{name}!{a.status};"
+                continue
+            b = a.body
+            out += f"{name}={len(b)}:{b[:4].decode()}..{b[-2:].decode()};"
+        return out.encode()
     if MODE == "keep":
         KEPT.append(req.body)
         return None

@@ -205,6 +205,40 @@ def test_python_functions(chain_of) -> None:
     assert post(c.url + "/fwd", b"forwarded") == (200, "FORWARDED")
 
 
+def test_a_10_mib_body_is_one_view_through_large_slots(chain_of) -> None:
+    """Bodies far beyond a slot (64 KiB by default) travel in large slots: the gateway streams
+    a 10 MiB request into one and each function sees it whole as one view (upper-cases it in
+    place, appends to it); a call's 1 MiB input goes into one, and a callee's output that
+    outgrows its small slot (2 bytes in, 10 MiB out) moves into one and is read in place by
+    its caller."""
+    ten = 10 << 20
+    spec = (
+        "name: pysdk5\nfunctions:\n"
+        + fn("up", "upper")
+        + fn("bang", "exclaim")
+        + fn("grow", "grow", f", PYFN_GROW_TO: {ten}")
+        + fn("sizes", "sizes", ', PYFN_CALLS: "up,grow:2"', ", calls: [up, grow]")
+        + "routes:\n"
+        + "  - http: POST /big\n    sequence: [up, bang]\n"
+        + "  - http: POST /sizes\n    sequence: [sizes]\n"
+    )
+    c = chain_of(spec)
+    body = bytes(b"abcdefghij"[i % 10] for i in range(ten))
+    req = urllib.request.Request(c.url + "/big", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
+        answer = r.read()
+    assert len(answer) == ten + 1
+    assert answer == body.upper() + b"!"
+    mib = b"xy" * (1 << 19)
+    assert post(c.url + "/sizes", mib) == (
+        200,
+        f"up={1 << 20}:XYXY..XY;grow={ten}:xyxy..xy;",
+    )
+    # A small request after them still takes a small slot and answers.
+    assert post(c.url + "/big", b"small") == (200, "SMALL!")
+
+
 def get(url: str, path: str, headers: dict[str, str] | None = None):
     """GET ``path`` with http.client (redirects are not followed): (status, message, body)."""
     host, port = url.removeprefix("http://").rsplit(":", 1)

@@ -110,7 +110,8 @@ class Request:
         return memoryview(self._native)
 
     def set_body(self, data: bytes | bytearray | memoryview) -> None:
-        """Replaces the body with ``data`` (copied into the slot)."""
+        """Replaces the body with ``data`` (copied into the slot, or into a large slot when it
+        does not fit this one; up to the chain's ``max_body``)."""
         self._native.set_body(data)
 
     def extend(self, data: bytes | bytearray | memoryview) -> None:
@@ -118,12 +119,14 @@ class Request:
         self._native.extend(data)
 
     def set_len(self, length: int) -> None:
-        """Resizes the body (new bytes are whatever the slot held)."""
+        """Resizes the body (new bytes are zero); beyond :attr:`capacity`, the request moves
+        into a large slot (up to the chain's ``max_body``)."""
         self._native.set_len(length)
 
     @property
     def capacity(self) -> int:
-        """The most bytes the body may grow to."""
+        """The most bytes the body may grow to in place; it may grow beyond, into a large
+        slot (see :meth:`set_len`)."""
         return self._native.capacity()
 
     @property
