@@ -6,8 +6,7 @@
 
 use std::collections::HashMap;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::sync::watch;
 use zerohop_gateway::Gateways;
 use zerohop_pool::Descriptor;
@@ -117,6 +116,9 @@ fn kill(parties: &Parties, plan: &Plan, offences: &Offences, party: PartyId, pgi
     let Some(control) = parties.get(party) else {
         return;
     };
+    if pgid == 0 || control.pgid() != pgid {
+        return; // already gone or replaced
+    }
     let limit = offences.limit;
     let function = plan
         .party_function
@@ -145,5 +147,8 @@ fn kill(parties: &Parties, plan: &Plan, offences: &Offences, party: PartyId, pgi
     control.condemn(format!(
         "sent {total} invalid descriptors ({detail}) and was killed as hostile"
     ));
-    let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
+    if !control.signal_group(pgid, Signal::SIGKILL) {
+        // It went by itself meanwhile: the reason is not its.
+        control.take_condemned();
+    }
 }

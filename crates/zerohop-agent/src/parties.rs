@@ -7,6 +7,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use tokio::sync::watch;
 use zerohop_pool::{PartyRecord, PartyState, Pool, Pools, Progress};
 use zerohop_transport::{FunctionPlan, PartyId, Plan};
@@ -173,8 +175,12 @@ impl Parties {
 
 /// What the agent knows about one party's current instance.
 pub(crate) struct PartyControl {
-    /// Process group (= pid) of the running instance, 0 when none.
+    /// Process group (= pid) of the running instance, 0 when none. Written only with
+    /// `group` held.
     pgid: AtomicU32,
+    /// Held while `pgid` changes and while a signal goes to that group
+    /// ([`signal_group`](Self::signal_group)).
+    group: Mutex<()>,
     /// Set by the watchdog when it kills the instance for hanging, or by the offence
     /// enforcer for sending invalid descriptors: what to report.
     hung: Mutex<Option<String>>,
@@ -203,6 +209,7 @@ impl PartyControl {
     fn new(want: Want) -> Self {
         Self {
             pgid: AtomicU32::new(0),
+            group: Mutex::new(()),
             hung: Mutex::new(None),
             progress: Mutex::new(None),
             restarts: AtomicU32::new(0),
@@ -232,19 +239,41 @@ impl PartyControl {
         progress: Arc<Progress>,
         usage: Option<UsageProbe>,
     ) {
-        // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
-        self.pgid.store(pid, Ordering::Release);
+        {
+            let _group = self.group.lock().unwrap_or_else(|p| p.into_inner());
+            // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
+            self.pgid.store(pid, Ordering::Release);
+        }
         self.generation.store(generation, Ordering::Relaxed);
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some((pid, progress));
         *self.usage.lock().unwrap_or_else(|p| p.into_inner()) = usage;
     }
 
-    /// Its instance is gone (process group and cgroup killed).
+    /// Its instance is gone (process group and cgroup killed). Its supervisor says so
+    /// before it reaps the instance's leader: see [`signal_group`](Self::signal_group).
     pub fn gone(&self) {
-        // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
-        self.pgid.store(0, Ordering::Release);
+        {
+            let _group = self.group.lock().unwrap_or_else(|p| p.into_inner());
+            // SYNC POINT: Release pairs with the Acquire in `PartyControl::pgid`.
+            self.pgid.store(0, Ordering::Release);
+        }
         *self.usage.lock().unwrap_or_else(|p| p.into_inner()) = None;
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Sends `sig` to process group `pgid` if that is still this party's running instance
+    /// (the watchdog and the offence enforcer decide on a group they saw a moment ago);
+    /// whether it was. Checked and sent under the lock [`gone`](Self::gone) takes, and the
+    /// supervisor calls `gone` before it reaps the group's leader: until then the leader is
+    /// at least a zombie, whose pid the kernel gives to no other process, so the signal
+    /// reaches what is left of this instance and never a stranger that got the number.
+    pub fn signal_group(&self, pgid: u32, sig: Signal) -> bool {
+        let _group = self.group.lock().unwrap_or_else(|p| p.into_inner());
+        if pgid == 0 || self.pgid.load(Ordering::Acquire) != pgid {
+            return false;
+        }
+        let _ = killpg(Pid::from_raw(pgid as i32), sig);
+        true
     }
 
     /// What the scaler wants now.
@@ -323,5 +352,59 @@ impl PartyControl {
     pub fn last_decision(&self) -> (u64, bool) {
         let cold = self.decided_cold.load(Ordering::Relaxed);
         (self.decided_ns.load(Ordering::Relaxed), cold)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    #[test]
+    fn a_group_is_signalled_only_while_it_is_the_party_s_running_instance() {
+        let control = PartyControl::new(Want::Run);
+        // A process group of its own, as an instance has.
+        let mut leader = std::process::Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id();
+        assert!(
+            !control.signal_group(pgid, Signal::SIGKILL),
+            "not started: nothing is sent"
+        );
+        let progress = Arc::new(Progress::create("parties-test", 1).unwrap());
+        control.started(pgid, 1, progress, None);
+        assert!(
+            !control.signal_group(pgid + 1, Signal::SIGKILL),
+            "another group: nothing is sent"
+        );
+        assert!(!control.signal_group(0, Signal::SIGKILL));
+        assert_eq!(leader.try_wait().unwrap(), None, "still running");
+        control.gone();
+        assert!(
+            !control.signal_group(pgid, Signal::SIGKILL),
+            "gone (its leader may be reaped): nothing is sent"
+        );
+        assert_eq!(leader.try_wait().unwrap(), None, "still running");
+        control.started(
+            pgid,
+            2,
+            Arc::new(Progress::create("parties-test", 1).unwrap()),
+            None,
+        );
+        assert!(control.signal_group(pgid, Signal::SIGKILL));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = leader.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "SIGKILL did not arrive");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(!status.success());
     }
 }

@@ -302,10 +302,18 @@ fn describe(status: std::io::Result<ExitStatus>) -> String {
 
 /// Kills whatever is left of an instance whose leader has exited (or is being stopped):
 /// its process group, then its cgroup (which also catches anything that left the group),
-/// removes the cgroup and tells the reaper the group is gone.
+/// removes the cgroup and tells the reaper the group is gone; then reaps the leader. Its
+/// leader must not have been reaped before (`Child::exited` leaves it a zombie): the group's
+/// id is the leader's pid, which the kernel gives to no other process until then.
 async fn kill_rest(parties: &Parties, jail: &Jail, party: PartyId, inst: &mut Instance) {
+    let control = parties.get(party);
     if inst.pgid != 0 {
-        let _ = killpg(Pid::from_raw(inst.pgid as i32), Signal::SIGKILL);
+        match control {
+            Some(c) => {
+                c.signal_group(inst.pgid, Signal::SIGKILL);
+            }
+            None => signal_unreaped(inst, Signal::SIGKILL),
+        }
     }
     if let Some(cg) = inst.cgroup.take() {
         // Killing and removing a cgroup may wait for its members to go: off the runtime.
@@ -315,20 +323,33 @@ async fn kill_rest(parties: &Parties, jail: &Jail, party: PartyId, inst: &mut In
         jail.gone(inst.pgid);
         inst.pgid = 0;
     }
-    if let Some(c) = parties.get(party) {
+    if let Some(c) = control {
         c.gone();
+    }
+    let _ = inst.child.kill().await;
+}
+
+/// Signals `inst`'s process group while its leader is not reaped (so its id is still the
+/// group's, see `kill_rest`).
+fn signal_unreaped(inst: &Instance, sig: Signal) {
+    if inst.pgid != 0 && !inst.child.reaped() {
+        let _ = killpg(Pid::from_raw(inst.pgid as i32), sig);
     }
 }
 
 /// Stops an instance: SIGTERM to its process group, then after a grace period SIGKILL to
-/// the group and its cgroup; the leader is always reaped.
+/// the group and its cgroup; the leader is always reaped, last.
 pub(crate) async fn terminate(parties: &Parties, jail: &Jail, party: PartyId, inst: &mut Instance) {
     if inst.pgid != 0 {
-        let _ = killpg(Pid::from_raw(inst.pgid as i32), Signal::SIGTERM);
-        let _ = tokio::time::timeout(TERM_GRACE, inst.child.wait()).await;
+        match parties.get(party) {
+            Some(c) => {
+                c.signal_group(inst.pgid, Signal::SIGTERM);
+            }
+            None => signal_unreaped(inst, Signal::SIGTERM),
+        }
+        let _ = tokio::time::timeout(TERM_GRACE, inst.child.exited()).await;
     }
     kill_rest(parties, jail, party, inst).await;
-    let _ = inst.child.kill().await;
 }
 
 /// Resolves once `stop` turns true (or its sender is gone).
@@ -410,7 +431,7 @@ async fn drain(
             return Drained::TimedOut;
         }
         tokio::select! {
-            s = instance.child.wait() => return Drained::Exited(s),
+            s = instance.child.exited() => return Drained::Exited(s),
             _ = tokio::time::sleep(DRAIN_POLL) => {}
             _ = stopped(stop) => return Drained::Stopping,
         }
@@ -552,7 +573,7 @@ pub(crate) async fn supervise(
             parties.activate(inst.party);
         }
         tokio::select! {
-            status = running.child.wait() => {
+            status = running.child.exited() => {
                 let i = instance.take().expect("running");
                 backoff = crashed(s, &inst, i, status, backoff).await;
                 if *stop.borrow() {

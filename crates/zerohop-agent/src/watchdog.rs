@@ -22,8 +22,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::sync::watch;
 use zerohop_transport::{PartyId, Plan};
 
@@ -150,7 +149,10 @@ fn kill(
         "hung (held a request for {:.1}s, past the chain timeout of {timeout:?}) and was killed",
         held.as_secs_f64()
     ));
-    let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
+    if !control.signal_group(pgid, Signal::SIGKILL) {
+        // It went by itself meanwhile: the reason is not its.
+        control.take_condemned();
+    }
 }
 
 #[cfg(test)]

@@ -465,16 +465,59 @@ impl Child {
         if let Some(s) = self.status {
             return Ok(Some(s));
         }
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG;
-        let status = match waitid(Id::PIDFd(self.pidfd.get_ref().as_fd()), flags)? {
-            WaitStatus::Exited(_, code) => ExitStatus::from_raw((code & 0xff) << 8),
-            WaitStatus::Signaled(_, sig, core) => {
-                ExitStatus::from_raw(sig as i32 | if core { 0x80 } else { 0 })
-            }
-            _ => return Ok(None),
+        let Some(status) = self.look(WaitPidFlag::empty())? else {
+            return Ok(None);
         };
         self.status = Some(status);
         Ok(Some(status))
+    }
+
+    /// How it ended if it has, without waiting and without reaping it (see
+    /// [`exited`](Self::exited)).
+    pub fn peek(&self) -> io::Result<Option<ExitStatus>> {
+        match self.status {
+            Some(s) => Ok(Some(s)),
+            None => self.look(WaitPidFlag::WNOWAIT),
+        }
+    }
+
+    /// Whether it was reaped (by [`wait`](Self::wait), [`try_wait`](Self::try_wait) or
+    /// [`kill`](Self::kill)): its pid may then be another process's.
+    pub fn reaped(&self) -> bool {
+        self.status.is_some()
+    }
+
+    /// How it ended, if it has (`waitid` without waiting, with `extra` flags: `WNOWAIT`
+    /// leaves it unreaped).
+    fn look(&self, extra: WaitPidFlag) -> io::Result<Option<ExitStatus>> {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | extra;
+        Ok(
+            match waitid(Id::PIDFd(self.pidfd.get_ref().as_fd()), flags)? {
+                WaitStatus::Exited(_, code) => Some(ExitStatus::from_raw((code & 0xff) << 8)),
+                WaitStatus::Signaled(_, sig, core) => Some(ExitStatus::from_raw(
+                    sig as i32 | if core { 0x80 } else { 0 },
+                )),
+                _ => None,
+            },
+        )
+    }
+
+    /// Waits until it exits and says how, WITHOUT reaping it: until [`wait`](Self::wait)
+    /// reaps it, the process is a zombie whose pid, which is also its process group's id,
+    /// the kernel cannot give to another process. So what is left of its group can still be
+    /// signalled by that id with no risk of hitting a stranger.
+    pub async fn exited(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(s) = self.status {
+                return Ok(s);
+            }
+            if let Some(s) = self.look(WaitPidFlag::WNOWAIT)? {
+                return Ok(s);
+            }
+            // A pidfd turns readable when its process exits.
+            let mut ready = self.pidfd.readable().await?;
+            ready.clear_ready();
+        }
     }
 
     /// Waits until it exits.
@@ -513,6 +556,42 @@ impl Drop for Child {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The state letter of `pid` in /proc (`None` once it is reaped).
+    fn proc_state(pid: u32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    #[test]
+    fn an_exited_leader_stays_a_zombie_holding_its_pid_until_it_is_waited_for() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // A child of this process, as instances are of the agent (std's handle is left
+            // alone: `Child` reaps it).
+            let pid = std::process::Command::new("sh")
+                .args(["-c", "exit 7"])
+                .spawn()
+                .unwrap()
+                .id();
+            let mut child = Child::adopt(pid).unwrap();
+            let status = tokio::time::timeout(std::time::Duration::from_secs(10), child.exited())
+                .await
+                .expect("it exits")
+                .unwrap();
+            assert_eq!(status.code(), Some(7));
+            assert!(!child.reaped());
+            assert_eq!(proc_state(pid), Some('Z'), "exited() must not reap");
+            assert_eq!(child.peek().unwrap().and_then(|s| s.code()), Some(7));
+            assert_eq!(proc_state(pid), Some('Z'), "peek() must not reap");
+            assert_eq!(child.wait().await.unwrap().code(), Some(7));
+            assert!(child.reaped());
+            assert_eq!(proc_state(pid), None, "wait() reaps");
+        });
+    }
 
     #[test]
     fn requests_survive_the_encoding() {

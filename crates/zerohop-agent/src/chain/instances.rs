@@ -278,7 +278,8 @@ async fn start_instances(
         let mut all_ready = true;
         for (inst, instance) in instances.iter_mut() {
             let Some(instance) = instance else { continue };
-            if let Ok(Some(status)) = instance.child.try_wait() {
+            // Not reaped here: whoever stops it kills what is left of its group first.
+            if let Ok(Some(status)) = instance.child.peek() {
                 return Err(AgentError::NotReady {
                     function: inst.function.clone(),
                     party: inst.party,

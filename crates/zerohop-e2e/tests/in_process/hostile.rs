@@ -228,17 +228,22 @@ fn a_hostile_function_cannot_touch_another_route_of_its_chain() {
         target_bin("zerohop-hostile").display(),
     );
     let chain = up_here(&rt, "mixed.yaml", &yaml);
-    assert_eq!(chain.pools().len(), 2, "one pool per security domain");
+    assert_eq!(
+        chain.pools().len(),
+        4,
+        "per security domain a pool of small slots and one of large slots"
+    );
 
-    // The hostile function was handed exactly one pool: its own route's.
+    // The hostile function was handed its own route's pools only: domain 1's small and large.
     let report = chaos_report(&format!("{}/x", chain.url()));
     let pools: Vec<&str> = report
         .body
         .lines()
         .filter_map(|l| l.strip_prefix("pool "))
         .collect();
-    assert_eq!(pools.len(), 1, "{}", report.body);
-    assert!(pools[0].contains("zerohop-pool:mixed:1"), "{pools:?}");
+    assert_eq!(pools.len(), 2, "{}", report.body);
+    assert!(pools[0].contains("zerohop-pool:mixed:1 "), "{pools:?}");
+    assert!(pools[1].contains("zerohop-pool:mixed:1:large"), "{pools:?}");
     std::thread::sleep(Duration::from_millis(600));
 
     let done = Arc::new(AtomicBool::new(false));
