@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use support::curl;
-use zerohop_gateway::{Gateway, GatewayConfig, Receiving};
+use zerohop_gateway::{Deferred, Gateway, GatewayConfig, Gateways, Receiving};
 use zerohop_pool::{Descriptor, PartyState, Pool, Pools};
+use zerohop_spec::{DeliverySpec, RouteSpec};
 use zerohop_test_support::{wait_until, TempDir};
 use zerohop_transport::{
     Backend, Endpoint, FunctionPlan, Plan, PlanExt, PoolPlan, RoutePlan, Sender, Stop, Transport,
@@ -61,6 +62,11 @@ impl Drop for LargeChain {
 
 impl LargeChain {
     fn start(name: &str, large_slots: u32) -> Self {
+        Self::start_in(name, large_slots, None)
+    }
+
+    /// [`LargeChain::start`], with its async requests (`POST /later`) queued in `queue`.
+    fn start_in(name: &str, large_slots: u32, queue: Option<&Path>) -> Self {
         let plan = Plan {
             chain: name.into(),
             transport: "ring".into(),
@@ -82,6 +88,12 @@ impl LargeChain {
                     method: "POST".into(),
                     path: "/pkg.Echo/Say".into(),
                     grpc: true,
+                    sequence: vec![0],
+                    ..Default::default()
+                },
+                RoutePlan {
+                    method: "POST".into(),
+                    path: "/later".into(),
                     sequence: vec![0],
                     ..Default::default()
                 },
@@ -113,9 +125,10 @@ impl LargeChain {
         let policy = Arc::new(plan.policy().expect("policy"));
         let transport = zerohop_transport::create(Backend::Ring, name, &policy, plan.options())
             .expect("create the transport");
-        let gw = Gateway::new(
+        let routes = route_specs(&plan);
+        let gateways = Gateways::new(
             pools(),
-            transport.sender(0).expect("gateway sender"),
+            vec![transport.sender(0).expect("gateway sender")],
             Arc::new(plan),
             GatewayConfig {
                 max_body: MAX_BODY,
@@ -125,6 +138,12 @@ impl LargeChain {
                 access: Default::default(),
             },
         );
+        let deferred = queue.map(|dir| {
+            let d = Deferred::open(dir, &routes).expect("open the async queue");
+            d.attach(&gateways);
+            d
+        });
+        let gw = gateways.iter().next().expect("one gateway").clone();
         let receiving = gw.start_receiving(Endpoint::new(
             pools(),
             policy.clone(),
@@ -169,8 +188,14 @@ impl LargeChain {
                 .build()
                 .unwrap();
             rt.block_on(async move {
+                if let Some(d) = &deferred {
+                    d.start();
+                }
                 let l = tokio::net::TcpListener::from_std(http).unwrap();
                 g.serve(l, rx).await;
+                if let Some(d) = &deferred {
+                    d.stop();
+                }
             });
         });
         Self {
@@ -201,6 +226,31 @@ impl LargeChain {
             && self.small.owners().in_use() == 0
             && self.large.owners().in_use() == 0
     }
+}
+
+/// The spec's routes of `plan` (what the async queue knows them by): `POST /later` is async.
+fn route_specs(plan: &Plan) -> Vec<RouteSpec> {
+    plan.routes
+        .iter()
+        .map(|r| RouteSpec {
+            line: 0,
+            method: r.method.clone(),
+            path: r.path.clone(),
+            grpc: String::new(),
+            mqtt: String::new(),
+            mqtt_reply: String::new(),
+            coap: String::new(),
+            content_type: String::new(),
+            auth: None,
+            rate_limit: None,
+            delivery: DeliverySpec {
+                is_async: r.path == "/later",
+                ..Default::default()
+            },
+            sequence: vec!["echo".into()],
+            relay_of: None,
+        })
+        .collect()
 }
 
 /// `n` bytes no two runs of which repeat soon (a body that is not all one byte).
@@ -567,5 +617,39 @@ fn a_structured_cloudevent_larger_than_a_slot_is_413_asking_for_binary_mode() {
         "{}",
         large.stdout
     );
+    assert!(wait_until(Duration::from_secs(5), || chain.quiet()));
+}
+
+#[test]
+fn an_async_request_larger_than_a_slot_is_queued_from_its_slot_and_answered_later() {
+    let queue = TempDir::new("large-async");
+    let chain = LargeChain::start_in("large-async", 2, Some(queue.path()));
+    let dir = TempDir::new("large-async-body");
+    let body = pattern(5 << 20, 13);
+    let file = dir.path().join("body");
+    std::fs::write(&file, &body).unwrap();
+    let url = format!("http://{}/later", chain.addr);
+    let ran = curl(&[
+        "--data-binary",
+        &format!("@{}", file.display()),
+        "-w",
+        "|%{http_code}",
+        &url,
+    ]);
+    let (accepted, status) = ran.stdout.rsplit_once('|').expect("a status");
+    assert_eq!(status, "202", "{}", ran.stdout);
+    let location = accepted
+        .split('"')
+        .find(|s| s.starts_with("/_zerohop/async/"))
+        .unwrap_or_else(|| panic!("a location in {accepted}"))
+        .to_owned();
+    let out = dir.path().join("out");
+    let result = format!("http://{}{location}", chain.addr);
+    let answered = wait_until(Duration::from_secs(20), || {
+        let r = curl(&["-o", out.to_str().unwrap(), "-w", "%{http_code}", &result]);
+        r.stdout == "200"
+    });
+    assert!(answered, "the result is there within 20 s");
+    assert!(std::fs::read(&out).unwrap() == body, "the result differs");
     assert!(wait_until(Duration::from_secs(5), || chain.quiet()));
 }
