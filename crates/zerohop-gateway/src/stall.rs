@@ -9,18 +9,17 @@
 //!   blocked for `limit` fails with `TimedOut`, and hyper gives the connection up.
 //! - [`Watched`], around each answer's body, for what the socket does not show: an HTTP/2
 //!   client that reads its socket but never opens a stream's flow-control window. The
-//!   connection's driver (`serve`) closes a connection that has answers in flight and none
-//!   of them produced a frame for `limit` ([`Progress::stalled`]).
+//!   connection's driver (`serve`) closes a connection one of whose answers produced no frame
+//!   for `limit` ([`Progress::stalled`]), whatever its other answers do.
 //!
-//! Any progress starts the count again, so a slow reader keeps its answer as long as it
-//! reads something every `limit`; on HTTP/2 an answer that waits while others of the same
-//! connection move is held until they end, then at most `limit` more.
+//! Progress starts an answer's count again, so a slow reader keeps its answer as long as it
+//! reads something every `limit`.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,14 +28,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-/// The answers of one connection: how many are being written, and when one last moved.
+/// The answers of one connection still being written, each with the time it last moved.
 #[derive(Debug)]
 pub(crate) struct Progress {
     born: Instant,
-    /// Answers whose body is not written to its end yet.
-    open: AtomicUsize,
-    /// When an answer last produced a frame (or was made), in ms after `born`.
-    moved_ms: AtomicU64,
+    /// Per open answer, when it last produced a frame (or was made), in ms after `born`.
+    /// Locked when an answer starts or ends and when the driver looks, not per frame.
+    answers: Mutex<Vec<Arc<AtomicU64>>>,
     /// Told when an answer starts: the driver then looks at the time again.
     pub(crate) started: Notify,
 }
@@ -45,30 +43,33 @@ impl Progress {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             born: Instant::now(),
-            open: AtomicUsize::new(0),
-            moved_ms: AtomicU64::new(0),
+            answers: Mutex::new(Vec::new()),
             started: Notify::new(),
         })
     }
 
-    fn moved(&self) {
-        let ms = self.born.elapsed().as_millis() as u64;
-        // Relaxed: a timestamp only the connection's driver reads, to decide a stall; a stale
-        // one delays the decision by a look.
-        self.moved_ms.store(ms, Ordering::Relaxed);
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
     }
 
-    /// When the connection's answers count as stalled if none moves before: `None` while
-    /// it has none.
+    fn answers(&self) -> std::sync::MutexGuard<'_, Vec<Arc<AtomicU64>>> {
+        self.answers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// When the answer that moved least recently counts as stalled if it does not move
+    /// before: `None` while there is none.
     pub(crate) fn stalls_at(&self, limit: Duration) -> Option<Instant> {
-        if self.open.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let moved = Duration::from_millis(self.moved_ms.load(Ordering::Relaxed));
-        Some(self.born + moved + limit)
+        // Relaxed: timestamps only this driver reads, to decide a stall; a stale one delays
+        // the decision by a look.
+        let oldest = self
+            .answers()
+            .iter()
+            .map(|m| m.load(Ordering::Relaxed))
+            .min()?;
+        Some(self.born + Duration::from_millis(oldest) + limit)
     }
 
-    /// Answers are open and none moved for `limit`.
+    /// An answer has not moved for `limit`.
     pub(crate) fn stalled(&self, limit: Duration) -> bool {
         self.stalls_at(limit).is_some_and(|at| Instant::now() >= at)
     }
@@ -78,31 +79,31 @@ impl Progress {
 pub(crate) struct Watched<B> {
     body: B,
     progress: Arc<Progress>,
-    /// Still counted in [`Progress::open`].
-    open: bool,
+    /// Its entry in [`Progress`], until it is written to its end or dropped.
+    moved: Option<Arc<AtomicU64>>,
 }
 
 impl<B: Body + Unpin> Watched<B> {
     pub(crate) fn new(body: B, progress: Arc<Progress>) -> Self {
-        let open = !body.is_end_stream();
-        if open {
-            progress.open.fetch_add(1, Ordering::Relaxed);
-            progress.moved();
+        let moved = (!body.is_end_stream()).then(|| {
+            let m = Arc::new(AtomicU64::new(progress.now_ms()));
+            progress.answers().push(m.clone());
             progress.started.notify_one();
-        }
+            m
+        });
         Self {
             body,
             progress,
-            open,
+            moved,
         }
     }
 }
 
 impl<B> Watched<B> {
-    /// Written to its end, or dropped: no longer counted.
+    /// Written to its end, or dropped: no longer watched.
     fn close(&mut self) {
-        if std::mem::take(&mut self.open) {
-            self.progress.open.fetch_sub(1, Ordering::Relaxed);
+        if let Some(m) = self.moved.take() {
+            self.progress.answers().retain(|a| !Arc::ptr_eq(a, &m));
         }
     }
 }
@@ -124,7 +125,9 @@ impl<B: Body + Unpin> Body for Watched<B> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(_)) => {
-                self.progress.moved();
+                if let Some(m) = &self.moved {
+                    m.store(self.progress.now_ms(), Ordering::Relaxed);
+                }
                 if self.body.is_end_stream() {
                     self.close();
                 }
@@ -247,21 +250,25 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn answers_count_until_written_or_dropped_and_stall_when_none_moves() {
+    async fn each_answer_counts_until_written_or_dropped_and_stalls_on_its_own() {
         let limit = Duration::from_millis(200);
         let progress = Progress::new();
         assert_eq!(progress.stalls_at(limit), None, "no answer, no stall");
         let written = Watched::new(Full::new(Bytes::from_static(b"a")), progress.clone());
-        let dropped = Watched::new(Full::new(Bytes::from_static(b"b")), progress.clone());
+        let stuck = Watched::new(Full::new(Bytes::from_static(b"b")), progress.clone());
         assert!(progress.stalls_at(limit).is_some());
         assert!(!progress.stalled(limit));
         tokio::time::sleep(limit + Duration::from_millis(50)).await;
         assert!(progress.stalled(limit), "two answers, none moved");
         assert_eq!(&written.collect().await.unwrap().to_bytes()[..], b"a");
-        assert!(!progress.stalled(limit), "a frame is progress");
-        drop(dropped);
-        assert_eq!(progress.stalls_at(limit), None, "both ended");
-        // An empty answer (a gRPC Trailers-Only one) is never counted.
+        // A new answer, and another written to its end, do not excuse the one that waits.
+        let fresh = Watched::new(Full::new(Bytes::from_static(b"c")), progress.clone());
+        assert!(progress.stalled(limit), "the stuck answer still stalls");
+        drop(stuck);
+        assert!(!progress.stalled(limit), "the fresh one just started");
+        drop(fresh);
+        assert_eq!(progress.stalls_at(limit), None, "all ended");
+        // An empty answer (a gRPC Trailers-Only one) is never watched.
         let _empty = Watched::new(Full::new(Bytes::new()), progress.clone());
         assert_eq!(progress.stalls_at(limit), None);
     }

@@ -541,9 +541,14 @@ fn an_http2_client_that_never_opens_its_window_holds_its_large_slot_at_most_body
     let started = Instant::now();
     let held = rt.block_on(async {
         // The connection is driven (its socket read, so the gateway's writes never block),
-        // but the answer's stream window is never opened past the default 64 KiB.
+        // but the answer's stream window is never opened past the default 64 KiB (the
+        // connection's is wide, so other streams' answers can still move).
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (send, conn) = h2::client::handshake(tcp).await.expect("handshake");
+        let (send, conn) = h2::client::Builder::new()
+            .initial_connection_window_size(16 << 20)
+            .handshake(tcp)
+            .await
+            .expect("handshake");
         let conn = tokio::spawn(conn);
         let mut send = send.ready().await.unwrap();
         let (answer, mut stream) = send
@@ -569,21 +574,58 @@ fn an_http2_client_that_never_opens_its_window_holds_its_large_slot_at_most_body
             .expect("bounded")
             .expect("an answer");
         assert_eq!(answer.status(), 200);
-        (answer, send, conn)
+        assert_eq!(
+            chain.large_in_use(),
+            1,
+            "the answer streams from its large slot"
+        );
+        // Meanwhile the client keeps asking small things on the same connection: others'
+        // answers moving do not keep the stalled one alive.
+        let deadline = Instant::now() + BODY_TIMEOUT * 3;
+        let mut served = 0;
+        while chain.large_in_use() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            match tokio::time::timeout(Duration::from_secs(5), small_h2(&mut send, addr)).await {
+                Ok(Ok(b)) if b == "small" => served += 1,
+                _ => break,
+            }
+        }
+        (answer, send, conn, served)
     });
-    assert_eq!(
-        chain.large_in_use(),
-        1,
-        "the answer streams from its large slot"
-    );
-    let freed = wait_until(BODY_TIMEOUT * 3 + Duration::from_secs(5), || chain.quiet());
+    // Cut within the limit (and a look of the driver), though the connection kept moving.
+    let freed = wait_until(Duration::from_secs(1), || chain.quiet());
+    let at = started.elapsed();
     assert!(
-        freed,
-        "the large slot is still held {:?} after the answer started",
-        started.elapsed()
+        freed && at < BODY_TIMEOUT * 2 + Duration::from_secs(1),
+        "the large slot is still held {at:?} after the answer started"
     );
-    let (_answer, _send, conn) = held;
+    let (_answer, _send, conn, served) = held;
+    assert!(
+        served > 0,
+        "the connection served others while one answer waited"
+    );
     conn.abort();
+}
+
+/// A small request on `send`'s connection: the answer's body, or why there is none.
+async fn small_h2(
+    send: &mut h2::client::SendRequest<Bytes>,
+    addr: SocketAddr,
+) -> Result<String, h2::Error> {
+    *send = send.clone().ready().await?;
+    let req = http::Request::post(format!("http://{addr}/echo"))
+        .body(())
+        .unwrap();
+    let (answer, mut stream) = send.send_request(req, false)?;
+    stream.send_data(Bytes::from_static(b"small"), true)?;
+    let mut body = answer.await?.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&got).into_owned())
 }
 
 #[test]
