@@ -390,3 +390,89 @@ fn over_max_body_is_413_and_with_every_large_slot_busy_503() {
     is_answer(&out, 2 << 20).unwrap();
     assert_eq!(chain.stop(), Some(0));
 }
+
+/// POSTs `body` to `url` with curl; the status, the answer and how long it took.
+fn post(url: &str, body: &str, limit: Duration) -> (u16, Vec<u8>, Duration) {
+    let dir = TempDir::new("large-post");
+    let out = dir.path().join("out");
+    let started = Instant::now();
+    let (ok, stdout, stderr) = run(
+        Command::new("curl")
+            .args(["-sS", "--max-time", &limit.as_secs().to_string()])
+            .args(["--data-binary", body, "-o"])
+            .arg(&out)
+            .args(["-w", "%{http_code}"])
+            .arg(url),
+        limit + Duration::from_secs(5),
+    );
+    assert!(ok, "curl failed: {stderr}");
+    let status = stdout.trim().parse().expect("a status");
+    (
+        status,
+        std::fs::read(&out).unwrap_or_default(),
+        started.elapsed(),
+    )
+}
+
+/// A small request whose answer outgrows its slot: the function moves the request into a
+/// large slot of its domain, and the gateway takes the answer from there (its own slot was
+/// freed); through a second function too. A function that dies holding a request it moved
+/// gets its client a 502 at once, not a 504 at the chain's timeout.
+#[test]
+fn an_answer_that_outgrows_the_request_slot_comes_back_whole_and_a_crash_there_is_a_502() {
+    const GROW: usize = 3_000_000;
+    let spec = format!(
+        "name: grow\npool: {{ slots: 64, slot_size: 64KiB, large_slots: 4 }}\nmax_body: 8MiB\n\
+         timeout: 20s\nfunctions:\n{}{}{}routes:\n  - {{ http: POST /grow, sequence: [grow] }}\n\
+         \x20 - {{ http: POST /grow-on, sequence: [grow, exclaim] }}\n\
+         \x20 - {{ http: POST /die, sequence: [dier] }}\n",
+        func("grow", "grow", &format!("TESTFN_GROW: \"{GROW}\""), ""),
+        func("exclaim", "exclaim", "", ""),
+        func(
+            "dier",
+            "grow-abort",
+            &format!("TESTFN_GROW: \"{GROW}\""),
+            ""
+        ),
+    );
+    let chain = ChainProcess::start(&spec, &[]);
+    let expected: Vec<u8> = b"ab".iter().copied().cycle().take(GROW).collect();
+    let (status, body, _) = post(
+        &format!("{}/grow", chain.url),
+        "ab",
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&body[..body.len().min(200)])
+    );
+    assert!(
+        body == expected,
+        "{} bytes, not the {GROW} expected",
+        body.len()
+    );
+    let (status, body, _) = post(
+        &format!("{}/grow-on", chain.url),
+        "ab",
+        Duration::from_secs(30),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(body.len(), GROW + 1);
+    assert!(body[..GROW] == expected[..] && body[GROW] == b'!');
+    let (status, body, took) = post(&format!("{}/die", chain.url), "ab", Duration::from_secs(30));
+    assert_eq!(status, 502, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        took < Duration::from_secs(15),
+        "answered after {took:?}: the crash was not seen (the timeout is 20 s)"
+    );
+    // The chain still answers after the crash, from a large slot again.
+    let (status, body, _) = post(
+        &format!("{}/grow", chain.url),
+        "ab",
+        Duration::from_secs(30),
+    );
+    assert_eq!((status, body.len()), (200, GROW));
+    assert_eq!(chain.stop(), Some(0), "zerohop up exits cleanly on SIGTERM");
+}

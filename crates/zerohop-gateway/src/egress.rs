@@ -13,7 +13,7 @@ use http::StatusCode;
 use zerohop_pool::{OwnedSlot, Owner, SlotHeader};
 use zerohop_transport::{Delivery, Endpoint, PartyId, Stop};
 
-use crate::{ErrorSource, Gateway, GatewayError};
+use crate::{ErrorSource, Gateway, GatewayError, Inflight};
 
 /// How a request ended, handed from the receive thread (or the agent) to its HTTP task.
 pub(crate) enum Outcome {
@@ -272,8 +272,8 @@ impl Gateway {
             );
             return;
         }
-        let genuine = w.slot == desc.slot
-            && w.generation == desc.generation
+        let same_slot = w.slot == desc.slot && w.generation == desc.generation;
+        let genuine = (same_slot || self.moved(w, desc.slot))
             && header.request == desc.request
             && header.route == w.route
             && self
@@ -299,6 +299,28 @@ impl Gateway {
             header,
             function,
         });
+    }
+
+    /// Whether request `w` may be answered from `slot` though it was sent in another: a
+    /// function whose output outgrew its slot moved the request into a large slot of its
+    /// domain (docs/protocol.md, "Large pools"). Only a slot of the large pool of `w`'s
+    /// route, and only once the slot `w` was sent in has been freed (its generation moved
+    /// on), so that no other party still holds that request and could answer it too.
+    fn moved(&self, w: &Inflight, slot: u32) -> bool {
+        self.large_pool(w.route).is_some_and(|l| l.contains(slot))
+            && !self.still_at(w.route, w.slot, w.generation)
+    }
+
+    /// Whether slot `slot` of route `route`'s pools is still at `generation` (held, or sent
+    /// and not taken); `false` for a slot of neither pool.
+    fn still_at(&self, route: u16, slot: u32, generation: u32) -> bool {
+        let small = self.route_pool(route);
+        [small, self.large_pool(route)]
+            .into_iter()
+            .flatten()
+            .find(|p| p.contains(slot))
+            .and_then(|p| p.owners().get(slot - p.first_slot()))
+            .is_some_and(|w| w.generation == generation)
     }
 
     /// Hands `outcome` to the waiting request; a request no longer waiting (answered by a
@@ -360,6 +382,24 @@ impl Gateway {
             for (id, w) in table.iter() {
                 if held.contains(&(w.slot, w.generation)) {
                     hit.push(*id);
+                }
+            }
+            // Requests it had moved into a large slot (its output outgrew the slot): the
+            // request id is the dead party's word, so only a request whose own slot is gone
+            // (see `moved`) and whose route's large pool holds that slot is failed by it.
+            for &(slot, _) in held {
+                let Some(pool) = self.large_pools().find(|p| p.contains(slot)) else {
+                    continue;
+                };
+                let Some(header) = pool.peek_header(slot) else {
+                    continue;
+                };
+                let Some(w) = table.get(&header.request) else {
+                    continue;
+                };
+                if w.route == header.route && !hit.contains(&header.request) && self.moved(w, slot)
+                {
+                    hit.push(header.request);
                 }
             }
         }

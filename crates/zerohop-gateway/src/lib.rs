@@ -297,6 +297,16 @@ impl Gateway {
         self.route_large.get(usize::from(route))?.as_ref()
     }
 
+    /// The pool of small slots of route `route`'s security domain.
+    pub(crate) fn route_pool(&self, route: u16) -> Option<&Arc<Pool>> {
+        self.route_pools.get(usize::from(route))
+    }
+
+    /// Every large pool of the chain (each domain's, once).
+    pub(crate) fn large_pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
+        self.pools.iter().filter(|p| p.releases())
+    }
+
     /// The plan.
     pub fn plan(&self) -> &Arc<Plan> {
         &self.plan

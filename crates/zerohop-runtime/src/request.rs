@@ -345,6 +345,9 @@ impl Request<'_> {
                 ),
             ));
         };
+        // The request's header at once: should this instance die before it sends the slot
+        // on, the gateway finds the request it held by this header (and fails it with 502).
+        moved.set_header(&self.header);
         let data = self.slot.data();
         let out = moved.data_mut();
         out[..m].copy_from_slice(&data[..m]);

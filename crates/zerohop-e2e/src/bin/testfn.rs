@@ -11,6 +11,8 @@
 //! `flaky` counts its calls in `$ZEROHOP_DATA/calls` and fails the first `TESTFN_FAILS` of
 //! them (default 2; `always`: all) with 503, unless `$ZEROHOP_DATA/fixed` exists; it
 //! sleeps `DELAY_MS` first and answers like `upper` (retries and the dead-letter queue).
+//! `grow` answers `TESTFN_GROW` bytes (default 1 MiB): the request's body repeated (`x` for
+//! an empty one), so an answer outgrows its slot; `grow-abort` does so, then dies.
 
 #![forbid(unsafe_code)]
 
@@ -90,6 +92,24 @@ fn main() {
             Ok(Next::Continue)
         }
         "flaky" => flaky(req, delay),
+        "grow" | "grow-abort" => {
+            let want: usize = std::env::var("TESTFN_GROW")
+                .ok()
+                .and_then(|g| g.parse().ok())
+                .unwrap_or(1 << 20);
+            let seed = if req.body().is_empty() {
+                b"x".to_vec()
+            } else {
+                req.body().to_vec()
+            };
+            let out: Vec<u8> = seed.iter().copied().cycle().take(want).collect();
+            req.set_body(&out)?;
+            if mode == "grow-abort" {
+                // Dies holding the request in the large slot it moved to.
+                std::process::abort();
+            }
+            Ok(Next::Continue)
+        }
         other => Err(HandlerError::internal(format!(
             "unknown TESTFN_MODE {other}"
         ))),
