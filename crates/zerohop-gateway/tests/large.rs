@@ -29,6 +29,8 @@ const SLOT: u32 = 64 * 1024;
 /// The largest body, and (with header and metadata room, page-rounded) a large slot.
 const MAX_BODY: u64 = 24 << 20;
 const LARGE_SLOT: u32 = (MAX_BODY as u32 + 32 + 1024).next_multiple_of(4096);
+/// What the echo makes of a request on `/grow`: its body repeated to this length.
+const GROWN: usize = 1 << 20;
 /// How long a body may take to arrive, and a write to the client stay blocked.
 const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -43,6 +45,8 @@ struct LargeChain {
     server: Option<thread::JoinHandle<()>>,
     echo_stop: Arc<dyn Stop>,
     echo: Option<thread::JoinHandle<()>>,
+    /// Requests the echo holds in a large slot (route `/grow-and-hold`).
+    held: std::sync::mpsc::Receiver<u32>,
     _receiving: Receiving,
     _transport: Box<dyn Transport>,
 }
@@ -88,6 +92,18 @@ impl LargeChain {
                     method: "POST".into(),
                     path: "/pkg.Echo/Say".into(),
                     grpc: true,
+                    sequence: vec![0],
+                    ..Default::default()
+                },
+                RoutePlan {
+                    method: "POST".into(),
+                    path: "/grow".into(),
+                    sequence: vec![0],
+                    ..Default::default()
+                },
+                RoutePlan {
+                    method: "POST".into(),
+                    path: "/grow-and-hold".into(),
                     sequence: vec![0],
                     ..Default::default()
                 },
@@ -158,13 +174,38 @@ impl LargeChain {
         );
         let echo_stop = echo.stopper();
         let sender: Box<dyn Sender> = transport.sender(1).expect("echo sender");
+        let (held_tx, held) = std::sync::mpsc::channel();
+        let grow_into = large.clone();
         let echo = thread::spawn(move || {
+            let mut kept = Vec::new();
             while let Some(d) = echo.recv() {
-                let desc = d
-                    .slot
-                    .descriptor(d.desc.request, d.desc.len, Descriptor::GATEWAY);
+                let header = d.slot.header();
+                let (slot, len) = if header.route == 2 || header.route == 3 {
+                    // As the runtime does when an output outgrows its slot: the request
+                    // moves into a large slot, the old one is freed.
+                    let Some(mut big) = grow_into.alloc(zerohop_pool::Owner::party(1)) else {
+                        continue;
+                    };
+                    big.set_header(&header);
+                    let m = header.meta_len as usize;
+                    let input = d.slot.data()[m..m + d.desc.len as usize].to_vec();
+                    let out: Vec<u8> = input.iter().copied().cycle().take(GROWN).collect();
+                    big.data_mut()[..m].copy_from_slice(&d.slot.data()[..m]);
+                    big.data_mut()[m..m + GROWN].copy_from_slice(&out);
+                    drop(d.slot);
+                    (big, GROWN as u32)
+                } else {
+                    (d.slot, d.desc.len)
+                };
+                if header.route == 3 {
+                    // Holds it until it "dies".
+                    let _ = held_tx.send(header.request);
+                    kept.push(slot);
+                    continue;
+                }
+                let desc = slot.descriptor(d.desc.request, len, Descriptor::GATEWAY);
                 if sender.send(0, desc).is_ok() {
-                    d.slot.into_sent();
+                    slot.into_sent();
                 }
             }
         });
@@ -207,6 +248,7 @@ impl LargeChain {
             server: Some(server),
             echo_stop,
             echo: Some(echo),
+            held,
             _receiving: receiving,
             _transport: transport,
         }
@@ -362,7 +404,12 @@ fn over_max_body_is_413_and_with_every_large_slot_taken_503() {
         &format!("@{}", file.display()),
         &chain.url(),
     ]);
-    assert!(ran.stdout.starts_with("HTTP/1.1 503"), "{}", ran.stdout);
+    assert!(
+        ran.stdout.starts_with("HTTP/1.1 503"),
+        "{}{}",
+        ran.stdout,
+        ran.stderr
+    );
     assert!(
         ran.stdout.to_ascii_lowercase().contains("retry-after: 1"),
         "{}",
@@ -660,6 +707,36 @@ fn a_structured_cloudevent_larger_than_a_slot_is_413_asking_for_binary_mode() {
         large.stdout
     );
     assert!(wait_until(Duration::from_secs(5), || chain.quiet()));
+}
+
+#[test]
+fn an_answer_that_outgrew_its_slot_comes_back_from_the_large_slot_it_moved_to() {
+    let chain = LargeChain::start("large-grow", 2);
+    let url = format!("http://{}/grow", chain.addr);
+    let out = curl(&["-d", "abc", "-w", "|%{http_code}", &url]);
+    let (body, status) = out.stdout.rsplit_once('|').expect("a status");
+    assert_eq!(status, "200", "{}", out.stdout.len());
+    assert_eq!(body.len(), GROWN);
+    assert!(body.as_bytes().chunks(3).all(|c| c == &b"abc"[..c.len()]));
+    assert!(wait_until(Duration::from_secs(5), || chain.quiet()));
+    // An instance that dies holding a moved request fails it at once (502), not at the
+    // chain's timeout.
+    let url = format!("http://{}/grow-and-hold", chain.addr);
+    let client = thread::spawn(move || curl(&["-d", "abc", "-w", "|%{http_code}", &url]));
+    chain
+        .held
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the echo holds the request");
+    let started = Instant::now();
+    assert_eq!(chain.gw.party_died(1, "was killed"), 1);
+    let out = client.join().unwrap();
+    assert!(out.stdout.ends_with("|502"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("instance 1 was killed"),
+        "{}",
+        out.stdout
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[test]
