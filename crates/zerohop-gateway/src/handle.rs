@@ -182,8 +182,21 @@ impl Gateway {
                     max,
                     call.is_some(),
                 );
+                // A client that waits for `100 Continue` sends nothing after an early refusal;
+                // any other is heard out a little (see `body::linger`).
+                let waits = parts
+                    .headers
+                    .get(header::EXPECT)
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
                 let read = async move {
-                    sink.expect(length)?;
+                    let mut incoming = incoming;
+                    if let Err(e) = sink.expect(length) {
+                        drop(sink);
+                        if !waits {
+                            body::linger(&mut incoming).await;
+                        }
+                        return Err(e);
+                    }
                     body::read(sink, incoming).await
                 };
                 self.within_body_timeout(read)

@@ -6,7 +6,8 @@
 //! slot); once it grows past that, or its `Content-Length` (a gRPC message's length prefix)
 //! says it will, it goes into a slot of the route's large pool, each further frame copied
 //! there as it arrives: the one copy in. Bounded by `max_body` (413) and, around the reading,
-//! `body_timeout` (408): a body cut short frees its slot.
+//! `body_timeout` (408): a body cut short frees its slot. A refused body is read on a little
+//! (up to 1 MiB, 1 s) so that the client, still sending, gets the answer that says why.
 //!
 //! Out ([`AnswerBody`]): an answer is sent in pieces of at most [`PIECE`] bytes as hyper asks
 //! for them; a large one is a view of its slot (`ingress::SlotBytes`), so its pieces go from
@@ -17,4 +18,4 @@ mod answer;
 mod sink;
 
 pub(crate) use answer::AnswerBody;
-pub(crate) use sink::{read, Received, Sink};
+pub(crate) use sink::{linger, read, Received, Sink};

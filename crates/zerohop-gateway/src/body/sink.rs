@@ -2,6 +2,7 @@
 //! once it is not (see the parent module).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -154,6 +155,11 @@ impl<'a> Sink<'a> {
     }
 }
 
+/// Body bytes read and dropped after a body was refused on its way in ([`linger`]).
+pub(crate) const LINGER_BYTES: u64 = 1 << 20;
+/// How long [`linger`] reads at most.
+pub(crate) const LINGER_TIME: Duration = Duration::from_secs(1);
+
 /// Reads `body` into `sink` to its end. Not bounded in time: the caller bounds it with
 /// `body_timeout` (dropping the future frees a slot taken).
 pub(crate) async fn read<B>(mut sink: Sink<'_>, mut body: B) -> Result<Received, GatewayError>
@@ -170,10 +176,38 @@ where
             )
         })?;
         if let Ok(data) = frame.into_data() {
-            sink.push(data)?;
+            if let Err(e) = sink.push(data) {
+                // The slot (if one was taken) is freed before the client is heard out.
+                drop(sink);
+                linger(&mut body).await;
+                return Err(e);
+            }
         }
     }
     sink.finish()
+}
+
+/// Reads and drops what the client is still sending of a refused body, at most
+/// [`LINGER_BYTES`] within [`LINGER_TIME`]: an HTTP/1.1 connection closed with unread bytes
+/// in its socket is reset by the kernel, and a client still sending often loses the answer
+/// (the 413 or 503 that says why) with it. What is past the bound is cut, as nginx's
+/// lingering close does.
+pub(crate) async fn linger<B>(body: &mut B)
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+{
+    let drain = async {
+        let mut left = LINGER_BYTES;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                left = left.saturating_sub(data.len() as u64);
+                if left == 0 {
+                    return;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, drain).await;
 }
 
 #[cfg(test)]
@@ -344,6 +378,31 @@ mod tests {
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(e.message.contains("connection reset"), "{e}");
         assert!(large.held_by(OWNER).is_empty(), "the slot is freed");
+    }
+
+    #[tokio::test]
+    async fn a_body_refused_on_its_way_in_is_heard_out_a_little_then_cut() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let large = pool("sink-linger", 1, 1 << 20);
+        let polled = Arc::new(AtomicUsize::new(0));
+        let counted = polled.clone();
+        // 100 frames of 64 KiB, over a max_body of 200 KB after the fourth.
+        let frames = (0..100).map(move |_| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            Ok(Frame::data(Bytes::from(vec![7u8; 64 * 1024])))
+        });
+        let sink = Sink::new("", 4096, Some(&large), OWNER, 200_000, false);
+        let Err(e) = read(sink, Frames(frames)).await else {
+            panic!("a body over max_body was taken");
+        };
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        let read_in_all = polled.load(Ordering::Relaxed) as u64;
+        let lingered = (read_in_all - 4) * 64 * 1024;
+        assert!(
+            (LINGER_BYTES..LINGER_BYTES + 64 * 1024).contains(&lingered),
+            "{lingered} bytes read after the refusal"
+        );
+        assert!(large.held_by(OWNER).is_empty(), "the slot is freed first");
     }
 
     /// A body of the frames (or errors) of an iterator, as hyper's `Incoming` can give them.
