@@ -25,14 +25,15 @@ pub fn bench(extra: &[String]) -> Result<()> {
         .windows(2)
         .find(|w| w[0] == "--out")
         .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
-    // `--no-scale`, `--no-apps`, `--no-activation`, `--no-languages` and `--no-async` are
-    // ours (skip that step); the rest goes to zerohop-bench.
+    // `--no-scale`, `--no-apps`, `--no-activation`, `--no-languages`, `--no-async` and
+    // `--no-large` are ours (skip that step); the rest goes to zerohop-bench.
     let ours = [
         "--no-scale",
         "--no-apps",
         "--no-activation",
         "--no-languages",
         "--no-async",
+        "--no-large",
     ];
     let status = Command::new("target/release/zerohop-bench")
         .args(extra.iter().filter(|a| !ours.contains(&a.as_str())))
@@ -54,7 +55,7 @@ pub fn bench(extra: &[String]) -> Result<()> {
     // The benchmarks beside the matrix: each skipped by `--smoke` or its `--no-NAME`.
     let quick = extra.iter().any(|a| a == "--quick");
     type Extra = fn(&Path, bool) -> Result<bool>;
-    let others: [(&str, Extra, &str); 4] = [
+    let others: [(&str, Extra, &str); 5] = [
         ("apps", apps, "an application run had errors"),
         (
             "activation",
@@ -66,6 +67,11 @@ pub fn bench(extra: &[String]) -> Result<()> {
             "async",
             deferred,
             "an async request failed or its callback did not come",
+        ),
+        (
+            "large",
+            large,
+            "a large-body request failed or was answered wrongly",
         ),
     ];
     for (name, bench, failed) in others {
@@ -108,6 +114,14 @@ fn activation(out: &Path, quick: bool) -> Result<bool> {
 fn deferred(out: &Path, quick: bool) -> Result<bool> {
     eprintln!("xtask: async invocations beside synchronous ones");
     report_bench("zerohop-bench-async", out, quick)
+}
+
+/// Bodies larger than a slot (1, 16, 256 MiB) through the hello chain on zerohop beside the
+/// monolith and the HTTP chain (p50, MiB/s, CPU per request, peak memory, as ratios),
+/// written to `out/large.md` and `out/large.json`.
+fn large(out: &Path, quick: bool) -> Result<bool> {
+    eprintln!("xtask: bodies larger than a slot beside the monolith and the HTTP chain");
+    report_bench("zerohop-bench-large", out, quick)
 }
 
 /// Pass-through functions in Rust, C, Go, Python and Node.js on the same runtime (per-hop
