@@ -240,7 +240,8 @@ fn what_always_fails_lands_in_the_dlq_and_replay_answers_it_once_fixed() {
         &spec("dead", "flaky", "TESTFN_FAILS: always", route, Some(&data)),
     );
     let url = url_of(&applied);
-    let first = accepted(&url, "first", &[]);
+    let hooks = Callbacks::start();
+    let first = accepted(&url, "first", &[("X-Callback-Url", hooks.url.as_str())]);
     let second = accepted(&url, "second", &[]);
     let listed = || d.json(&["dlq", "ls", "dead"]);
     assert!(
@@ -253,6 +254,18 @@ fn what_always_fails_lands_in_the_dlq_and_replay_answers_it_once_fixed() {
     assert!(r.body.contains("dead-letter"), "{}", r.body);
     let id = |u: &str| u.rsplit('/').next().unwrap().to_owned();
     let (a, b) = (id(&first), id(&second));
+    // Its callback hears of it: the last status and error, as JSON.
+    assert!(
+        wait_until(ANSWER_WITHIN, || hooks.hits.load(Ordering::SeqCst) >= 1),
+        "the callback was not told of the dead letter"
+    );
+    let told: Value = serde_json::from_str(&hooks.bodies.lock().unwrap()[0]).unwrap();
+    assert_eq!(told["state"], "dead-letter", "{told}");
+    assert_eq!(
+        (told["id"].as_str(), told["status"].as_u64()),
+        (Some(a.as_str()), Some(503))
+    );
+    assert_eq!(told["attempts"], 2);
     let shown = d.json(&["dlq", "show", "dead", &a]);
     assert_eq!(shown["status"], 503);
     assert_eq!(shown["attempts"], 2);
@@ -280,6 +293,12 @@ fn what_always_fails_lands_in_the_dlq_and_replay_answers_it_once_fixed() {
     let r = answer(&first);
     assert_eq!((r.status, r.body.as_str()), (200, "FIRST"));
     assert!(listed().as_array().unwrap().is_empty());
+    // And of its result, once replayed: once each.
+    assert!(
+        wait_until(ANSWER_WITHIN, || hooks.hits.load(Ordering::SeqCst) >= 2),
+        "the callback was not given the replayed result"
+    );
+    assert_eq!(hooks.bodies.lock().unwrap()[1], "FIRST");
     let missing = d.cli(&["dlq", "show", "dead", &b]);
     assert!(!missing.status.success());
     assert_eq!(metric(&d, "zerohop_dead_lettered", "dead"), Some(2));
@@ -398,5 +417,47 @@ fn a_daemon_killed_between_the_202_and_the_answer_answers_once_after_its_restart
     );
     assert_eq!(hooks.bodies.lock().unwrap().as_slice(), ["SURVIVE"]);
     assert_eq!(metric(&d, "zerohop_async_completed", "crash"), Some(1));
+    d.stop_cleanly();
+}
+
+/// The runs of an async request that failed before the daemon died count against the route's
+/// attempts after its restart: a request that always fails runs `attempts` times in all, not
+/// `attempts` more after every restart.
+#[test]
+fn runs_that_failed_before_a_restart_count_against_the_attempts() {
+    let state = TempDir::new("async-state");
+    let (_tmp, data) = data_folder();
+    let route = "    retry: { attempts: 3, backoff: 10ms }\n";
+    let chain = spec(
+        "count",
+        "flaky",
+        "TESTFN_FAILS: always, DELAY_MS: 1000",
+        route,
+        Some(&data),
+    );
+    let mut d = daemon(state.path());
+    let url = url_of(&d.apply("count", &chain));
+    let result = accepted(&url, "once", &[]);
+    let location = result.strip_prefix(&url).unwrap().to_owned();
+    // Run 1 fails after a second; run 2 is counted as it starts, and the daemon dies under it.
+    assert!(
+        wait_until(ANSWER_WITHIN, || calls(&data) >= 2),
+        "no second run: {} calls",
+        calls(&data)
+    );
+    signal_pid(d.pid(), Signal::SIGKILL);
+    assert_eq!(d.stop(), None, "killed by the signal");
+    drop(d);
+
+    let d = daemon(state.path());
+    let url = url_of(&d.apply("count", &chain));
+    let r = answer(&format!("{url}{location}"));
+    assert_eq!(r.status, 503, "dead-lettered: {r:?}");
+    // The interrupted run 2 is run again, then run 3: four calls in all (five, had the
+    // failed run 1 been forgotten).
+    assert_eq!(calls(&data), 4, "runs after the restart");
+    let id = location.rsplit('/').next().unwrap();
+    let shown = d.json(&["dlq", "show", "count", id]);
+    assert_eq!(shown["attempts"], 3, "{shown}");
     d.stop_cleanly();
 }

@@ -125,8 +125,9 @@ pub struct Deferred {
     running: Mutex<HashSet<String>>,
     /// Finished results, oldest first: (finish time in ms, id).
     results: Mutex<VecDeque<(u64, String)>>,
-    /// Results whose callback is still to be delivered.
-    callbacks: Mutex<VecDeque<String>>,
+    /// Results and dead letters whose callback is still to be delivered: their folder
+    /// ([`DONE`] or [`DLQ`]) and id.
+    callbacks: Mutex<VecDeque<(&'static str, String)>>,
     wake: tokio::sync::Notify,
     stopping: AtomicBool,
     gateway: OnceLock<Weak<Gateway>>,
@@ -155,14 +156,20 @@ impl Deferred {
         }
         let mut results = Vec::new();
         let mut callbacks = VecDeque::new();
-        for id in store.ids(DONE).map_err(io(dir))? {
-            let Ok((head, _)) = store.get(DONE, &id) else {
-                let _ = store.remove(DONE, &id);
-                continue;
-            };
-            results.push((head["finished_ms"].as_u64().unwrap_or(0), id.clone()));
-            if head["callback"].is_string() && head["delivered"] == Value::Bool(false) {
-                callbacks.push_back(id);
+        for folder in [DONE, DLQ] {
+            for id in store.ids(folder).map_err(io(dir))? {
+                let Ok((head, _)) = store.get(folder, &id) else {
+                    if folder == DONE {
+                        let _ = store.remove(DONE, &id);
+                    }
+                    continue;
+                };
+                if folder == DONE {
+                    results.push((head["finished_ms"].as_u64().unwrap_or(0), id.clone()));
+                }
+                if head["callback"].is_string() && head["delivered"] == Value::Bool(false) {
+                    callbacks.push_back((folder, id));
+                }
             }
         }
         results.sort();
@@ -269,7 +276,7 @@ impl Deferred {
         }
         let (mut head, body) = self.store.get(DLQ, id).map_err(|e| self.io(e))?;
         if let Value::Object(m) = &mut head {
-            for k in ["error", "status", "attempts", "failed_ms"] {
+            for k in ["error", "status", "attempts", "failed_ms", "runs", "delivered"] {
                 m.remove(k);
             }
             // A fresh deadline: the replay is a new delivery.
@@ -586,10 +593,19 @@ mod tests {
                              "callback": "http://127.0.0.1:9/", "delivered": false });
         store.put(DONE, &answered, &result, b"BODY").unwrap();
         store.put(DLQ, &dead, &request, b"body").unwrap();
+        let told = "d".repeat(32);
+        let letter = json!({ "route": "POST /x", "meta": [], "status": 502,
+                             "callback": "http://127.0.0.1:9/", "delivered": false });
+        store.put(DLQ, &told, &letter, b"body").unwrap();
         let d = Deferred::open(&dir, &[]).unwrap();
         assert_eq!(lock(&d.pending).iter().collect::<Vec<_>>(), [&waiting]);
         assert!(!d.store.has(QUEUE, &answered), "its queue file outlived it");
-        assert_eq!(lock(&d.callbacks).iter().collect::<Vec<_>>(), [&answered]);
+        assert_eq!(
+            lock(&d.callbacks).iter().cloned().collect::<Vec<_>>(),
+            [(DONE, answered.clone()), (DLQ, told.clone())],
+            "undelivered callbacks of results and of dead letters are tried again"
+        );
+        d.drop_dead_letter(&told).unwrap();
         let letters = d.dead_letters().unwrap();
         assert_eq!(letters.len(), 1);
         assert_eq!(

@@ -56,10 +56,10 @@ pub(super) async fn work(d: Weak<Deferred>) {
         }
         // Callbacks a previous run did not see confirmed: all at once (each waits on its own
         // server).
-        let callbacks: Vec<String> = lock(&q.callbacks).drain(..).collect();
-        for id in callbacks {
+        let callbacks: Vec<(&str, String)> = lock(&q.callbacks).drain(..).collect();
+        for (folder, id) in callbacks {
             let q2 = q.clone();
-            tokio::spawn(async move { deliver(&q2, &id).await });
+            tokio::spawn(async move { deliver(&q2, folder, &id).await });
         }
         q.sweep();
         let woken = q.wake.notified();
@@ -83,7 +83,7 @@ async fn run_one(d: &Arc<Deferred>, id: &str) {
         let _ = d.store.remove(QUEUE, id);
         return;
     }
-    let Ok((head, body)) = d.store.get(QUEUE, id) else {
+    let Ok((mut head, body)) = d.store.get(QUEUE, id) else {
         // Replayed or dropped meanwhile.
         return;
     };
@@ -109,7 +109,14 @@ async fn run_one(d: &Arc<Deferred>, id: &str) {
         .collect();
     let accepted = head["accepted_ms"].as_u64().unwrap_or_else(now_ms);
     let deadline_ms = accepted + ASYNC_DEADLINE.as_millis() as u64;
-    let mut runs = 0;
+    // Runs that failed before a restart count: the route's attempts are for the request,
+    // not for each start of the daemon.
+    let mut runs = head["runs"].as_u64().map_or(0, |r| r.min(u64::from(u32::MAX)) as u32);
+    if runs >= retry.attempts {
+        let why = format!("its {runs} attempts were used before a restart");
+        dead_letter(d, id, head, &body, 502, &why, runs).await;
+        return;
+    }
     loop {
         runs += 1;
         let out = gw
@@ -144,6 +151,7 @@ async fn run_one(d: &Arc<Deferred>, id: &str) {
                     .flatten();
                 if let Some(wait) = wait {
                     d.stats.retried.fetch_add(1, Ordering::Relaxed);
+                    count_run(d, id, &mut head, &body, runs).await;
                     tokio::time::sleep(wait).await;
                     continue;
                 }
@@ -155,6 +163,26 @@ async fn run_one(d: &Arc<Deferred>, id: &str) {
                 return;
             }
         }
+    }
+}
+
+/// Writes `runs`, the runs of queued request `id` that failed, into its queue file (`head`
+/// with `body`), so that a restart goes on counting. A failed write only costs that count.
+async fn count_run(d: &Arc<Deferred>, id: &str, head: &mut Value, body: &[u8], runs: u32) {
+    if let Value::Object(m) = head {
+        m.insert("runs".into(), json!(runs));
+    }
+    let (d2, id2, head2, body2) = (d.clone(), id.to_owned(), head.clone(), body.to_vec());
+    let written = tokio::task::spawn_blocking(move || {
+        // Replayed or dropped meanwhile: nothing to count.
+        if !d2.store.has(QUEUE, &id2) {
+            return Ok(());
+        }
+        d2.store.put(QUEUE, &id2, &head2, &body2)
+    })
+    .await;
+    if let Ok(Err(e)) | Err(e) = written.map_err(std::io::Error::other) {
+        tracing::warn!(%id, "cannot record the runs of an async request: {e}");
     }
 }
 
@@ -192,7 +220,7 @@ async fn finish(d: &Arc<Deferred>, id: &str, request: &Value, reply: Reply) {
     d.stats.completed.fetch_add(1, Ordering::Relaxed);
     lock(&d.results).push_back((finished, id.to_owned()));
     if callback.is_some() {
-        deliver(d, id).await;
+        deliver(d, DONE, id).await;
     }
 }
 
@@ -206,11 +234,16 @@ async fn dead_letter(
     why: &str,
     runs: u32,
 ) {
+    let callback = head["callback"].is_string();
     if let Value::Object(m) = &mut head {
         m.insert("status".into(), json!(status));
         m.insert("error".into(), json!(why));
         m.insert("attempts".into(), json!(runs));
         m.insert("failed_ms".into(), json!(now_ms()));
+        m.remove("runs");
+        if callback {
+            m.insert("delivered".into(), json!(false));
+        }
     }
     let (d2, id2, body) = (d.clone(), id.to_owned(), body.to_vec());
     let written = tokio::task::spawn_blocking(move || {
@@ -224,13 +257,30 @@ async fn dead_letter(
     }
     tracing::warn!(%id, status, "async request dead-lettered: {why}");
     d.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    if callback {
+        deliver(d, DLQ, id).await;
+    }
 }
 
-/// POSTs result `id` to its callback URL, with retries; marks it delivered once the callback
-/// answered 2xx.
-async fn deliver(d: &Arc<Deferred>, id: &str) {
-    let Ok((mut head, body)) = d.store.get(DONE, id) else {
+/// POSTs request `id`'s outcome to its callback URL, with retries: its result (in `folder`
+/// [`DONE`]: the body as the function answered it), or its dead letter ([`DLQ`]: a JSON
+/// document of its last status and error); marks it delivered once the callback answered
+/// 2xx.
+async fn deliver(d: &Arc<Deferred>, folder: &'static str, id: &str) {
+    let Ok((mut head, body)) = d.store.get(folder, id) else {
         return;
+    };
+    let (state, payload) = if folder == DLQ {
+        let letter = json!({
+            "id": id,
+            "state": "dead-letter",
+            "status": head["status"],
+            "error": head["error"],
+            "attempts": head["attempts"],
+        });
+        ("dead-letter", letter.to_string().into_bytes())
+    } else {
+        ("done", body.clone())
     };
     let Some(url) = head["callback"].as_str().map(str::to_owned) else {
         return;
@@ -244,15 +294,22 @@ async fn deliver(d: &Arc<Deferred>, id: &str) {
     let mut runs = 0;
     loop {
         runs += 1;
-        let (url2, id2, body2) = (url.clone(), id.to_owned(), body.clone());
+        let (url2, id2, body2) = (url.clone(), id.to_owned(), payload.clone());
         let sent = tokio::task::spawn_blocking(move || {
-            ureq::AgentBuilder::new()
+            let req = ureq::AgentBuilder::new()
                 .timeout(CALLBACK_TIMEOUT)
                 .redirects(0)
                 .build()
-                .post(&url2)
+                .post(&url2);
+            let req = if state == "dead-letter" {
+                req.set("Content-Type", "application/json")
+            } else {
+                req
+            };
+            req
                 .set("X-Zerohop-Request-Id", &id2)
                 .set("X-Zerohop-Status", &status.to_string())
+                .set("X-Zerohop-State", state)
                 .send_bytes(&body2)
                 .map(|r| r.status())
                 .map_err(|e| e.to_string())
@@ -276,7 +333,7 @@ async fn deliver(d: &Arc<Deferred>, id: &str) {
     d.stats.callbacks.fetch_add(1, Ordering::Relaxed);
     head["delivered"] = Value::Bool(true);
     let (d2, id2) = (d.clone(), id.to_owned());
-    let _ = tokio::task::spawn_blocking(move || d2.store.put(DONE, &id2, &head, &body)).await;
+    let _ = tokio::task::spawn_blocking(move || d2.store.put(folder, &id2, &head, &body)).await;
 }
 
 impl Gateway {
