@@ -26,15 +26,18 @@
 //! `--quick` sends fewer requests (same sizes); `--out DIR` (default `results`) receives
 //! `large.md` and `large.json`. Exits 1 when a request failed or was answered wrongly, or a
 //! system could not start.
+//!
+//! Here: starting the systems, the client, the points and the run; [`answer`]: the bodies
+//! and the check of each answer; [`memory`]: the sampler; [`report`]: ratios and Markdown.
 
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
+mod answer;
+mod memory;
+mod report;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -46,16 +49,19 @@ use serde_json::{json, Value};
 use tokio::net::TcpStream;
 use zerohop_bench::percentile::nearest_rank;
 use zerohop_bench::procstat::disturbance::MachineTicks;
-use zerohop_bench::procstat::memory::Status;
 use zerohop_bench::procstat::{online_cpus, pin_current_thread, ticks_to_seconds};
 use zerohop_bench::procstat::{ProcessId, TickSample};
-use zerohop_bench::report::{load_average, Machine, Table};
+use zerohop_bench::report::{load_average, Machine};
 use zerohop_bench::systems::{self, RunningSystem, StartOpts, SystemId};
 use zerohop_bench::HELLO;
 use zerohop_test_support::descendants;
 
+use crate::answer::{make_body, AnswerCheck, CHECK_STRIDE};
+use crate::memory::Sampler;
+use crate::report::{cannot_show, markdown, ratios, MEMORY_METHOD};
+
 /// Body sizes, MiB.
-const SIZES_MIB: [usize; 3] = [1, 16, 256];
+pub const SIZES_MIB: [usize; 3] = [1, 16, 256];
 /// Measured requests per size (after one warm-up): enough that the smallest point runs for
 /// about a second, so 10 ms CPU ticks resolve it.
 const REQUESTS: [usize; 3] = [100, 30, 10];
@@ -67,11 +73,6 @@ const MAX_BODY: &str = "300MiB";
 const WAIT: Duration = Duration::from_secs(120);
 /// How long `zerohop up` may take to say it is ready.
 const READY: Duration = Duration::from_secs(60);
-/// How often the memory sampler reads `/proc`.
-const SAMPLE_EVERY: Duration = Duration::from_millis(2);
-/// The answer is checked at every `CHECK_STRIDE`-th byte (a prime, so the samples fall at
-/// every offset within pages and chunks), besides its length and last byte.
-const CHECK_STRIDE: usize = 1021;
 /// Others (processes and the host) taking more than this many cores make the run "busy".
 const BUSY_CORES: f64 = 0.1;
 const MIB: f64 = 1024.0 * 1024.0;
@@ -214,88 +215,6 @@ fn start_baseline(id: SystemId, name: &'static str, opts: &StartOpts) -> Result<
     })
 }
 
-/// A body of `len` lower-case letters and spaces (pseudo-random, the same every run), so
-/// that upper-casing changes most bytes.
-fn make_body(len: usize) -> Bytes {
-    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz .,-;:";
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut body = Vec::with_capacity(len);
-    while body.len() < len {
-        // xorshift64: eight bytes of choices per step.
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        for b in x.to_le_bytes() {
-            if body.len() < len {
-                body.push(ALPHABET[usize::from(b) % ALPHABET.len()]);
-            }
-        }
-    }
-    Bytes::from(body)
-}
-
-/// Checks an answer to `body` chunk by chunk as it arrives, without keeping it: it must be
-/// `upper(body) + "!"`; every [`CHECK_STRIDE`]-th byte is compared, and the length and the
-/// last byte always.
-struct AnswerCheck<'a> {
-    body: &'a [u8],
-    seen: usize,
-    last: Option<u8>,
-    wrong: Option<String>,
-}
-
-impl<'a> AnswerCheck<'a> {
-    fn new(body: &'a [u8]) -> Self {
-        Self {
-            body,
-            seen: 0,
-            last: None,
-            wrong: None,
-        }
-    }
-
-    fn feed(&mut self, chunk: &[u8]) {
-        let Some(&last) = chunk.last() else { return };
-        if self.wrong.is_none() {
-            let first = self.seen.div_ceil(CHECK_STRIDE) * CHECK_STRIDE;
-            for at in (first..self.seen + chunk.len()).step_by(CHECK_STRIDE) {
-                let got = chunk[at - self.seen];
-                let want = match self.body.get(at) {
-                    Some(b) => b.to_ascii_uppercase(),
-                    None if at == self.body.len() => b'!',
-                    None => break,
-                };
-                if got != want {
-                    self.wrong = Some(format!(
-                        "byte {at} is {:?}, expected {:?}",
-                        got as char, want as char
-                    ));
-                    break;
-                }
-            }
-        }
-        self.seen += chunk.len();
-        self.last = Some(last);
-    }
-
-    fn finish(self) -> Result<()> {
-        if let Some(wrong) = self.wrong {
-            bail!("wrong answer: {wrong}");
-        }
-        let want = self.body.len() + 1;
-        ensure!(
-            self.seen == want,
-            "wrong answer: {} bytes, expected {want}",
-            self.seen
-        );
-        ensure!(
-            self.last == Some(b'!'),
-            "wrong answer: it does not end with `!`"
-        );
-        Ok(())
-    }
-}
-
 /// One keep-alive connection to a system.
 struct Client {
     authority: String,
@@ -350,75 +269,6 @@ impl Client {
         tokio::time::timeout(WAIT, run)
             .await
             .map_err(|_| anyhow!("no whole answer within {WAIT:?}"))?
-    }
-}
-
-/// Resident memory of a system in KiB: its processes' `VmRSS` less their shared memory,
-/// plus the shared memory once, as the pages its memfds hold (`memfds`: one path per
-/// memfd, `/proc/PID/fd/N`).
-fn resident_kib(pids: &[u32], memfds: &[PathBuf]) -> u64 {
-    let private: u64 = pids
-        .iter()
-        .filter_map(|&p| Status::read(p))
-        .map(|s| s.vm_rss_kib.saturating_sub(s.rss_shmem_kib))
-        .sum();
-    // A memfd is shmem: its blocks are the pages it holds, whoever maps them.
-    let shared: u64 = memfds
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
-        .map(|m| m.blocks() / 2)
-        .sum();
-    private + shared
-}
-
-/// One `/proc/PID/fd/N` path per memfd the processes `pids` hold (each region once).
-fn memfd_paths(pids: &[u32]) -> Vec<PathBuf> {
-    let mut seen = BTreeMap::new();
-    for pid in pids {
-        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        for entry in dir.flatten() {
-            let path = entry.path();
-            let is_memfd =
-                std::fs::read_link(&path).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:"));
-            if let (true, Ok(meta)) = (is_memfd, std::fs::metadata(&path)) {
-                seen.entry((meta.dev(), meta.ino())).or_insert(path);
-            }
-        }
-    }
-    seen.into_values().collect()
-}
-
-/// Samples a system's memory on a thread of its own until stopped: the first sample and
-/// the largest, KiB.
-struct Sampler {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<(u64, u64, usize)>,
-}
-
-impl Sampler {
-    fn start(pids: Vec<u32>) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let memfds = memfd_paths(&pids);
-        let thread = std::thread::spawn(move || {
-            let first = resident_kib(&pids, &memfds);
-            let (mut peak, mut samples) = (first, 1);
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(SAMPLE_EVERY);
-                peak = peak.max(resident_kib(&pids, &memfds));
-                samples += 1;
-            }
-            (first, peak, samples)
-        });
-        Self { stop, thread }
-    }
-
-    /// `(before, peak, samples)`.
-    fn finish(self) -> (u64, u64, usize) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or((0, 0, 0))
     }
 }
 
@@ -489,166 +339,6 @@ async fn point(target: &Target, body: &Bytes, n: usize) -> Value {
         Err(e) => out["error"] = json!(format!("{e:#}")),
     }
     out
-}
-
-/// `a / b` of two figures of `points` (zerohop's over a baseline's), as `0.00x`.
-fn ratio(points: &[Value], mib: usize, ours: &str, theirs: &str, key: &str) -> Option<f64> {
-    let get = |system: &str| {
-        points
-            .iter()
-            .find(|p| p["system"] == system && p["body_mib"].as_f64() == Some(mib as f64))
-            .and_then(|p| p[key].as_f64())
-    };
-    match (get(ours), get(theirs)) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
-    }
-}
-
-const FIGURES: [&str; 4] = [
-    "p50_ms",
-    "mib_per_s",
-    "cpu_ms_per_request",
-    "memory_peak_mib",
-];
-
-fn ratios(points: &[Value], baselines: &[&str]) -> Value {
-    let mut out = Vec::new();
-    for mib in SIZES_MIB {
-        for base in baselines {
-            let mut row = json!({ "body_mib": mib, "over": base });
-            for key in FIGURES {
-                row[key] = json!(ratio(points, mib, "zerohop", base, key));
-            }
-            out.push(row);
-        }
-    }
-    Value::Array(out)
-}
-
-fn fmt(v: &Value, digits: usize) -> String {
-    v.as_f64()
-        .map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
-}
-
-fn markdown(r: &Value) -> String {
-    let mut s = String::from(
-        "# Bodies larger than a slot: zerohop beside the monolith and the HTTP chain\n\n\
-         Hello chain (upper, then exclaim), one request at a time, every answer checked.\n\n",
-    );
-    let mut t = Table::new(&[
-        "system",
-        "body",
-        "requests",
-        "p50 latency",
-        "MiB/s of body",
-        "CPU ms / request",
-        "memory before -> peak (MiB)",
-    ]);
-    for p in r["points"].as_array().into_iter().flatten() {
-        let body = format!("{} MiB", fmt(&p["body_mib"], 0));
-        let memory = format!(
-            "{} -> {}",
-            fmt(&p["memory_before_mib"], 1),
-            fmt(&p["memory_peak_mib"], 1)
-        );
-        let name = p["system"].as_str().unwrap_or("?");
-        match p["error"].as_str() {
-            Some(e) => t.spanning_row(&format!("{name}, {body}"), &format!("failed: {e}")),
-            None => t.row(&[
-                name.to_owned(),
-                body,
-                p["requests"].to_string(),
-                format!("{} ms", fmt(&p["p50_ms"], 1)),
-                fmt(&p["mib_per_s"], 0),
-                fmt(&p["cpu_ms_per_request"], 2),
-                memory,
-            ]),
-        }
-    }
-    s.push_str(&format!("{t}\n"));
-    let mut t = Table::new(&[
-        "body",
-        "zerohop / ...",
-        "p50 latency",
-        "MiB/s",
-        "CPU per request",
-        "peak memory",
-    ]);
-    for row in r["ratios"].as_array().into_iter().flatten() {
-        let mut cells = vec![
-            format!("{} MiB", row["body_mib"]),
-            row["over"].as_str().unwrap_or("?").to_owned(),
-        ];
-        cells.extend(FIGURES.iter().map(|k| match row[*k].as_f64() {
-            Some(x) => format!("{x:.2}x"),
-            None => "-".into(),
-        }));
-        t.row(&cells);
-    }
-    s.push_str(&format!("{t}\n"));
-    let largest = SIZES_MIB[SIZES_MIB.len() - 1];
-    let mut t = Table::new(&[
-        "system",
-        "process",
-        "user ms / request",
-        "system ms / request",
-    ]);
-    for p in r["points"].as_array().into_iter().flatten() {
-        if p["body_mib"].as_f64() != Some(largest as f64) {
-            continue;
-        }
-        for c in p["cpu_by_process"].as_array().into_iter().flatten() {
-            t.row(&[
-                p["system"].as_str().unwrap_or("?").to_owned(),
-                c["process"].as_str().unwrap_or("?").to_owned(),
-                fmt(&c["user_ms_per_request"], 1),
-                fmt(&c["system_ms_per_request"], 1),
-            ]);
-        }
-    }
-    s.push_str(&format!("Where the CPU goes at {largest} MiB:\n\n{t}\n"));
-    let d = &r["disturbance"];
-    s.push_str(&format!(
-        "Client and sampler on CPU 0, systems on {}. Memory: {}. CPU: utime + stime of the \
-         system's processes over the measured requests (10 ms ticks). Load average {} before, \
-         {} after; other processes took {} cores and the host {} (steal) while it ran{}.\n\n{}\n",
-        r["system_cpus"].as_str().unwrap_or("any CPU (not pinned)"),
-        r["memory_method"].as_str().unwrap_or(""),
-        r["load_before"].as_str().unwrap_or("?"),
-        r["load_after"].as_str().unwrap_or("?"),
-        fmt(&d["other_cores"], 2),
-        fmt(&d["steal_cores"], 2),
-        if r["busy"] == true {
-            ": **the machine was busy**, read the ratios, not the absolute numbers"
-        } else {
-            ""
-        },
-        r["cannot_show"].as_str().unwrap_or(""),
-    ));
-    s
-}
-
-const MEMORY_METHOD: &str = "sampled every 2 ms from /proc while the size's requests ran, \
-     sum over the system's processes of VmRSS - RssShmem, plus the resident pages of the \
-     memfds they hold counted once (zerohop's pool, mapped by the gateway and both functions)";
-
-fn cannot_show(cores: usize) -> String {
-    format!(
-        "What {cores} CPUs cannot show: every process of a system shares {} here, so the \
-         stages of one request never overlap: zerohop's gateway streaming a body in, \
-         `upper` and `exclaim` on it, and the answer streaming out run one after another on \
-         one core, as do the baselines' read, copy and forward; latency is then the sum of \
-         the CPU each stage spends, which is why CPU per request is the figure to read. Nor \
-         can it show several large bodies at once (up to `pool.large_slots`, 16) competing \
-         for memory bandwidth, or what a function on a core of its own would gain from not \
-         copying.",
-        if cores > 2 {
-            "the CPUs left to it"
-        } else {
-            "one CPU"
-        }
-    )
 }
 
 fn run() -> Result<bool> {
@@ -776,61 +466,6 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn upper_bang(body: &[u8]) -> Vec<u8> {
-        let mut a = body.to_ascii_uppercase();
-        a.push(b'!');
-        a
-    }
-
-    /// Feeds `answer` in chunks of `size` and returns the verdict.
-    fn verdict(body: &[u8], answer: &[u8], size: usize) -> Result<()> {
-        let mut c = AnswerCheck::new(body);
-        for chunk in answer.chunks(size) {
-            c.feed(chunk);
-        }
-        c.finish()
-    }
-
-    #[test]
-    fn a_right_answer_passes_however_it_is_cut() {
-        let body = make_body(10_000);
-        let answer = upper_bang(&body);
-        for size in [1, 7, 1021, 1022, 4096, 20_000] {
-            verdict(&body, &answer, size).unwrap();
-        }
-    }
-
-    #[test]
-    fn a_wrong_answer_fails() {
-        let body = make_body(10_000);
-        // A letter at a sampled offset left as it was sent.
-        let at = (1..)
-            .map(|i| i * CHECK_STRIDE)
-            .find(|&at| body[at].is_ascii_lowercase())
-            .unwrap();
-        let mut lower = upper_bang(&body);
-        lower[at] = body[at];
-        assert!(verdict(&body, &lower, 333).is_err());
-        let right = upper_bang(&body);
-        assert!(verdict(&body, &right[..right.len() - 1], 512).is_err());
-        let mut longer = right.clone();
-        longer.push(b'!');
-        assert!(verdict(&body, &longer, 512).is_err());
-        let mut no_bang = right.clone();
-        *no_bang.last_mut().unwrap() = b'?';
-        assert!(verdict(&body, &no_bang, 512).is_err());
-        assert!(verdict(&body, b"", 1).is_err());
-    }
-
-    #[test]
-    fn the_body_is_mostly_letters_to_upper_case() {
-        let body = make_body(1 << 16);
-        assert_eq!(body.len(), 1 << 16);
-        let letters = body.iter().filter(|b| b.is_ascii_lowercase()).count();
-        assert!(letters > body.len() * 3 / 4, "{letters}");
-        assert_eq!(make_body(100), make_body(100));
-    }
 
     #[test]
     fn the_spec_is_the_hello_chain_with_room_for_the_largest_body() {
