@@ -3,9 +3,11 @@
 //! Does the protocol work once per request (hyper, HTTP/1.1 with keep-alive and HTTP/2, in
 //! clear or over TLS with rustls; MQTT 3.1.1 and 5, in clear or over TLS; CoAP over UDP),
 //! matches the route (the most specific of its method, with path parameters; see `router`),
-//! copies the body into a slot (the only copy in), sends the descriptor straight to
+//! copies the body into a slot (the only copy in; a body bigger than a small slot streams
+//! into a slot of the domain's large pool as it arrives), sends the descriptor straight to
 //! an instance of the route's head function, waits for the descriptor that comes back from
-//! the last function, and writes the response from that slot (the only copy out).
+//! the last function, and writes the response from that slot (the only copy out; a large
+//! answer is handed to the connection piece by piece straight from its slot).
 //!
 //! Every accepted request gets exactly one answer. Errors carry where they happened and map
 //! to one status, with a one-line body (`ErrorSource: what`):
@@ -25,14 +27,17 @@
 //!
 //! Whatever comes back from shared memory is input: the slot header is read once (when the
 //! slot is taken) and used from that copy, the status is checked, and an answer is accepted
-//! only in the very slot and generation the request was sent in, with the request's id and
-//! route, from a function that may answer that route. Anything else is dropped and counted
-//! ([`GatewayStats::refused`]); the request it claimed to answer keeps waiting for its own.
+//! only in the very slot and generation the request was sent in (or, for a request a
+//! function moved into a large slot, in a slot of its route's large pool once its own slot
+//! was freed), with the request's id and route, from a function that may answer that route.
+//! Anything else is dropped and counted ([`GatewayStats::refused`]); the request it claimed
+//! to answer keeps waiting for its own.
 //!
 //! The HTTP side never blocks its runtime thread on the chain: sends never wait (a full
-//! queue is a 503), the body is read completely (bounded by `max_body` and `body_timeout`)
-//! before a slot is taken, connections are capped at `max_connections`, and accept errors
-//! back off.
+//! queue is a 503), a body that fits a small slot is read completely before a slot is taken
+//! and a bigger one holds its large slot at most `body_timeout` (both bounded by `max_body`),
+//! a client that stops reading an answer is cut after `body_timeout` without progress,
+//! connections are capped at `max_connections`, and accept errors back off.
 //!
 //! No unsafe code.
 

@@ -12,7 +12,8 @@
 //!
 //! Limits: at most [`MAX_RESULTS`] results kept, each for [`RESULT_TTL`] (oldest dropped
 //! first); bodies are bounded by the chain's `max_body` as for synchronous requests; at most
-//! [`MAX_RUNNING`] deferred requests in the chain at once; an async request is given up
+//! [`MAX_RUNNING`] deferred requests in the chain at once, of which [`MAX_HEAVY_RUNNING`] with
+//! a body over [`HEAVY_BODY`] (a run reads its body into memory); an async request is given up
 //! (dead-lettered) [`ASYNC_DEADLINE`] after it was accepted.
 
 mod policy;
@@ -47,6 +48,13 @@ pub const MAX_RESULTS: usize = 10_000;
 pub const RESULT_TTL: Duration = Duration::from_secs(3600);
 /// Deferred requests run at once, at most (the rest wait in the queue).
 pub const MAX_RUNNING: usize = 64;
+/// Of those, how many may have a body over [`HEAVY_BODY`] at once: a run holds its body in
+/// memory (read from its queue file), so this bounds the worker's memory to about
+/// `MAX_HEAVY_RUNNING * max_body` however many large requests are queued.
+pub const MAX_HEAVY_RUNNING: usize = 2;
+/// A queued request bigger than this (head line and body) counts against
+/// [`MAX_HEAVY_RUNNING`].
+pub const HEAVY_BODY: u64 = 1 << 20;
 /// How long after its 202 an async request may still be retried.
 pub const ASYNC_DEADLINE: Duration = Duration::from_secs(3600);
 /// Longest callback URL taken.
@@ -123,6 +131,8 @@ pub struct Deferred {
     pending: Mutex<VecDeque<String>>,
     /// Ids running now (a replay of one of them waits).
     running: Mutex<HashSet<String>>,
+    /// Permits for runs of a body over [`HEAVY_BODY`].
+    heavy: Arc<tokio::sync::Semaphore>,
     /// Finished results, oldest first: (finish time in ms, id).
     results: Mutex<VecDeque<(u64, String)>>,
     /// Results and dead letters whose callback is still to be delivered: their folder
@@ -184,6 +194,7 @@ impl Deferred {
                 .collect(),
             pending: Mutex::new(pending),
             running: Mutex::new(HashSet::new()),
+            heavy: Arc::new(tokio::sync::Semaphore::new(MAX_HEAVY_RUNNING)),
             results: Mutex::new(results.into()),
             callbacks: Mutex::new(callbacks),
             wake: tokio::sync::Notify::new(),

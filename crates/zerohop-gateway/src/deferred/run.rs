@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use zerohop_spec::RetrySpec;
 
 use super::policy::{self, Verdict};
-use super::{jitter, lock, now_ms, Deferred, ASYNC_DEADLINE, MAX_RUNNING};
+use super::{jitter, lock, now_ms, Deferred, ASYNC_DEADLINE, HEAVY_BODY, MAX_RUNNING};
 use super::{DLQ, DONE, QUEUE};
 use crate::ingress::Reply;
 use crate::{Gateway, GatewayError};
@@ -83,6 +83,16 @@ async fn run_one(d: &Arc<Deferred>, id: &str) {
         let _ = d.store.remove(QUEUE, id);
         return;
     }
+    // A large body is read into memory for its runs: few at once (see MAX_HEAVY_RUNNING).
+    let heavy = d.store.size(QUEUE, id).is_ok_and(|n| n > HEAVY_BODY);
+    let _permit = if heavy {
+        match d.heavy.clone().acquire_owned().await {
+            Ok(p) => Some(p),
+            Err(_) => return,
+        }
+    } else {
+        None
+    };
     let Ok((mut head, body)) = d.store.get(QUEUE, id) else {
         // Replayed or dropped meanwhile.
         return;

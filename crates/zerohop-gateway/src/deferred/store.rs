@@ -107,6 +107,11 @@ impl Store {
         Ok((head, data))
     }
 
+    /// The size in bytes of `sub/id` (its head line and body).
+    pub(crate) fn size(&self, sub: &str, id: &str) -> io::Result<u64> {
+        fs::metadata(self.path(sub, id)).map(|m| m.len())
+    }
+
     /// Whether `sub/id` exists.
     pub(crate) fn has(&self, sub: &str, id: &str) -> bool {
         self.path(sub, id).exists()
