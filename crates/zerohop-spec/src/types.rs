@@ -100,10 +100,7 @@ impl PoolSpec {
         let size = (max_body + (zerohop_pool::SLOT_HEADER_LEN + zerohop_pool::META_RESERVE) as u64)
             .next_multiple_of(4096);
         // The reader bounds max_body to MAX_MAX_BODY, so this fits.
-        (
-            self.large_slots,
-            u32::try_from(size).unwrap_or(!4095),
-        )
+        (self.large_slots, u32::try_from(size).unwrap_or(!4095))
     }
 }
 

@@ -287,7 +287,14 @@ impl Deferred {
         }
         let (mut head, body) = self.store.get(DLQ, id).map_err(|e| self.io(e))?;
         if let Value::Object(m) = &mut head {
-            for k in ["error", "status", "attempts", "failed_ms", "runs", "delivered"] {
+            for k in [
+                "error",
+                "status",
+                "attempts",
+                "failed_ms",
+                "runs",
+                "delivered",
+            ] {
                 m.remove(k);
             }
             // A fresh deadline: the replay is a new delivery.

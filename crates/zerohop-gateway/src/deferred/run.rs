@@ -121,7 +121,9 @@ async fn run_one(d: &Arc<Deferred>, id: &str) {
     let deadline_ms = accepted + ASYNC_DEADLINE.as_millis() as u64;
     // Runs that failed before a restart count: the route's attempts are for the request,
     // not for each start of the daemon.
-    let mut runs = head["runs"].as_u64().map_or(0, |r| r.min(u64::from(u32::MAX)) as u32);
+    let mut runs = head["runs"]
+        .as_u64()
+        .map_or(0, |r| r.min(u64::from(u32::MAX)) as u32);
     if runs >= retry.attempts {
         let why = format!("its {runs} attempts were used before a restart");
         dead_letter(d, id, head, &body, 502, &why, runs).await;
@@ -316,8 +318,7 @@ async fn deliver(d: &Arc<Deferred>, folder: &'static str, id: &str) {
             } else {
                 req
             };
-            req
-                .set("X-Zerohop-Request-Id", &id2)
+            req.set("X-Zerohop-Request-Id", &id2)
                 .set("X-Zerohop-Status", &status.to_string())
                 .set("X-Zerohop-State", state)
                 .send_bytes(&body2)
