@@ -174,10 +174,19 @@ impl KernelCounters {
 /// Slot accounting.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SlotCounters {
-    /// Slots in use now.
+    /// Slots in use now (small and large).
     pub in_use: u64,
-    /// Slots in all pools.
+    /// Slots in all pools (small and large).
     pub total: u64,
+    /// Of `in_use`, slots of the large pools (bodies bigger than a small slot).
+    #[serde(default)]
+    pub large_in_use: u64,
+    /// Of `total`, slots of the large pools.
+    #[serde(default)]
+    pub large_total: u64,
+    /// The largest body a request or an answer may have (`max_body`), 0 when not known.
+    #[serde(default)]
+    pub max_body: u64,
 }
 
 /// One function of a chain.

@@ -178,7 +178,7 @@ impl ChainView {
         }
         // One pass over every owner word: slots in use, and held per party.
         let mut held = vec![0u64; plan.party_function.len()];
-        let mut in_use = 0u64;
+        let (mut in_use, mut large_in_use) = (0u64, 0u64);
         for p in pools.iter() {
             let owners = p.owners();
             for w in (0..owners.len()).filter_map(|l| owners.get(l)) {
@@ -186,6 +186,9 @@ impl ChainView {
                     continue;
                 }
                 in_use += 1;
+                if p.releases() {
+                    large_in_use += 1;
+                }
                 if let Some(h) = w
                     .owner
                     .as_party()
@@ -357,6 +360,13 @@ impl ChainView {
             slots: SlotCounters {
                 in_use,
                 total: pools.iter().map(|p| u64::from(p.slot_count())).sum(),
+                large_in_use,
+                large_total: pools
+                    .iter()
+                    .filter(|p| p.releases())
+                    .map(|p| u64::from(p.slot_count()))
+                    .sum(),
+                max_body: gws.iter().next().map_or(0, |g| g.max_body()),
             },
             functions,
             routes,

@@ -61,6 +61,22 @@ fn age(s: u64) -> String {
     }
 }
 
+/// `n` bytes in the largest binary unit that keeps it whole-ish (`64 MiB`, `1.5 GiB`).
+fn bytes(n: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (size, unit) in UNITS {
+        if n >= size {
+            let v = n as f64 / size as f64;
+            return if v.fract() == 0.0 {
+                format!("{v:.0} {unit}")
+            } else {
+                format!("{v:.1} {unit}")
+            };
+        }
+    }
+    format!("{n} B")
+}
+
 /// Rows with columns padded to their widest cell.
 fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -258,10 +274,20 @@ fn print_status(s: &ChainStatus) {
         "  requests:  {} accepted, {} ok, {} errors, {} in flight, {} refused, {} late",
         g.accepted, g.ok, g.errors, g.inflight, g.refused, g.late
     );
-    println!(
-        "  slots:     {} of {} in use",
-        s.slots.in_use, s.slots.total
-    );
+    let sl = &s.slots;
+    let large = if sl.large_total > 0 {
+        format!(
+            "; of them large (bodies over a slot, up to {}): {} of {}",
+            bytes(sl.max_body),
+            sl.large_in_use,
+            sl.large_total
+        )
+    } else if sl.max_body > 0 {
+        format!("; bodies up to {}", bytes(sl.max_body))
+    } else {
+        String::new()
+    };
+    println!("  slots:     {} of {} in use{large}", sl.in_use, sl.total);
     println!("  routes:");
     for r in &s.routes {
         println!(
@@ -584,5 +610,19 @@ pub async fn top(c: Client, o: Out, once: bool, interval: f64) -> Result<()> {
             _ = tokio::time::sleep(interval) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_in_the_largest_unit() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(64 << 20), "64 MiB");
+        assert_eq!(bytes(3 << 29), "1.5 GiB");
+        assert_eq!(bytes((64 << 10) - 1), "64.0 KiB");
     }
 }

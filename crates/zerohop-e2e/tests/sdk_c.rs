@@ -55,24 +55,29 @@ fn c_functions_work_in_place_beside_rust_ones_and_fail_clearly() {
     let upper = compile("examples/c/upper.c", dir.path(), "zerohop");
     let cfn = compile("sdk/c/tests/cfn.c", dir.path(), "zerohop-static");
     let t = testfn();
-    let c = |name: &str, mode: &str| {
+    let c_env = |name: &str, mode: &str, env: &str| {
         format!(
-            "  {name}: {{ command: [\"{}\"], env: {{ CFN_MODE: {mode} }} }}\n",
-            cfn.display()
+            "  {name}: {{ command: [\"{}\"], env: {{ CFN_MODE: {mode}{}{env} }} }}\n",
+            cfn.display(),
+            if env.is_empty() { "" } else { ", " }
         )
     };
+    let c = |name: &str, mode: &str| c_env(name, mode, "");
     let spec = format!(
-        "name: sdkc\npool: {{ slots: 64, slot_size: 4KiB }}\nfunctions:\n\
+        "name: sdkc\npool: {{ slots: 64, slot_size: 4KiB, large_slots: 2 }}\nmax_body: 16KiB\n\
+         functions:\n\
          \x20 upper: {{ command: [\"{}\"] }}\n\
-         \x20 exclaim: {{ command: [\"{t}\"], env: {{ TESTFN_MODE: exclaim }} }}\n{}{}{}\
+         \x20 exclaim: {{ command: [\"{t}\"], env: {{ TESTFN_MODE: exclaim }} }}\n{}{}{}{}\
          routes:\n\
          \x20 - http: POST /hello\n    sequence: [upper, exclaim]\n\
          \x20 - http: POST /wrap\n    sequence: [exclaim, wrap]\n\
-         \x20 - http: POST /big\n    sequence: [big]\n\
+         \x20 - http: POST /big\n    sequence: [big, exclaim]\n\
+         \x20 - http: POST /huge\n    sequence: [huge]\n\
          \x20 - http: POST /no\n    sequence: [no]\n",
         upper.display(),
         c("wrap", "wrap"),
-        c("big", "oversize"),
+        c_env("big", "grow", "CFN_GROW: \"10000\""),
+        c_env("huge", "grow", "CFN_GROW: \"100000\""),
         c("no", "fail"),
     );
     let chain = ChainProcess::start(&spec, &[]);
@@ -82,17 +87,23 @@ fn c_functions_work_in_place_beside_rust_ones_and_fail_clearly() {
     assert_eq!((r.status, r.body.as_str()), (200, "HELLO FROM C!"));
     let r = post(&http, &format!("{url}/wrap"), "x");
     assert_eq!((r.status, r.body.as_str()), (200, "<x!>"));
-    // Growing past the slot: a clear error naming the room, nothing written, the function
-    // serving on.
+    // Growing past the slot moves the body into a large slot (the C function looks its body
+    // up again), and the next function works on it there.
     let r = post(&http, &format!("{url}/big"), "abc");
-    assert_eq!(
-        (r.status, r.body.as_str()),
-        (
-            500,
-            "function 'big': output of 4065 bytes exceeds the slot capacity of 4064 bytes; \
-             raise pool.slot_size\n"
-        )
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body, format!("{}!", "z".repeat(10_000)));
+    // Past max_body: a clear error naming what to raise, the function serving on.
+    let r = post(&http, &format!("{url}/huge"), "abc");
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert!(
+        r.body
+            .starts_with("function 'huge': output of 100000 bytes does not fit: ")
+            && r.body.trim_end().ends_with("raise max_body"),
+        "{}",
+        r.body
     );
+    let r = post(&http, &format!("{url}/big"), "again");
+    assert_eq!((r.status, r.body.len()), (200, 10_001));
     let r = post(&http, &format!("{url}/no"), "this");
     assert_eq!(
         (r.status, r.body.as_str()),

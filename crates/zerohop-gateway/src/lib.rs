@@ -302,6 +302,11 @@ impl Gateway {
         self.route_large.get(usize::from(route))?.as_ref()
     }
 
+    /// The largest body a request or an answer may have (the chain's `max_body`).
+    pub fn max_body(&self) -> u64 {
+        self.config.max_body
+    }
+
     /// The pool of small slots of route `route`'s security domain.
     pub(crate) fn route_pool(&self, route: u16) -> Option<&Arc<Pool>> {
         self.route_pools.get(usize::from(route))

@@ -53,7 +53,7 @@ pub use owner::{Owner, OwnerTable, OwnerWord, OwnershipError};
 pub use pool::{
     latency_bucket, latency_bucket_bound_us, monotonic_ms, monotonic_ns, OwnedSlot, PartyRecord,
     PartyState, PartyStats, Pool, PoolGeometry, Rejected, SlotHeader, TakeError, HEADER_MAGIC,
-    LATENCY_BUCKETS, META_RESERVE, PARTY_RECORD_LEN, PROTOCOL_VERSION, SLOT_HEADER_LEN,
+    LATENCY_BUCKETS, PARTY_RECORD_LEN, PROTOCOL_VERSION,
 };
 #[cfg(not(loom))]
 pub use pools::Pools;
@@ -61,6 +61,13 @@ pub use pools::Pools;
 pub use progress::Progress;
 #[cfg(not(loom))]
 pub use state::{State, StateConfig, StateError};
+
+/// Bytes of [`SlotHeader`] at the start of every slot. (Here, not in `pool`: the spec's
+/// geometry needs it in a `loom` build too, where the mapped pool is left out.)
+pub const SLOT_HEADER_LEN: usize = 32;
+/// Bytes of a slot the gateway keeps for a request's metadata (the headers the chain's
+/// functions ask for), after the slot header: a request body gets what is left.
+pub const META_RESERVE: usize = 1024;
 
 /// Errors from creating or attaching a pool.
 #[derive(Debug, thiserror::Error)]

@@ -6,17 +6,12 @@ use std::sync::Arc;
 use crate::owner::{Owner, OwnerTable, OwnershipError};
 use crate::region::Region;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
-use crate::{sys, Descriptor, PoolError};
+use crate::{sys, Descriptor, PoolError, SLOT_HEADER_LEN};
 
 /// First 8 bytes of every pool region.
 pub const HEADER_MAGIC: [u8; 8] = *b"ZHPOOL\0\0";
 /// Version of the shared-memory protocol (`docs/protocol.md`).
 pub const PROTOCOL_VERSION: u32 = 6;
-/// Bytes of [`SlotHeader`] at the start of every slot.
-pub const SLOT_HEADER_LEN: usize = 32;
-/// Bytes of a slot the gateway keeps for a request's metadata (the headers the chain's
-/// functions ask for), after the slot header: a request body gets what is left.
-pub const META_RESERVE: usize = 1024;
 
 const PAGE: usize = 4096;
 const HUGE_PAGE: usize = 2 << 20;

@@ -37,6 +37,7 @@ test('functions: in place, new bodies, errors, outcomes, calls, state, headers',
     fn('meta', 'meta') +
     fn('resize', 'resize') +
     fn('big', 'toolarge') +
+    fn('grow', 'grow') +
     fn('gone', 'gone') +
     fn('busy', 'busy', ', JSFN_CALLS: up', ', calls: [up]') +
     fn('keep', 'keep') +
@@ -57,6 +58,7 @@ test('functions: in place, new bodies, errors, outcomes, calls, state, headers',
     '  - http: POST /meta\n    sequence: [meta]\n' +
     '  - http: POST /resize\n    sequence: [resize]\n' +
     '  - http: POST /big\n    sequence: [big]\n' +
+    '  - http: POST /grow\n    sequence: [grow, bang]\n' +
     '  - http: POST /gone\n    sequence: [gone]\n' +
     '  - http: POST /busy\n    sequence: [busy]\n' +
     '  - http: POST /keep\n    sequence: [keep]\n';
@@ -87,7 +89,11 @@ test('functions: in place, new bodies, errors, outcomes, calls, state, headers',
   }
   await expect('/reject', 'x', 500, "function 'rej': RangeError: out of range\n");
   await expect('/no', 'this', 422, "function 'no': refusing this\n");
-  await expect('/big', 'x', 500, /^function 'big': output of \d+ bytes exceeds the slot capacity/);
+  await expect('/big', 'x', 500, /^function 'big': output of 83886080 bytes does not fit: .*raise max_body\n$/);
+  // Past the slot's room the body moves into a large slot, where the next function finds it.
+  const grown = await post(c.url + '/grow', 'x');
+  assert.equal(grown.status, 200, grown.text.slice(0, 200));
+  assert.ok(grown.body.length > 1000 && /^z+!$/.test(grown.text), `${grown.body.length}`);
   await expect('/hello', 'again', 200, 'AGAIN!');
   assert.deepEqual(c.instances().sort(), before, 'no instance was restarted');
 

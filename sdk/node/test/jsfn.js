@@ -19,7 +19,8 @@
 //             route, param, query string, decoded query q, cookie session, what a refused
 //             header and status threw, whether the body's Buffer was detached by a header)
 //   resize    extend(" more"), then setLen(body length - 1), then returns req.body
-//   toolarge  setLen past the capacity (a HandlerError 500 naming it)
+//   toolarge  setLen to 80 MiB, past the chain's max_body (a HandlerError 500 naming it)
+//   grow      answers capacity + 10 bytes of 'z' (past the slot's room: a large slot)
 //   sleep     says "jsfn: holding BODY" on stderr (zerohop up echoes it: the test knows the
 //             request reached the handler), waits JSFN_SLEEP_MS (default 300) on a timer (60 s
 //             for a body starting with "hold": a request the test kills, which only the kill
@@ -149,7 +150,10 @@ const handlers = {
     return req.body;
   },
   toolarge(req) {
-    req.setLen(req.capacity + 1);
+    req.setLen(80 * 1024 * 1024);
+  },
+  grow(req) {
+    return Buffer.alloc(req.capacity + 10, 'z');
   },
   async sleep(req) {
     inFlight++;
