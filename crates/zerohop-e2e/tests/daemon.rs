@@ -61,6 +61,19 @@ fn two_chains_on_one_daemon_and_one_goes_down_alone() {
     assert_eq!(beta["gateway"]["ok"], 7);
     assert_eq!(beta["gateway"]["errors"], 0);
     assert!(beta["metrics_url"].as_str().unwrap().ends_with("/metrics"));
+    // The large slots beside the small ones (the default max_body, 64 MiB, is past a slot).
+    let slots = &beta["slots"];
+    assert_eq!(
+        (slots["total"].as_u64(), slots["large_total"].as_u64()),
+        (Some(64 + 16), Some(16)),
+        "{slots}"
+    );
+    assert_eq!(slots["max_body"], 64 << 20);
+    let text = String::from_utf8_lossy(&d.cli(&["status", "beta"]).stdout).into_owned();
+    assert!(
+        text.contains("of them large (bodies over a slot, up to 64 MiB): 0 of 16"),
+        "{text}"
+    );
     let alpha_pids = instance_pids(&d.json(&["status", "alpha"]));
     let beta_pids = instance_pids(&beta);
     assert_eq!((alpha_pids.len(), beta_pids.len()), (2, 2));
