@@ -17,18 +17,15 @@ use crate::grpc;
 use crate::ingress::{too_large, Reply};
 use crate::{ErrorSource, Gateway, GatewayError};
 
-/// An HTTP answer the gateway makes whole (an error, an async result).
-pub(crate) type Answer = Response<Full<Bytes>>;
-
-/// An HTTP answer: made whole by the gateway, or the chain's reply sent in pieces (out of
-/// its slot when it is large).
+/// An HTTP answer: made whole by the gateway (an error), or sent in pieces: the chain's
+/// reply (out of its slot when it is large), an async result (out of its file).
 pub(crate) type Streamed = Response<Either<Full<Bytes>, AnswerBody>>;
 
 impl Gateway {
     /// Answers one HTTP request from `peer`.
     pub(crate) async fn handle(&self, req: Request<Incoming>, peer: Option<IpAddr>) -> Streamed {
         if let Some(a) = self.deferred_result(req.method(), req.uri().path()) {
-            return a.map(Either::Left);
+            return a;
         }
         match self.handle_inner(req, peer, None).await {
             Ok((mut reply, route, mode)) => {

@@ -32,10 +32,12 @@ use http::{header, HeaderMap, Method, StatusCode};
 use serde_json::{json, Value};
 use zerohop_spec::{DeliverySpec, RouteSpec};
 
+use crate::body::AnswerBody;
 use crate::body::Received;
-use crate::handle::Answer;
+use crate::handle::Streamed;
 use crate::ingress::Reply;
 use crate::{ErrorSource, Gateway, GatewayError, Gateways};
+use http_body_util::Either;
 use store::{Store, DLQ, DONE, QUEUE};
 
 /// Where a deferred request's result is read: `GET /_zerohop/async/ID`.
@@ -380,7 +382,7 @@ impl Gateway {
     /// Answers `GET /_zerohop/async/ID`: the result (its status, headers and body), 202 while
     /// it is pending, the last error of a dead letter, 404 for an id it does not know. `None`:
     /// not such a request (or no deferred delivery here).
-    pub(crate) fn deferred_result(&self, method: &Method, path: &str) -> Option<Answer> {
+    pub(crate) fn deferred_result(&self, method: &Method, path: &str) -> Option<Streamed> {
         let d = self.deferred()?;
         let id = path.strip_prefix(RESULT_PATH)?;
         if method != Method::GET {
@@ -393,7 +395,7 @@ impl Gateway {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            r
+            r.map(Either::Left)
         };
         if !store::valid_id(id) {
             return Some(
@@ -402,15 +404,18 @@ impl Gateway {
                     ErrorSource::Gateway,
                     "no such request",
                 )
-                .into_response(),
+                .into_response()
+                .map(Either::Left),
             );
         }
-        if let Ok((head, body)) = d.store.get(DONE, id) {
+        if let Ok((head, file, len)) = d.store.open_body(DONE, id) {
             let status = head["status"]
                 .as_u64()
                 .and_then(|s| StatusCode::from_u16(s as u16).ok())
                 .unwrap_or(StatusCode::OK);
-            let mut r = http::Response::new(http_body_util::Full::new(Bytes::from(body)));
+            // Read from its file as the client takes it: many readers of large results
+            // hold a piece each, not a whole result.
+            let mut r = http::Response::new(Either::Right(AnswerBody::file(file, len)));
             *r.status_mut() = status;
             for pair in head["headers"].as_array().into_iter().flatten() {
                 let (Some(n), Some(v)) = (pair[0].as_str(), pair[1].as_str()) else {
@@ -444,7 +449,8 @@ impl Gateway {
                 ErrorSource::Gateway,
                 "no such request",
             )
-            .into_response(),
+            .into_response()
+            .map(Either::Left),
         )
     }
 

@@ -8,10 +8,13 @@
 //! file name.
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+/// Longest head line [`Store::open_body`] reads (metadata, headers, a callback URL: far less).
+const MAX_HEAD: usize = 1 << 20;
 
 /// Accepted requests that have not finished.
 pub(crate) const QUEUE: &str = "queue";
@@ -107,6 +110,29 @@ impl Store {
         Ok((head, data))
     }
 
+    /// Opens `sub/id` to read its body: its head, and the file positioned at the body with
+    /// the body's length. The head line is read a buffer at a time; one longer than
+    /// [`MAX_HEAD`] is refused (the store writes none that long).
+    pub(crate) fn open_body(&self, sub: &str, id: &str) -> io::Result<(Value, File, u64)> {
+        use std::io::{BufRead, BufReader, Seek, SeekFrom};
+        let file = File::open(self.path(sub, id))?;
+        let total = file.metadata()?.len();
+        let mut reader = BufReader::new(file);
+        let mut line = Vec::new();
+        (&mut reader)
+            .take(MAX_HEAD as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if line.last() != Some(&b'\n') {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "no head line"));
+        }
+        let head = serde_json::from_slice(&line[..line.len() - 1])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let at = line.len() as u64;
+        let mut file = reader.into_inner();
+        file.seek(SeekFrom::Start(at))?;
+        Ok((head, file, total.saturating_sub(at)))
+    }
+
     /// The size in bytes of `sub/id` (its head line and body).
     pub(crate) fn size(&self, sub: &str, id: &str) -> io::Result<u64> {
         fs::metadata(self.path(sub, id)).map(|m| m.len())
@@ -193,7 +219,20 @@ mod tests {
         s.put(QUEUE, id, &head, b"body\nwith lines").unwrap();
         assert!(s.has(QUEUE, id));
         let (h, b) = s.get(QUEUE, id).unwrap();
-        assert_eq!((h, b.as_slice()), (head, &b"body\nwith lines"[..]));
+        assert_eq!((h, b.as_slice()), (head.clone(), &b"body\nwith lines"[..]));
+        // Opened for its body: the head, the file at the body, the body's length.
+        let (h, mut f, len) = s.open_body(QUEUE, id).unwrap();
+        let mut rest = Vec::new();
+        f.read_to_end(&mut rest).unwrap();
+        assert_eq!(
+            (h, len, rest.as_slice()),
+            (head, 15, &b"body\nwith lines"[..])
+        );
+        fs::write(dir.join(DONE).join(id), b"{\"no\": \"line break\"}").unwrap();
+        assert!(
+            s.open_body(DONE, id).is_err(),
+            "a head without its line break"
+        );
         assert_eq!(s.ids(QUEUE).unwrap(), vec![id.to_owned()]);
         fs::write(dir.join(TMP).join("x.queue"), b"half").unwrap();
         fs::write(dir.join(QUEUE).join("not-an-id"), b"").unwrap();
