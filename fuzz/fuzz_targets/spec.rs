@@ -67,12 +67,24 @@ fn check_spec(s: &spec::ChainSpec) {
     assert!(s.pool.slots >= 1 && s.pool.slots <= 1 << 24);
     let min_slot = (SLOT_HEADER_LEN + META_RESERVE + 64) as u32;
     assert!(s.pool.slot_size >= min_slot && s.pool.slot_size.is_multiple_of(64));
-    assert!(
-        s.max_body <= u64::from(s.pool.slot_size) - (SLOT_HEADER_LEN + META_RESERVE) as u64,
-        "max_body {} does not fit a slot of {}",
-        s.max_body,
-        s.pool.slot_size
-    );
+    // A body past a small slot goes into a large one: then the chain has large slots, each
+    // holding max_body with the slot header and the metadata reserve, in whole pages.
+    assert!(s.max_body <= 3 << 30, "max_body {} over 3 GiB", s.max_body);
+    let reserve = (SLOT_HEADER_LEN + META_RESERVE) as u64;
+    if s.max_body > u64::from(s.pool.slot_size) - reserve {
+        let (slots, size) = s.pool.large(s.max_body);
+        assert!(
+            (1..=1024).contains(&slots),
+            "max_body {} past a slot of {} with {slots} large slots",
+            s.max_body,
+            s.pool.slot_size
+        );
+        assert!(
+            u64::from(size) >= s.max_body + reserve && size.is_multiple_of(4096),
+            "a large slot of {size} bytes for max_body {}",
+            s.max_body
+        );
+    }
     assert!(s.timeout >= Duration::from_millis(10) && s.timeout <= Duration::from_secs(3600));
 
     assert!(!s.functions.is_empty() && s.functions.len() <= MAX_FUNCTIONS);
