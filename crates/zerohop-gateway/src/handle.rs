@@ -70,6 +70,12 @@ impl Gateway {
         let length = content_length(req.headers()).inspect_err(|_| self.count_error())?;
         if length.is_some_and(|len| len > max) {
             self.count_error();
+            // Refused before a byte is read: heard out a little all the same (see
+            // `body::linger`), unless the client waits for `100 Continue`.
+            if !waits_for_continue(req.headers()) {
+                let mut incoming = req.into_body();
+                body::linger(&mut incoming).await;
+            }
             return Err(too_large(max));
         }
         let mode = cloudevents::mode(req.headers()).inspect_err(|_| self.count_error())?;
@@ -181,10 +187,7 @@ impl Gateway {
                 );
                 // A client that waits for `100 Continue` sends nothing after an early refusal;
                 // any other is heard out a little (see `body::linger`).
-                let waits = parts
-                    .headers
-                    .get(header::EXPECT)
-                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+                let waits = waits_for_continue(&parts.headers);
                 let read = async move {
                     let mut incoming = incoming;
                     if let Err(e) = sink.expect(length) {
@@ -301,6 +304,13 @@ async fn read_body(mut body: Incoming, max: u64) -> Result<Vec<Bytes>, GatewayEr
         }
     }
     Ok(chunks)
+}
+
+/// Whether the client sends its body only after a `100 Continue` (`Expect: 100-continue`):
+/// refused early, it sends nothing more.
+fn waits_for_continue(h: &HeaderMap) -> bool {
+    h.get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 fn content_length(h: &HeaderMap) -> Result<Option<u64>, GatewayError> {
