@@ -48,6 +48,25 @@ pub fn bin_dir(given: Option<&std::path::Path>) -> anyhow::Result<std::path::Pat
     }
 }
 
+/// A report binary's `--quick` and `--out DIR` (default `results`), from `args`.
+pub fn report_args(args: &[String]) -> (bool, std::path::PathBuf) {
+    let quick = args.iter().any(|a| a == "--quick");
+    let out = args.windows(2).find(|w| w[0] == "--out").map_or_else(
+        || std::path::PathBuf::from("results"),
+        |w| w[1].clone().into(),
+    );
+    (quick, out)
+}
+
+/// The checkout the binaries in `bin` (its `target/release/`) were built from: the nearest
+/// folder above holding `marker`.
+pub fn checkout(bin: &std::path::Path, marker: &str) -> anyhow::Result<std::path::PathBuf> {
+    bin.ancestors()
+        .find(|p| p.join(marker).is_file())
+        .map(std::path::Path::to_owned)
+        .with_context(|| format!("the checkout ({marker} above {})", bin.display()))
+}
+
 /// The built binary `name` in `dir`, or an error that says how to build it.
 pub fn need_bin(dir: &std::path::Path, name: &str) -> anyhow::Result<std::path::PathBuf> {
     let p = dir.join(name);

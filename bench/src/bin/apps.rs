@@ -91,6 +91,32 @@ impl Ctx {
     }
 }
 
+/// The Boutique on zerohop (`zerohop up apps/boutique/chain.yaml`) and its URL.
+fn start_zerohop(cx: &Ctx) -> Result<(Proc, String)> {
+    let (p, out) = Proc::start(
+        "zerohop up apps/boutique/chain.yaml",
+        Command::new(cx.bin("zerohop")?)
+            .arg("up")
+            .arg(cx.root.join("apps/boutique/chain.yaml"))
+            .args(["--listen", "127.0.0.1:0"])
+            .stderr(Stdio::null()),
+    )?;
+    let line = wait_line(out, "ready at", Duration::from_secs(60))?;
+    Ok((p, format!("http://{}", address(&line, "http://")?)))
+}
+
+/// The Boutique as HTTP microservices (`boutique-http`) and its frontend's URL.
+fn start_http(cx: &Ctx) -> Result<(Proc, String)> {
+    let (p, out) = Proc::start(
+        "boutique-http",
+        Command::new(cx.bin("boutique-http")?)
+            .args(["--listen", "127.0.0.1:0"])
+            .stderr(Stdio::null()),
+    )?;
+    let line = wait_line(out, "frontend at", Duration::from_secs(60))?;
+    Ok((p, format!("http://{}", address(&line, "http://")?)))
+}
+
 /// One boutique-load run against `url` with `users`; the deployment's CPU over the run.
 fn boutique_run(cx: &Ctx, url: &str, users: usize, root_pid: u32) -> Result<Value> {
     let seconds = if cx.quick { 5 } else { 15 };
@@ -180,28 +206,12 @@ fn boutique_locust(cx: &Ctx) -> Result<Value> {
     let locust = zerohop_test_support::locust::venv(&cx.root).map_err(|e| anyhow!(e))?;
     eprintln!("zerohop-bench-apps: boutique, Locust: zerohop");
     let zerohop = {
-        let (p, out) = Proc::start(
-            "zerohop up apps/boutique/chain.yaml",
-            Command::new(cx.bin("zerohop")?)
-                .arg("up")
-                .arg(cx.root.join("apps/boutique/chain.yaml"))
-                .args(["--listen", "127.0.0.1:0"])
-                .stderr(Stdio::null()),
-        )?;
-        let line = wait_line(out, "ready at", Duration::from_secs(60))?;
-        let url = format!("http://{}", address(&line, "http://")?);
+        let (p, url) = start_zerohop(cx)?;
         locust_run(cx, &locust, &url, p.pid())?
     };
     eprintln!("zerohop-bench-apps: boutique, Locust: HTTP microservices");
     let http = {
-        let (p, out) = Proc::start(
-            "boutique-http",
-            Command::new(cx.bin("boutique-http")?)
-                .args(["--listen", "127.0.0.1:0"])
-                .stderr(Stdio::null()),
-        )?;
-        let line = wait_line(out, "frontend at", Duration::from_secs(60))?;
-        let url = format!("http://{}", address(&line, "http://")?);
+        let (p, url) = start_http(cx)?;
         locust_run(cx, &locust, &url, p.pid())?
     };
     Ok(json!({ "zerohop": zerohop, "http": http }))
@@ -213,33 +223,13 @@ fn boutique(cx: &Ctx) -> Result<Value> {
     for &n in users {
         eprintln!("zerohop-bench-apps: boutique, {n} users: zerohop");
         let zerohop = {
-            let (p, out) = Proc::start(
-                "zerohop up apps/boutique/chain.yaml",
-                Command::new(cx.bin("zerohop")?)
-                    .arg("up")
-                    .arg(cx.root.join("apps/boutique/chain.yaml"))
-                    .args(["--listen", "127.0.0.1:0"])
-                    .stderr(Stdio::null()),
-            )?;
-            let line = wait_line(out, "ready at", Duration::from_secs(60))?;
-            let url = format!("http://{}", address(&line, "http://")?);
-            let r = boutique_run(cx, &url, n, p.pid())?;
-            drop(p);
-            r
+            let (p, url) = start_zerohop(cx)?;
+            boutique_run(cx, &url, n, p.pid())?
         };
         eprintln!("zerohop-bench-apps: boutique, {n} users: HTTP microservices");
         let http = {
-            let (p, out) = Proc::start(
-                "boutique-http",
-                Command::new(cx.bin("boutique-http")?)
-                    .args(["--listen", "127.0.0.1:0"])
-                    .stderr(Stdio::null()),
-            )?;
-            let line = wait_line(out, "frontend at", Duration::from_secs(60))?;
-            let url = format!("http://{}", address(&line, "http://")?);
-            let r = boutique_run(cx, &url, n, p.pid())?;
-            drop(p);
-            r
+            let (p, url) = start_http(cx)?;
+            boutique_run(cx, &url, n, p.pid())?
         };
         rows.push(json!({ "users": n, "zerohop": zerohop, "http": http }));
     }
@@ -463,11 +453,7 @@ fn clean(v: &Value, errors: &[&str]) -> bool {
 
 fn run() -> Result<bool> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let out = args
-        .windows(2)
-        .find(|w| w[0] == "--out")
-        .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
+    let (quick, out) = zerohop_bench::report_args(&args);
     let bin = std::env::current_exe()?
         .parent()
         .context("binary folder")?

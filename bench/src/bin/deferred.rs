@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -254,17 +254,9 @@ fn fs_type(dir: &Path) -> String {
 
 fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let out = args
-        .windows(2)
-        .find(|w| w[0] == "--out")
-        .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
+    let (quick, out) = zerohop_bench::report_args(&args);
     let bin = zerohop_bench::bin_dir(None)?;
-    let root = bin
-        .ancestors()
-        .find(|p| p.join("examples/hello/chain.yaml").is_file())
-        .map(Path::to_owned)
-        .context("the checkout (examples/ next to target/)")?;
+    let root = zerohop_bench::checkout(&bin, "examples/hello/chain.yaml")?;
     let state = tempfile::Builder::new()
         .prefix("zerohop-bench-async-")
         .tempdir_in(root.join("target"))?;

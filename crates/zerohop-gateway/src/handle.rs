@@ -288,13 +288,7 @@ async fn read_body(mut body: Incoming, max: u64) -> Result<Vec<Bytes>, GatewayEr
     let mut chunks = Vec::new();
     let mut len = 0u64;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            GatewayError::new(
-                StatusCode::BAD_REQUEST,
-                ErrorSource::Gateway,
-                format!("malformed request body: {e}"),
-            )
-        })?;
+        let frame = frame.map_err(body::malformed)?;
         if let Ok(data) = frame.into_data() {
             len += data.len() as u64;
             if len > max {

@@ -36,7 +36,7 @@ mod answer;
 mod memory;
 mod report;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -343,11 +343,7 @@ async fn point(target: &Target, body: &Bytes, n: usize) -> Value {
 
 fn run() -> Result<bool> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let out = args
-        .windows(2)
-        .find(|w| w[0] == "--out")
-        .map_or_else(|| PathBuf::from("results"), |w| PathBuf::from(&w[1]));
+    let (quick, out) = zerohop_bench::report_args(&args);
     let cores = online_cpus();
     let system_cpus = (cores >= 2 && !args.iter().any(|a| a == "--no-pin")).then(|| {
         if cores == 2 {
@@ -361,11 +357,7 @@ fn run() -> Result<bool> {
         pin_current_thread(0);
     }
     let bin = zerohop_bench::bin_dir(None)?;
-    let root = bin
-        .ancestors()
-        .find(|p| p.join("examples/hello/chain.yaml").is_file())
-        .map(Path::to_owned)
-        .context("the checkout (examples/ next to target/)")?;
+    let root = zerohop_bench::checkout(&bin, "examples/hello/chain.yaml")?;
     let scratch = tempfile::Builder::new()
         .prefix("zerohop-bench-large-")
         .tempdir_in(root.join("target"))?;

@@ -18,4 +18,4 @@ mod answer;
 mod sink;
 
 pub(crate) use answer::AnswerBody;
-pub(crate) use sink::{linger, read, Received, Sink};
+pub(crate) use sink::{linger, malformed, read, Received, Sink};

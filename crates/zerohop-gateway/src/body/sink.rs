@@ -160,6 +160,15 @@ pub(crate) const LINGER_BYTES: u64 = 1 << 20;
 /// How long [`linger`] reads at most.
 pub(crate) const LINGER_TIME: Duration = Duration::from_secs(1);
 
+/// A request body hyper could not read (bad chunking, a reset stream): 400.
+pub(crate) fn malformed(e: impl std::fmt::Display) -> GatewayError {
+    GatewayError::new(
+        StatusCode::BAD_REQUEST,
+        ErrorSource::Gateway,
+        format!("malformed request body: {e}"),
+    )
+}
+
 /// Reads `body` into `sink` to its end. Not bounded in time: the caller bounds it with
 /// `body_timeout` (dropping the future frees a slot taken).
 pub(crate) async fn read<B>(mut sink: Sink<'_>, mut body: B) -> Result<Received, GatewayError>
@@ -168,13 +177,7 @@ where
     B::Error: std::fmt::Display,
 {
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            GatewayError::new(
-                StatusCode::BAD_REQUEST,
-                ErrorSource::Gateway,
-                format!("malformed request body: {e}"),
-            )
-        })?;
+        let frame = frame.map_err(malformed)?;
         if let Ok(data) = frame.into_data() {
             if let Err(e) = sink.push(data) {
                 // The slot (if one was taken) is freed before the client is heard out.
