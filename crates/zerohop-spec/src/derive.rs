@@ -6,7 +6,11 @@ use crate::GATEWAY_FN;
 
 /// Parties a function has in the plan: one per instance it may scale to, and one more, so
 /// that a live update can start a new instance before it drains an old one.
+/// A function fused into another's instances (`fused_into`) has none.
 pub fn reserved(f: &crate::FunctionSpec) -> usize {
+    if f.fused_into.is_some() {
+        return 0;
+    }
     usize::from(f.scale.max.max(f.instances)) + 1
 }
 
@@ -31,6 +35,14 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
             fan_out: f.fan_out.iter().map(|n| index(n)).collect(),
             join: f.join,
             state: f.state,
+            fused: if f.fused_with.is_empty() {
+                Vec::new()
+            } else {
+                std::iter::once(index(&f.name))
+                    .chain(f.fused_with.iter().map(|n| index(n)))
+                    .collect()
+            },
+            host: f.fused_into.as_deref().map(index),
         })
         .collect();
     let routes = spec

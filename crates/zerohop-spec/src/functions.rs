@@ -313,6 +313,8 @@ impl Cx {
                 scale,
                 resources,
                 relay: None,
+                fused_with: Vec::new(),
+                fused_into: None,
             });
         }
         // Dynamic routing and call targets must exist; a function never calls itself.

@@ -11,6 +11,8 @@ pub mod derive;
 #[cfg(feature = "reader")]
 mod functions;
 #[cfg(feature = "reader")]
+mod fuse;
+#[cfg(feature = "reader")]
 mod graph;
 pub mod handover;
 pub mod meta;

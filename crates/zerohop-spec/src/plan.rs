@@ -81,6 +81,15 @@ pub struct FunctionPlan {
     /// Whether its instances map the chain's state store.
     #[serde(default)]
     pub state: bool,
+    /// On the first function of a fused group: the group's functions in order, itself first
+    /// (empty when it is not fused). Its instances run every step of the group, the hops
+    /// between them function calls on the same slot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fused: Vec<u8>,
+    /// On the other functions of a fused group: the group's first function, whose
+    /// instances run this one (it has no parties of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<u8>,
 }
 
 impl FunctionPlan {
@@ -257,12 +266,19 @@ impl Plan {
     /// with `Reply` or an error), from every function to its dynamic `next` targets, and
     /// from those back to the gateway, and both ways between a function and those it calls
     /// (the call, and its answer).
+    ///
+    /// A fused group is one party on every edge: a hop inside it is no edge (a function
+    /// call), an edge into it goes to its first function, an edge out of it leaves from its
+    /// first function (whose instances run the group), see [`Plan::host_of`].
     pub fn edges(&self) -> Vec<(u8, u8)> {
         let mut e = Vec::new();
         for r in &self.routes {
             let mut prev = GATEWAY_FN;
             for &f in &r.sequence {
-                e.push((prev, f));
+                let f = self.host_of(f);
+                if !(prev == f && self.is_fused(f)) {
+                    e.push((prev, f));
+                }
                 e.push((f, GATEWAY_FN));
                 prev = f;
             }
@@ -280,6 +296,40 @@ impl Plan {
         e.sort_unstable();
         e.dedup();
         e
+    }
+
+    /// The function whose instances run function `f`: the first function of `f`'s fused
+    /// group, or `f` itself (also for the gateway and unknown indices).
+    pub fn host_of(&self, f: u8) -> u8 {
+        self.functions
+            .get(f as usize)
+            .and_then(|p| p.host)
+            .unwrap_or(f)
+    }
+
+    /// Whether function `f` runs a fused group (it is a group's first function).
+    pub fn is_fused(&self, f: u8) -> bool {
+        self.functions
+            .get(f as usize)
+            .is_some_and(|p| !p.fused.is_empty())
+    }
+
+    /// The fused group function `f`'s instances run, in order (`[f]` when it runs no group).
+    pub fn group_of(&self, f: u8) -> Vec<u8> {
+        match self.functions.get(f as usize) {
+            Some(p) if !p.fused.is_empty() => p.fused.clone(),
+            _ => vec![f],
+        }
+    }
+
+    /// Display name of the instances of function `f`: its name, or its group's names joined
+    /// by `+` (`upper+exclaim`) when it runs a fused group.
+    pub fn group_name(&self, f: u8) -> String {
+        self.group_of(f)
+            .iter()
+            .map(|&g| self.function_name(g))
+            .collect::<Vec<_>>()
+            .join("+")
     }
 
     /// Index of the function named `name`.

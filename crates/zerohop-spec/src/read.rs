@@ -85,6 +85,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         "listen",
         "data",
         "tls",
+        "fuse",
     ];
     cx.only_known(&top, "", &known)?;
 
@@ -251,6 +252,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
     let mut functions = cx.functions(root, &top, dir)?;
     let routes = cx.routes(root, &top, &mut functions)?;
     cx.no_call_cycle(&functions)?;
+    let fuse = cx.fuse(&top, &mut functions, &routes)?;
     let state = cx.state(&top, &functions)?;
     let tls = cx.tls(&top, dir)?;
     // `mqtt.listen_tls` is read apart from the rest of `mqtt`.
@@ -331,5 +333,6 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         data,
         tls,
         mqtt_tls: mqtt_tls.map(|(a, _)| a),
+        fuse,
     })
 }

@@ -51,6 +51,19 @@ const h = name ? m[name] : typeof m === 'function' ? m : m.handler; \
 if (typeof h !== 'function') { console.error(`zerohop: ${file} exports no function ${name || 'handler'}`); process.exit(2); } \
 require('module').createRequire(file)('zerohop').run(h);";
 
+/// What `node -e NODE_FUSED_LOADER NAME FILE EXPORT ...` runs: loads each function's file,
+/// takes its export (`EXPORT`, else the module itself if it is a function, else its
+/// `handler`), and serves them all by function name with the `zerohop` package found from
+/// the first file's folder.
+pub const NODE_FUSED_LOADER: &str = "const a = process.argv.slice(1); const hs = {}; \
+for (let i = 0; i + 2 < a.length; i += 3) { \
+const [name, file, exp] = [a[i], a[i + 1], a[i + 2]]; \
+const m = require(file); \
+const h = exp ? m[exp] : typeof m === 'function' ? m : m.handler; \
+if (typeof h !== 'function') { console.error(`zerohop: ${file} exports no function ${exp || 'handler'}`); process.exit(2); } \
+hs[name] = h; } \
+require('module').createRequire(a[1])('zerohop').run(hs);";
+
 /// Most functions in one chain (the descriptor's `next` is one byte, 0xFF is the gateway).
 pub const MAX_FUNCTIONS: usize = 254;
 
@@ -144,6 +157,12 @@ pub struct FunctionSpec {
     /// the agent's `split`): the peer daemon's address. Its instances are then played by the
     /// agent itself, relaying each request to the peer; `command` is never run.
     pub relay: Option<std::net::SocketAddr>,
+    /// On the first function of a fused group (`fuse:`): the group's other functions, in
+    /// order. Its instances run them all, each step a function call on the same slot.
+    pub fused_with: Vec<String>,
+    /// On the other functions of a fused group: the group's first function, whose
+    /// instances run this one (it has no instances of its own).
+    pub fused_into: Option<String>,
 }
 
 /// A function's autoscaling bounds.
@@ -296,6 +315,28 @@ pub struct ChainSpec {
     /// Where the MQTT broker also listens over TLS (`mqtt.listen_tls`), beside
     /// [`MqttSpec::Listen`].
     pub mqtt_tls: Option<SocketAddr>,
+    /// Fused groups (`fuse:`): consecutive functions of one program run by one set of
+    /// instances, each hop between them a function call.
+    pub fuse: Vec<FuseSpec>,
+}
+
+/// A fused group (`fuse: [[upper, exclaim]]`): functions of one program that one set of
+/// instances runs, the hops between them function calls on the same slot. The group is one
+/// security domain and one failure unit; its first function's `instances`, `concurrency`
+/// and `scale` are the group's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FuseSpec {
+    /// Line of the group in the spec.
+    pub line: usize,
+    /// The group's functions, in the order every route runs them.
+    pub functions: Vec<String>,
+}
+
+impl FuseSpec {
+    /// The group's name as shown to people: its functions joined by `+` (`upper+exclaim`).
+    pub fn name(&self) -> String {
+        self.functions.join("+")
+    }
 }
 
 /// The certificates of the chain's listeners (`tls:`): with it the HTTP listener speaks
