@@ -18,6 +18,10 @@
 //!   with keep-alive (SPRIGHT's "serverful" baseline);
 //! * `nginx-broker`: every hop through an nginx front proxy (SPRIGHT's Knative-like broker).
 //!
+//! The multi-core point ([`cores`], issue 33) runs zerohop beside a hyper monolith on as many
+//! cores and Go `net/http` baselines, every system on N cores and [`wrk`] on others, and
+//! judges the issue's goals ([`report::goals`]).
+//!
 //! The HTTPS and HTTP/2 rows ([`protocols`]) run zerohop's gateway over HTTP/1.1, h2c, HTTPS
 //! and h2 and `nginx-tls` (nginx terminating TLS in front of the monolith), driven by
 //! [`h2load`].
@@ -25,6 +29,7 @@
 //! `unsafe` only for syscalls: in [`floors`] (shared mappings, futex, affinity) and
 //! [`procstat`] (affinity, sysconf).
 
+pub mod cores;
 pub mod floors;
 pub mod h2load;
 pub mod loadgen;
@@ -33,6 +38,7 @@ pub mod procstat;
 pub mod protocols;
 pub mod report;
 pub mod systems;
+pub mod wrk;
 
 use anyhow::Context;
 

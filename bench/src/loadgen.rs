@@ -9,8 +9,10 @@
 //!   requests it delayed (no coordinated omission). A pool of connections sends them; when all
 //!   are busy the wait shows up as latency, as it would for a real client.
 //!
-//! The generator runs on one tokio current-thread runtime, in its own thread, so it uses one
-//! core; the caller pins that thread.
+//! [`run`] drives the load from one tokio current-thread runtime on the calling thread, so it
+//! uses one core; the caller pins that thread. [`run_on`] splits the connections (and an open
+//! loop's rate) over one such thread per CPU it is given, each pinned to its CPU, and merges
+//! their histograms: the multi-core point's load generator, on cores of its own.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -65,6 +67,12 @@ impl BodyMix {
     }
 }
 
+/// The request body of `n` bytes every run sends (lower-case text, so `upper` shows).
+pub fn payload(n: usize) -> Vec<u8> {
+    let text = b"zero hop payload ";
+    (0..n).map(|i| text[i % text.len()]).collect()
+}
+
 /// Bodies to send and the answers to expect, prepared once.
 struct Payloads {
     bodies: Vec<Bytes>,
@@ -76,10 +84,7 @@ impl Payloads {
         let bodies: Vec<Bytes> = mix
             .sizes()
             .into_iter()
-            .map(|n| {
-                let text = b"zero hop payload ";
-                Bytes::from((0..n).map(|i| text[i % text.len()]).collect::<Vec<u8>>())
-            })
+            .map(|n| Bytes::from(payload(n)))
             .collect();
         let expected = bodies
             .iter()
@@ -175,6 +180,73 @@ pub fn run(
         .as_str()
         .to_owned();
     let payloads = Arc::new(Payloads::new(mix, steps));
+    let tally = drive_here(uri, authority, payloads, mix, load, warmup, duration)?;
+    Ok(tally.result(duration))
+}
+
+/// [`run`] from one new thread per CPU of `cpus` (each pinned there; the caller's affinity
+/// stays as it was), the connections and an open loop's rate split evenly between them; one
+/// merged result. With no CPU given, [`run`] on this thread.
+pub fn run_on(
+    url: &str,
+    steps: &[Step],
+    mix: &BodyMix,
+    load: &Load,
+    warmup: Duration,
+    duration: Duration,
+    cpus: &[usize],
+) -> Result<RunResult> {
+    if cpus.is_empty() {
+        return run(url, steps, mix, load, warmup, duration);
+    }
+    let uri: http::Uri = url.parse().with_context(|| format!("bad URL {url}"))?;
+    let authority = uri
+        .authority()
+        .context("URL without host:port")?
+        .as_str()
+        .to_owned();
+    let payloads = Arc::new(Payloads::new(mix, steps));
+    let threads = cpus.len();
+    let handles: Vec<_> = cpus
+        .iter()
+        .enumerate()
+        .map(|(i, &cpu)| {
+            let share = load.share(i, threads);
+            let (uri, authority, payloads, mix) = (
+                uri.clone(),
+                authority.clone(),
+                payloads.clone(),
+                mix.clone(),
+            );
+            std::thread::Builder::new()
+                .name(format!("loadgen-{i}"))
+                .spawn(move || {
+                    crate::procstat::pin_current_thread(cpu);
+                    drive_here(uri, authority, payloads, &mix, &share, warmup, duration)
+                })
+                .context("starting a load generator thread")
+        })
+        .collect::<Result<_>>()?;
+    let mut total = Tally::new();
+    for h in handles {
+        let tally = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a load generator thread panicked"))??;
+        total.merge(tally);
+    }
+    Ok(total.result(duration))
+}
+
+/// Drives the load from a current-thread runtime on this thread.
+fn drive_here(
+    uri: http::Uri,
+    authority: String,
+    payloads: Arc<Payloads>,
+    mix: &BodyMix,
+    load: &Load,
+    warmup: Duration,
+    duration: Duration,
+) -> Result<Tally> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -231,6 +303,65 @@ impl Tally {
         self.errors += 1;
         self.first_error.get_or_insert(what);
     }
+
+    /// Adds `other`'s answers and histogram to these.
+    fn merge(&mut self, other: Tally) {
+        self.hist.add(&other.hist).expect("same histogram bounds");
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.wrong += other.wrong;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+
+    /// What a run of `duration` measured.
+    fn result(self, duration: Duration) -> RunResult {
+        let seconds = duration.as_secs_f64();
+        let cdf = [
+            0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0,
+        ]
+        .iter()
+        .map(|&p| (p, self.hist.value_at_percentile(p) as f64 / 1000.0))
+        .collect();
+        RunResult {
+            requests: self.ok,
+            errors: self.errors,
+            wrong: self.wrong,
+            seconds,
+            rps: self.ok as f64 / seconds,
+            latency: Latency::from_hist(&self.hist),
+            cdf,
+            first_error: self.first_error,
+        }
+    }
+}
+
+impl Load {
+    /// Thread `i`'s part of this load when `threads` threads carry it: the connections shared
+    /// out (the first ones take the remainder; at least one each), an open loop's rate in
+    /// proportion to its connections.
+    pub fn share(&self, i: usize, threads: usize) -> Load {
+        let threads = threads.max(1);
+        let part = |n: usize| (n / threads + usize::from(i < n % threads)).max(1);
+        match *self {
+            Load::Closed { concurrency } => Load::Closed {
+                concurrency: part(concurrency),
+            },
+            Load::Open { rate, connections } => {
+                let mine = part(connections);
+                let all: usize = (0..threads)
+                    .map(|j| {
+                        (connections / threads + usize::from(j < connections % threads)).max(1)
+                    })
+                    .sum();
+                Load::Open {
+                    rate: rate * mine as f64 / all as f64,
+                    connections: mine,
+                }
+            }
+        }
+    }
 }
 
 async fn drive(
@@ -241,7 +372,7 @@ async fn drive(
     load: Load,
     warmup: Duration,
     duration: Duration,
-) -> Result<RunResult> {
+) -> Result<Tally> {
     let start = Instant::now();
     let shared = Arc::new(Shared {
         uri,
@@ -267,32 +398,9 @@ async fn drive(
         .collect();
     let mut total = Tally::new();
     for t in tasks {
-        let tally = t.await.context("load task panicked")?;
-        total.hist.add(&tally.hist).expect("same histogram bounds");
-        total.ok += tally.ok;
-        total.errors += tally.errors;
-        total.wrong += tally.wrong;
-        if total.first_error.is_none() {
-            total.first_error = tally.first_error;
-        }
+        total.merge(t.await.context("load task panicked")?);
     }
-    let seconds = duration.as_secs_f64();
-    let cdf = [
-        0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0,
-    ]
-    .iter()
-    .map(|&p| (p, total.hist.value_at_percentile(p) as f64 / 1000.0))
-    .collect();
-    Ok(RunResult {
-        requests: total.ok,
-        errors: total.errors,
-        wrong: total.wrong,
-        seconds,
-        rps: total.ok as f64 / seconds,
-        latency: Latency::from_hist(&total.hist),
-        cdf,
-        first_error: total.first_error,
-    })
+    Ok(total)
 }
 
 type Conn = http1::SendRequest<Full<Bytes>>;
@@ -443,5 +551,52 @@ mod tests {
         assert_eq!(p.bodies[1].len(), 10_000);
         assert_eq!(p.expected[0].len(), 101);
         assert!(p.expected[0].starts_with(b"ZERO HOP PAYLOAD"));
+    }
+
+    #[test]
+    fn a_load_shared_by_threads_keeps_its_connections_and_rate() {
+        let closed = Load::Closed { concurrency: 10 };
+        let parts: Vec<usize> = (0..3)
+            .map(|i| match closed.share(i, 3) {
+                Load::Closed { concurrency } => concurrency,
+                Load::Open { .. } => unreachable!(),
+            })
+            .collect();
+        assert_eq!(parts, [4, 3, 3]);
+        let open = Load::Open {
+            rate: 1000.0,
+            connections: 4,
+        };
+        let (mut rate, mut conns) = (0.0, 0);
+        for i in 0..4 {
+            if let Load::Open {
+                rate: r,
+                connections,
+            } = open.share(i, 4)
+            {
+                rate += r;
+                conns += connections;
+            }
+        }
+        assert_eq!(conns, 4);
+        assert!((rate - 1000.0).abs() < 1e-6, "{rate}");
+        // More threads than connections: one each, the rate still adds up.
+        let (mut rate, mut conns) = (0.0, 0);
+        for i in 0..3 {
+            if let Load::Open {
+                rate: r,
+                connections,
+            } = (Load::Open {
+                rate: 90.0,
+                connections: 1,
+            })
+            .share(i, 3)
+            {
+                rate += r;
+                conns += connections;
+            }
+        }
+        assert_eq!(conns, 3);
+        assert!((rate - 90.0).abs() < 1e-6, "{rate}");
     }
 }

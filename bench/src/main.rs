@@ -12,7 +12,7 @@ use zerohop_bench::protocols::{self, Plan};
 use zerohop_bench::report::matrix::{Idle, Memory, Results, Run};
 use zerohop_bench::report::Machine;
 use zerohop_bench::systems::{self, RunningSystem, StartOpts, SystemId};
-use zerohop_bench::{floors, passes, Step, HELLO};
+use zerohop_bench::{cores, floors, passes, Step, HELLO};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,12 +43,22 @@ struct Args {
     /// clear HTTP/1.1, and nginx terminating TLS in front of the monolith; need h2load).
     #[arg(long)]
     no_protocols: bool,
-    /// Cores for the multi-core point (zerohop with 1 and with N gateway threads, N
-    /// instances per function): the system gets CPUs 1..=N and the load generator CPU 0;
-    /// on a machine with only N CPUs the load generator shares CPU 0 with the system.
-    /// Default: 2 where the machine has 2 CPUs or more. 0 or 1 skips the point.
+    /// The multi-core point (issue 33) on 1, 2, 4, ... up to N cores: every system
+    /// (zerohop-ring with N gateway threads and N instances per function, a hyper monolith
+    /// on N worker threads, a Go monolith and a Go HTTP chain with GOMAXPROCS=N) on CPUs
+    /// 0..N-1, wrk on the next N. Refused when the machine has fewer than 2N CPUs. Default:
+    /// the largest of 8, 4, 2, 1 the machine holds twice (1 on 2 CPUs: 1 core against 1
+    /// core); 0 skips it (the default of --smoke).
     #[arg(long)]
     cores: Option<usize>,
+    /// Run only the multi-core point (and the targets), not the matrix.
+    #[arg(long)]
+    cores_only: bool,
+    /// Only re-judge the targets of the steps run after the matrix (activation, scale) from
+    /// their JSON in --out, when this run wrote them, and rewrite results.json and summary.md
+    /// there (what `cargo xtask bench` does after those steps).
+    #[arg(long)]
+    update_targets: bool,
     /// Folder of the built binaries (default: this binary's folder).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
@@ -69,7 +79,8 @@ struct Matrix {
     /// of the host decides a lone run's p99).
     open_repeats: usize,
     idle: Duration,
-    cores_concurrency: usize,
+    /// The multi-core point.
+    cores: cores::Settings,
     /// The HTTPS and HTTP/2 rows.
     protocols: Plan,
 }
@@ -89,7 +100,11 @@ impl Matrix {
                 open_connections: 8,
                 open_repeats: 1,
                 idle: Duration::from_millis(500),
-                cores_concurrency: 8,
+                cores: cores::Settings {
+                    warmup: Duration::from_millis(100),
+                    point: Duration::from_secs(1),
+                    rounds: 2,
+                },
                 protocols: Plan {
                     warmup: Duration::from_millis(100),
                     duration: Duration::from_millis(300),
@@ -115,7 +130,11 @@ impl Matrix {
                 open_connections: 64,
                 open_repeats: 3,
                 idle: Duration::from_secs(3),
-                cores_concurrency: 64,
+                cores: cores::Settings {
+                    warmup: Duration::from_millis(300),
+                    point: Duration::from_secs(2),
+                    rounds: 2,
+                },
                 protocols: Plan {
                     warmup: Duration::from_millis(300),
                     duration: Duration::from_millis(1500),
@@ -141,7 +160,11 @@ impl Matrix {
             open_connections: 128,
             open_repeats: 5,
             idle: Duration::from_secs(10),
-            cores_concurrency: 64,
+            cores: cores::Settings {
+                warmup: Duration::from_secs(1),
+                point: Duration::from_secs(8),
+                rounds: 2,
+            },
             protocols: Plan {
                 warmup: Duration::from_secs(1),
                 duration: Duration::from_secs(5),
@@ -212,6 +235,21 @@ fn main() -> std::process::ExitCode {
 
 /// Runs the matrix; `Ok(false)` when a system gave wrong answers or could not run.
 fn run(args: &Args) -> Result<bool> {
+    if args.update_targets {
+        zerohop_bench::report::matrix::update_step_targets(&args.out)?;
+        eprintln!(
+            "bench: targets of the later steps updated in {}/results.json and summary.md",
+            args.out.display()
+        );
+        return Ok(true);
+    }
+    let online = procstat::online_cpus();
+    // Refused before anything runs: one line.
+    let requested = args.cores.or(if args.smoke { Some(0) } else { None });
+    let core_counts = cores::plan(requested, online).map_err(anyhow::Error::msg)?;
+    if args.cores_only && core_counts.is_empty() {
+        bail!("--cores-only with no core count to run (--cores 0, or a machine with one CPU)");
+    }
     let matrix = Matrix::new(args);
     let bin_dir = zerohop_bench::bin_dir(args.bin_dir.as_deref())?;
     for b in [
@@ -239,7 +277,11 @@ fn run(args: &Args) -> Result<bool> {
     } else {
         format!("Nothing pinned ({cores} CPUs, --no-pin={})", args.no_pin)
     };
-    let mut ids = SystemId::all();
+    let mut ids = if args.cores_only {
+        Vec::new()
+    } else {
+        SystemId::all()
+    };
     if let Some(only) = &args.systems {
         for name in only {
             if !ids.iter().any(|i| &i.name() == name) {
@@ -267,18 +309,18 @@ fn run(args: &Args) -> Result<bool> {
         work_dir: work.path().to_owned(),
         tls: None,
     };
-    let cores = args
-        .cores
-        .unwrap_or(if cores >= 2 { 2 } else { 0 })
-        .min(cores);
-    let multi = cores >= 2 && ids.iter().any(|i| i.name() == "zerohop-ring");
+    let cores_points = if core_counts.is_empty() {
+        0
+    } else {
+        matrix.cores.rounds * core_counts.len() * cores::SYSTEMS.len() + cores::RATE_FRACTIONS.len()
+    };
     let with_protocols = !args.no_protocols && ids.iter().any(|i| i.name() == "zerohop-ring");
 
     let mut results = Results {
         machine: Machine::read(),
         matrix: matrix.name.into(),
         pinning,
-        cores_pinning: String::new(),
+        cores: None,
         seconds_per_point: matrix.point.as_secs_f64(),
         floors: Vec::new(),
         runs: Vec::new(),
@@ -292,7 +334,7 @@ fn run(args: &Args) -> Result<bool> {
         start: Instant::now(),
         done: 0,
         total: ids.len() * (matrix.points_per_system() + 1)
-            + if multi { 2 } else { 0 }
+            + cores_points
             + if with_protocols { protocols::POINTS } else { 0 },
         point: matrix.warmup + matrix.point,
     };
@@ -324,8 +366,15 @@ fn run(args: &Args) -> Result<bool> {
             eprintln!("bench: {} failed: {e:#}", id.name());
         }
     }
-    if multi {
-        bench_cores(cores, &matrix, &opts, &mut results, &mut progress);
+    if !core_counts.is_empty() {
+        let mut say = |what: &str| {
+            if what.starts_with("  ") {
+                eprintln!("bench: {what}");
+            } else {
+                progress.step(what);
+            }
+        };
+        results.cores = Some(cores::run(&core_counts, &matrix.cores, &opts, &mut say));
     }
     for &n in &matrix.chain_lengths {
         let chain = passes(n);
@@ -369,7 +418,7 @@ fn run(args: &Args) -> Result<bool> {
             );
         }
     }
-    if !args.no_floors {
+    if !args.no_floors && !args.cores_only {
         let quick = args.quick || args.smoke;
         let mut say = |what: &str| eprintln!("bench: {what}");
         match floors::measure(quick, &mut say) {
@@ -385,15 +434,26 @@ fn run(args: &Args) -> Result<bool> {
         args.out.display()
     );
     for t in &results.targets {
-        eprintln!(
-            "bench: target {}: {:.3} (bound {:.3}) {}",
-            t.name,
-            t.value,
-            t.target,
-            if t.met { "met" } else { "MISSED" }
-        );
+        if t.measured {
+            eprintln!(
+                "bench: target {}: {:.3} (bound {:.3}) {}",
+                t.name,
+                t.value,
+                t.target,
+                if t.met { "met" } else { "MISSED" }
+            );
+        } else {
+            eprintln!("bench: target {}: {}", t.name, t.note);
+        }
     }
-    let clean = results.failures.is_empty()
+    let cores_clean = results.cores.as_ref().is_none_or(|c| {
+        c.failures.iter().all(|f| f.starts_with("wrk:"))
+            && c.runs.iter().all(|r| r.errors == 0 && r.requests > 0)
+            && c.one_client.iter().all(|o| o.errors == 0 && o.requests > 0)
+            && c.rates.iter().all(|r| r.errors == 0)
+    });
+    let clean = cores_clean
+        && results.failures.is_empty()
         && results
             .runs
             .iter()
@@ -494,85 +554,6 @@ fn bench_hello(
     });
     sys.stop();
     Ok(())
-}
-
-/// zerohop-ring on `n` cores with 1 and with `n` gateway threads (and `n` instances of each
-/// function), closed loop: does the gateway scale across cores?
-fn bench_cores(
-    n: usize,
-    matrix: &Matrix,
-    opts: &StartOpts,
-    results: &mut Results,
-    progress: &mut Progress,
-) {
-    let online = procstat::online_cpus();
-    let (cpus, note) = if online > n {
-        (
-            format!("1-{n}"),
-            format!("zerohop pinned to CPUs 1-{n}, the load generator to CPU 0."),
-        )
-    } else {
-        (
-            format!("0-{}", n - 1),
-            format!(
-                "zerohop pinned to CPUs 0-{} (every CPU of this machine); the load generator \
-                 shares CPU 0 with it, so the ratio understates what the gateway threads \
-                 gain where the load generator has cores of its own.",
-                n - 1
-            ),
-        )
-    };
-    results.cores_pinning = note;
-    let id = SystemId::Zerohop(zerohop_transport::Backend::Ring);
-    for threads in [1, n as u16] {
-        progress.step(&format!(
-            "zerohop-ring on {n} cores, {threads} gateway thread(s)"
-        ));
-        let opts = StartOpts {
-            cpus: Some(cpus.clone()),
-            gateway_threads: Some(threads),
-            instances: threads,
-            ..opts.clone()
-        };
-        let r = systems::start(id, &HELLO, &opts).and_then(|sys| {
-            let gateway = sys
-                .components
-                .iter()
-                .find(|c| c.name == "gateway")
-                .map(|c| c.pid);
-            let before = gateway.map(procstat::gateway_thread_ticks);
-            let run = measure(
-                &sys,
-                &HELLO,
-                "cores",
-                &BodyMix::Fixed(100),
-                &Load::Closed {
-                    concurrency: matrix.cores_concurrency,
-                },
-                matrix,
-            );
-            let after = gateway.map(procstat::gateway_thread_ticks);
-            sys.stop();
-            let mut run = run?;
-            run.gateway_threads = Some(threads);
-            if let (Some(b), Some(a)) = (before, after) {
-                run.threads_cpu_s = a
-                    .iter()
-                    .map(|(k, v)| {
-                        let t = v.saturating_sub(b.get(k).copied().unwrap_or(0));
-                        (k.clone(), t as f64 / procstat::ticks_per_second())
-                    })
-                    .collect();
-            }
-            Ok(run)
-        });
-        match r {
-            Ok(run) => results.runs.push(run),
-            Err(e) => results.failures.push(format!(
-                "zerohop-ring on {n} cores with {threads} gateway threads: {e:#}"
-            )),
-        }
-    }
 }
 
 /// One load point: drive the system, read CPU around it.

@@ -18,6 +18,11 @@
 //! * `nginx-tls` (not in [`SystemId::all`]; the HTTPS and HTTP/2 rows): nginx terminating TLS
 //!   (HTTP/1.1 and h2 by ALPN) in front of the monolith, see [`tls`]. Components: `nginx`,
 //!   `nginx-worker`, `monolith`.
+//! * The baselines of the multi-core point (not in [`SystemId::all`]), each told how many
+//!   cores it has: `hyper-monolith` (the monolith on tokio's multi-threaded runtime with that
+//!   many workers), `go-monolith` and `go-http-chain` (the same two shapes written in Go with
+//!   the standard library, `GOMAXPROCS` set; see [`go`]). Components as for `monolith` and
+//!   `http-chain`.
 //!
 //! With [`StartOpts::tls`], zerohop serves HTTPS (the spec's `tls`) and the URL is `https://`;
 //! readiness is then checked with curl, trusting that certificate.
@@ -49,6 +54,7 @@ use crate::h2load::Protocol;
 use crate::procstat::{environ_var, ProcessId};
 use crate::{Component, Step};
 
+pub mod go;
 pub mod tls;
 
 /// How long a system may take to answer its first request correctly.
@@ -82,6 +88,12 @@ pub enum SystemId {
     NginxBroker,
     /// nginx terminating TLS in front of the monolith (needs [`StartOpts::tls`]).
     NginxTls,
+    /// The monolith on tokio's multi-threaded runtime with this many worker threads.
+    HyperMonolith(u16),
+    /// The monolith written in Go (`net/http`), `GOMAXPROCS` this many.
+    GoMonolith(u16),
+    /// The HTTP microservice chain written in Go, every process with `GOMAXPROCS` this many.
+    GoHttpChain(u16),
 }
 
 impl SystemId {
@@ -94,6 +106,9 @@ impl SystemId {
             SystemId::HttpChain => "http-chain".into(),
             SystemId::NginxBroker => "nginx-broker".into(),
             SystemId::NginxTls => "nginx-tls".into(),
+            SystemId::HyperMonolith(_) => "hyper-monolith".into(),
+            SystemId::GoMonolith(_) => "go-monolith".into(),
+            SystemId::GoHttpChain(_) => "go-http-chain".into(),
         }
     }
 
@@ -151,6 +166,15 @@ pub struct RunningSystem {
     ca: Option<PathBuf>,
 }
 
+/// Which function server a monolith or HTTP chain runs, and on how many threads.
+#[derive(Clone, Copy, Debug)]
+enum FnServer {
+    /// `zerohop-bench-fn` (hyper), with this many runtime worker threads.
+    Hyper(u16),
+    /// `zerohop-bench-go` (`net/http`), with `GOMAXPROCS` this many.
+    Go(u16),
+}
+
 /// One process this module started.
 struct Started {
     child: Child,
@@ -190,8 +214,11 @@ pub fn start(id: SystemId, chain: &[Step], opts: &StartOpts) -> Result<RunningSy
     // On any error below `sys` drops and stops whatever had started.
     match id {
         SystemId::Zerohop(backend) => sys.start_zerohop(backend, chain, opts, &dir)?,
-        SystemId::Monolith => sys.start_monolith(chain, opts, &dir)?,
-        SystemId::HttpChain => sys.start_http_chain(chain, opts, &dir)?,
+        SystemId::Monolith => sys.start_monolith(chain, opts, &dir, FnServer::Hyper(1))?,
+        SystemId::HttpChain => sys.start_http_chain(chain, opts, &dir, FnServer::Hyper(1))?,
+        SystemId::HyperMonolith(n) => sys.start_monolith(chain, opts, &dir, FnServer::Hyper(n))?,
+        SystemId::GoMonolith(n) => sys.start_monolith(chain, opts, &dir, FnServer::Go(n))?,
+        SystemId::GoHttpChain(n) => sys.start_http_chain(chain, opts, &dir, FnServer::Go(n))?,
         SystemId::NginxBroker => return start_nginx_broker(chain, opts, &dir),
         SystemId::NginxTls => return tls::start_nginx_tls(chain, opts, &dir),
     }
@@ -250,7 +277,11 @@ impl RunningSystem {
                     }
                 }
             }
-            SystemId::Monolith | SystemId::HttpChain => {}
+            SystemId::Monolith
+            | SystemId::HttpChain
+            | SystemId::HyperMonolith(_)
+            | SystemId::GoMonolith(_)
+            | SystemId::GoHttpChain(_) => {}
         }
     }
 
@@ -310,8 +341,14 @@ impl RunningSystem {
         Ok(())
     }
 
-    fn start_monolith(&mut self, chain: &[Step], opts: &StartOpts, dir: &Path) -> Result<()> {
-        let pid = self.spawn_fn(opts, chain, None, &dir.join("monolith.log"))?;
+    fn start_monolith(
+        &mut self,
+        chain: &[Step],
+        opts: &StartOpts,
+        dir: &Path,
+        server: FnServer,
+    ) -> Result<()> {
+        let pid = self.spawn_fn(opts, server, chain, None, &dir.join("monolith.log"))?;
         self.url = format!("{}/bench", self.fn_url(self.children.len() - 1)?);
         self.wait_ready(chain)?;
         self.components.push(Component {
@@ -321,13 +358,19 @@ impl RunningSystem {
         Ok(())
     }
 
-    fn start_http_chain(&mut self, chain: &[Step], opts: &StartOpts, dir: &Path) -> Result<()> {
+    fn start_http_chain(
+        &mut self,
+        chain: &[Step],
+        opts: &StartOpts,
+        dir: &Path,
+        server: FnServer,
+    ) -> Result<()> {
         // From the last hop back, so each knows its successor's address.
         let mut next: Option<String> = None;
         let mut pids = Vec::new();
         for (i, step) in chain.iter().enumerate().rev() {
             let log = dir.join(format!("fn{i}.log"));
-            pids.push(self.spawn_fn(opts, &[*step], next.as_deref(), &log)?);
+            pids.push(self.spawn_fn(opts, server, &[*step], next.as_deref(), &log)?);
             next = Some(format!("{}/bench", self.fn_url(self.children.len() - 1)?));
         }
         self.url = next.unwrap_or_default();
@@ -342,17 +385,18 @@ impl RunningSystem {
         Ok(())
     }
 
-    /// Starts a `zerohop-bench-fn` on a free port; returns its pid.
+    /// Starts a function server (`zerohop-bench-fn`, or the Go one: the same arguments) on a
+    /// free port; returns its pid.
     fn spawn_fn(
         &mut self,
         opts: &StartOpts,
+        server: FnServer,
         steps: &[Step],
         next: Option<&str>,
         log: &Path,
     ) -> Result<u32> {
-        let program = binary(opts, "zerohop-bench-fn")?;
         let steps = steps.iter().map(|s| s.name()).collect::<Vec<_>>().join(",");
-        let mut args = vec![
+        let mut args: Vec<std::ffi::OsString> = vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--steps".into(),
@@ -361,7 +405,19 @@ impl RunningSystem {
         if let Some(next) = next {
             args.extend(["--next".into(), next.into()]);
         }
-        let i = self.spawn(opts, &program, &args, log, true)?;
+        let (program, env) = match server {
+            FnServer::Hyper(threads) => {
+                if threads > 1 {
+                    args.extend(["--threads".into(), threads.to_string().into()]);
+                }
+                (binary(opts, "zerohop-bench-fn")?, None)
+            }
+            FnServer::Go(procs) => (
+                go::binary(&bin_dir(opts)?)?,
+                Some(("GOMAXPROCS", procs.max(1).to_string())),
+            ),
+        };
+        let i = self.spawn_env(opts, &program, &args, env, log, true)?;
         Ok(self.children[i].child.id())
     }
 
@@ -384,6 +440,19 @@ impl RunningSystem {
         log: &Path,
         read_stdout: bool,
     ) -> Result<usize> {
+        self.spawn_env(opts, program, args, None, log, read_stdout)
+    }
+
+    /// [`RunningSystem::spawn`] with one more environment variable.
+    fn spawn_env(
+        &mut self,
+        opts: &StartOpts,
+        program: &Path,
+        args: &[std::ffi::OsString],
+        env: Option<(&str, String)>,
+        log: &Path,
+        read_stdout: bool,
+    ) -> Result<usize> {
         let mut cmd = match &opts.cpus {
             // taskset execs the program: the pid we hold is the program's, and everything
             // it starts inherits the affinity.
@@ -400,6 +469,9 @@ impl RunningSystem {
             .append(true)
             .open(log)
             .with_context(|| format!("creating {}", log.display()))?;
+        if let Some((key, value)) = env {
+            cmd.env(key, value);
+        }
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(if read_stdout {
@@ -574,7 +646,7 @@ fn start_nginx_broker_on(
     for (i, step) in chain.iter().enumerate() {
         let next = (i + 1 < chain.len()).then(|| format!("http://127.0.0.1:{port}/fn{}", i + 1));
         let log = dir.join(format!("fn{i}.log"));
-        let pid = sys.spawn_fn(opts, &[*step], next.as_deref(), &log)?;
+        let pid = sys.spawn_fn(opts, FnServer::Hyper(1), &[*step], next.as_deref(), &log)?;
         let url = sys.fn_url(sys.children.len() - 1)?;
         let addr = url.trim_start_matches("http://").to_owned();
         upstreams.push(addr);

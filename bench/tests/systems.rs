@@ -67,8 +67,10 @@ fn expected_components(id: SystemId, chain: &[Step]) -> Vec<String> {
             }
             v
         }
-        SystemId::Monolith => vec!["monolith".to_owned()],
-        SystemId::HttpChain => numbered(Vec::new()),
+        SystemId::Monolith | SystemId::HyperMonolith(_) | SystemId::GoMonolith(_) => {
+            vec!["monolith".to_owned()]
+        }
+        SystemId::HttpChain | SystemId::GoHttpChain(_) => numbered(Vec::new()),
         SystemId::NginxBroker => numbered(vec!["nginx".into(), "nginx-worker".into()]),
         SystemId::NginxTls => vec!["nginx".into(), "nginx-worker".into(), "monolith".into()],
     }

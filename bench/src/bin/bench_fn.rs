@@ -53,6 +53,11 @@ struct Args {
     /// POST the result here and answer with what it answers (status and body).
     #[arg(long)]
     next: Option<Uri>,
+    /// Worker threads: 1 (the default) runs one current-thread runtime, as every baseline
+    /// of the one-core matrix; more runs tokio's multi-threaded runtime with that many
+    /// workers (the hyper monolith of the multi-core point, on as many cores).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: u16,
 }
 
 fn parse_step(s: &str) -> Result<Step, String> {
@@ -70,10 +75,15 @@ fn main() -> ExitCode {
     let args = Args::parse();
     // One core, like zerohop's gateway (also a tokio current-thread runtime): every system
     // gets one thread per process, so the comparison is per process, not per thread pool.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // The multi-core point asks for as many workers as it gives cores.
+    let mut builder = if args.threads > 1 {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(usize::from(args.threads));
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("zerohop-bench-fn: cannot build the tokio runtime: {e}");

@@ -8,7 +8,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use super::goals::{self, STEP_ROWS};
 use super::{Machine, Table};
+use crate::cores::Cores;
 use crate::floors::Floor;
 use crate::loadgen::RunResult;
 use crate::protocols::Protocols;
@@ -79,21 +81,30 @@ pub struct Memory {
     pub shmem_kib: u64,
 }
 
-/// One of the issue's targets, met or not.
-#[derive(Clone, Debug, serde::Serialize)]
+/// One of the issue's targets, met or not, or not measured (and why, in the note).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Target {
     /// What is compared.
     pub name: String,
-    /// Measured value.
+    /// Measured value (NaN, `null` in JSON, when not measured).
+    #[serde(deserialize_with = "nan_if_null")]
     pub value: f64,
     /// The bound.
     pub target: f64,
     /// Whether the value must reach the bound (else stay under it).
     pub at_least: bool,
-    /// Whether it was met.
+    /// Whether it was met (false when not measured).
     pub met: bool,
-    /// How the value was computed.
+    /// Whether it was measured in this run; when not, the note says why.
+    pub measured: bool,
+    /// How the value was computed, or why it was not.
     pub note: String,
+}
+
+/// A number that JSON holds as `null` when it was NaN (as serde_json writes NaN).
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v: Option<f64> = serde::Deserialize::deserialize(d)?;
+    Ok(v.unwrap_or(f64::NAN))
 }
 
 /// Everything one run produced.
@@ -105,8 +116,8 @@ pub struct Results {
     pub matrix: String,
     /// What was pinned where.
     pub pinning: String,
-    /// What was pinned where in the `cores` experiment (empty when it did not run).
-    pub cores_pinning: String,
+    /// The multi-core point (issue 33; `None` when it did not run).
+    pub cores: Option<Cores>,
     /// Seconds of measurement per load point (after warm-up).
     pub seconds_per_point: f64,
     /// Physical floors and transport hops.
@@ -160,14 +171,7 @@ impl Results {
         let mono = self.hello_point("monolith", c);
         let http = self.hello_point("http-chain", c);
         let mut bound = |name: String, v: f64, target: f64, at_least: bool, note: String| {
-            t.push(Target {
-                name,
-                value: v,
-                target,
-                at_least,
-                met: if at_least { v >= target } else { v <= target },
-                note,
-            })
+            t.push(goals::measured(name, v, target, at_least, note))
         };
         if let (Some(r), Some(m)) = (ring, mono) {
             let (v, note) = rps_ratio(r, m);
@@ -208,10 +212,12 @@ impl Results {
                 .filter(|r| r.system == sys && r.experiment == "open_loop")
                 .collect()
         };
+        let mut open_pairs = 0;
         for (r, m) in open("zerohop-ring").into_iter().zip(open("monolith")) {
             if r.rate != m.rate {
                 continue;
             }
+            open_pairs += 1;
             bound(
                 format!(
                     "ring p99 / monolith p99, open loop at {:.0} requests/s",
@@ -289,64 +295,6 @@ impl Results {
                 format!("{:.0} ns / {:.0} ns round trip", hop.p50_ns, line.p50_ns),
             );
         }
-        let cores: Vec<&Run> = self
-            .runs
-            .iter()
-            .filter(|r| r.experiment == "cores" && r.system == "zerohop-ring")
-            .collect();
-        if let ([one], [.., many]) = (
-            &cores
-                .iter()
-                .filter(|r| r.gateway_threads == Some(1))
-                .copied()
-                .collect::<Vec<_>>()[..],
-            &cores
-                .iter()
-                .filter(|r| r.gateway_threads.unwrap_or(1) > 1)
-                .copied()
-                .collect::<Vec<_>>()[..],
-        ) {
-            let n = many.gateway_threads.unwrap_or(1);
-            let shared = self.cores_pinning.contains("shares");
-            let (v, note) = rps_ratio(many, one);
-            bound(
-                format!(
-                    "ring RPS with {n} gateway threads / 1 thread, on {n} cores (hello, c={})",
-                    many.concurrency
-                ),
-                v,
-                if shared { 1.0 } else { 1.8 },
-                true,
-                format!(
-                    "{note}; {}",
-                    if shared {
-                        "the load generator shares a core with the system here, so the bound is \
-                         only 'not slower'; 1.8 applies where it has cores of its own"
-                    } else {
-                        "the load generator on cores of its own"
-                    }
-                ),
-            );
-            // Every thread must carry load: the least busy gateway thread against the busiest.
-            // SO_REUSEPORT spreads connections by a hash of their addresses, not evenly; at
-            // a third of the busiest, every thread carries at least half an even share.
-            let busy: Vec<f64> = many.threads_cpu_s.values().copied().collect();
-            let max = busy.iter().copied().fold(0.0, f64::max);
-            let min = busy.iter().copied().fold(f64::INFINITY, f64::min);
-            if busy.len() >= 2 {
-                bound(
-                    format!("least / most busy of the {n} gateway threads (CPU seconds)"),
-                    min / max.max(1e-9),
-                    1.0 / 3.0,
-                    true,
-                    many.threads_cpu_s
-                        .iter()
-                        .map(|(k, v)| format!("{k} {v:.2} s"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                );
-            }
-        }
         if let Some(idle) = self.idle.iter().find(|i| i.system == "zerohop-ring") {
             let v: f64 = idle.cpu_s.values().sum();
             t.push(Target {
@@ -356,9 +304,27 @@ impl Results {
                 at_least: false,
                 // One 10 ms tick of slack: /proc counts in ticks.
                 met: v <= 0.01,
+                measured: true,
                 note: format!("over {:.0} s", idle.seconds),
             });
         }
+        if open_pairs == 0 {
+            for f in [50, 80] {
+                t.push(goals::not_measured(
+                    format!("ring p99 / monolith p99, open loop at {f}% of the monolith's peak"),
+                    1.5,
+                    false,
+                    "not run in this run: the hello matrix's open loop needs zerohop-ring and \
+                     monolith"
+                        .into(),
+                ));
+            }
+        }
+        t.extend(goals::cores_targets(
+            self.cores.as_ref(),
+            self.machine.cores,
+        ));
+        t.extend(goals::step_targets(self.machine.started_unix, None, None));
         self.targets = t;
     }
 
@@ -395,18 +361,8 @@ impl Results {
             }
             let _ = writeln!(s);
         }
-        let _ = writeln!(s, "## Targets\n");
-        let mut targets = Table::new(&["target", "measured", "bound", "met"]);
-        for t in &self.targets {
-            let cmp = if t.at_least { ">=" } else { "<=" };
-            targets.row(&[
-                t.name.clone(),
-                format!("{:.3} ({})", t.value, t.note),
-                format!("{cmp} {:.3}", t.target),
-                (if t.met { "yes" } else { "**NO**" }).to_owned(),
-            ]);
-        }
-        let _ = writeln!(s, "{targets}");
+        let _ = writeln!(s, "{TARGETS_HEADING}");
+        let _ = writeln!(s, "{}", targets_table(&self.targets));
         self.summary_concurrency(&mut s);
         self.summary_experiment(&mut s, "body", "Body size (hello chain)", |r| {
             format!("{} c={}", r.body, r.concurrency)
@@ -423,25 +379,9 @@ impl Results {
             "Open loop (hello, 100 B, constant rate)",
             |r| format!("{:.0}/s", r.rate.unwrap_or(0.0)),
         );
-        if !self.cores_pinning.is_empty() {
-            let _ = writeln!(
-                s,
-                "## Gateway threads on several cores\n\n{}\n",
-                self.cores_pinning
-            );
+        if let Some(cores) = &self.cores {
+            s.push_str(&crate::cores::table::markdown(cores));
         }
-        self.summary_experiment(&mut s, "cores", "Gateway threads (hello, 100 B)", |r| {
-            format!(
-                "{} gateway thread(s) c={} [{}]",
-                r.gateway_threads.unwrap_or(1),
-                r.concurrency,
-                r.threads_cpu_s
-                    .iter()
-                    .map(|(k, v)| format!("{k} {v:.2}s"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        });
         self.summary_protocols(&mut s);
         let _ = writeln!(s, "## Idle (everything up, no traffic)\n");
         let mut idle = Table::new(&["system", "seconds", "CPU seconds", "share of one core"]);
@@ -633,6 +573,82 @@ impl Results {
     }
 }
 
+/// The heading of the targets section of `summary.md`.
+const TARGETS_HEADING: &str = "## Targets\n";
+
+/// The targets as a Markdown table: measured, bound, met (or "not measured" and why).
+pub fn targets_table(targets: &[Target]) -> Table {
+    let mut table = Table::new(&["target", "measured", "bound", "met"]);
+    for t in targets {
+        let cmp = if t.at_least { ">=" } else { "<=" };
+        table.row(&[
+            t.name.clone(),
+            if t.measured {
+                format!("{:.3} ({})", t.value, t.note)
+            } else {
+                t.note.clone()
+            },
+            format!("{cmp} {:.3}", t.target),
+            (if !t.measured {
+                "not measured"
+            } else if t.met {
+                "yes"
+            } else {
+                "**NO**"
+            })
+            .to_owned(),
+        ]);
+    }
+    table
+}
+
+/// After the steps that follow the matrix (`cargo xtask bench`): replaces the rows of
+/// [`STEP_ROWS`] in `dir/results.json` and `dir/summary.md` by what `dir/activation.json` and
+/// `dir/scale.json` hold, when this run wrote them (else they stay "not run in this run").
+pub fn update_step_targets(dir: &Path) -> Result<()> {
+    let path = dir.join("results.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut results: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let started = results["machine"]["started_unix"].as_u64().unwrap_or(0);
+    let read = |name: &str| -> Option<serde_json::Value> {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).ok()?).ok()
+    };
+    let steps = goals::step_targets(
+        started,
+        read("activation.json").as_ref(),
+        read("scale.json").as_ref(),
+    );
+    let mut targets: Vec<Target> = serde_json::from_value(results["targets"].take())
+        .with_context(|| format!("the targets of {}", path.display()))?;
+    targets.retain(|t| !STEP_ROWS.contains(&t.name.as_str()));
+    targets.extend(steps);
+    results["targets"] = serde_json::to_value(&targets).context("serialising the targets")?;
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&results).context("serialising results")?,
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
+    let summary_path = dir.join("summary.md");
+    let summary = std::fs::read_to_string(&summary_path)
+        .with_context(|| format!("reading {}", summary_path.display()))?;
+    let updated = splice_targets(&summary, &targets_table(&targets).to_string())
+        .with_context(|| format!("no targets section in {}", summary_path.display()))?;
+    std::fs::write(&summary_path, updated)
+        .with_context(|| format!("writing {}", summary_path.display()))
+}
+
+/// `summary` with the table of its targets section replaced by `table`; `None` when it has
+/// no such section.
+fn splice_targets(summary: &str, table: &str) -> Option<String> {
+    let start = summary.find(TARGETS_HEADING)? + TARGETS_HEADING.len() + 1;
+    let end = summary[start..]
+        .find("\n## ")
+        .map_or(summary.len(), |i| start + i + 1);
+    Some(format!("{}{table}\n{}", &summary[..start], &summary[end..]))
+}
+
 /// `; median of N runs each (p99s ring a/b/c us, monolith d/e/f us)` where the open-loop
 /// point was repeated, else nothing.
 fn repeats(ring: &Run, monolith: &Run) -> String {
@@ -671,4 +687,38 @@ fn cpu_ratio(a: &Run, b: &Run) -> (f64, String) {
             a.sut_cpu_ms_per_1k, b.sut_cpu_ms_per_1k
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_targets_table_is_replaced_in_place_and_not_measured_rows_say_why() {
+        let rows = [
+            goals::measured("a".into(), 2.0, 1.0, true, "x".into()),
+            goals::not_measured("b".into(), 30.0, false, "not run in this run".into()),
+        ];
+        let table = targets_table(&rows).to_string();
+        assert!(
+            table.contains("| a | 2.000 (x) | >= 1.000 | yes |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| b | not run in this run | <= 30.000 | not measured |"),
+            "{table}"
+        );
+        let summary = format!("# t\n\n{TARGETS_HEADING}\n| old |\n|---|\n\n## Next\n\nrest\n");
+        let spliced = splice_targets(&summary, &table).unwrap();
+        assert_eq!(
+            spliced,
+            format!("# t\n\n{TARGETS_HEADING}\n{table}\n## Next\n\nrest\n")
+        );
+        assert_eq!(splice_targets("# no targets\n", &table), None);
+        // NaN (not measured) goes out as null and comes back as NaN.
+        let json = serde_json::to_string(&rows[1]).unwrap();
+        assert!(json.contains("\"value\":null"), "{json}");
+        let back: Target = serde_json::from_str(&json).unwrap();
+        assert!(back.value.is_nan() && !back.measured);
+    }
 }

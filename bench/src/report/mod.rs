@@ -6,10 +6,12 @@
 //! * [`print`]: the JSON then the Markdown on stdout, for a caller that keeps them
 //!   (`zerohop-bench-scale`, whose files `cargo xtask bench` writes);
 //! * [`Table`]: every Markdown table of the reports;
-//! * [`matrix`]: the results of the matrix (`zerohop-bench`), `results.json` and `summary.md`.
+//! * [`matrix`]: the results of the matrix (`zerohop-bench`), `results.json` and `summary.md`;
+//! * [`goals`]: the goals of issue 33 as rows of its targets table.
 //!
 //! The bytes are what docs, plots and xtask read: a change here changes every report.
 
+pub mod goals;
 pub mod matrix;
 
 use std::fmt;

@@ -172,7 +172,13 @@ fn start_on(
         functions: Vec::new(),
         ca: Some(cert.cert.clone()),
     };
-    let monolith = sys.spawn_fn(opts, chain, None, &dir.join("monolith.log"))?;
+    let monolith = sys.spawn_fn(
+        opts,
+        super::FnServer::Hyper(1),
+        chain,
+        None,
+        &dir.join("monolith.log"),
+    )?;
     let upstream = sys.fn_url(sys.children.len() - 1)?;
     let conf = dir.join("nginx.conf");
     let text = nginx_tls_conf(

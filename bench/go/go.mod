@@ -1,0 +1,3 @@
+module zerohop.dev/bench/go
+
+go 1.22
