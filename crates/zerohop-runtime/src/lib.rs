@@ -42,11 +42,13 @@
 mod call;
 mod instance;
 mod logging;
+mod named;
 mod request;
 mod sys;
 
 pub use call::{Answer, CallError};
 pub use instance::{attach, run, start, Deferred, HandOverError, Instance, StartError};
+pub use named::{run_named, Handlers};
 pub use request::{HandlerError, Next, Request};
 /// The logging facade functions use; the runtime installs its subscriber (see "Logging").
 pub use tracing;

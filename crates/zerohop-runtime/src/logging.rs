@@ -67,6 +67,13 @@ pub(crate) fn request_span(request: u32, route: u16) -> Span {
     tracing::info_span!("request", id = request, route)
 }
 
+/// The span of one step of a fused group: the function whose handler runs (the instance's
+/// root span names the whole group, `upper+exclaim`).
+#[inline]
+pub(crate) fn step_span(function: &str) -> Span {
+    tracing::info_span!("step", function = %function)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use std::io::Write;

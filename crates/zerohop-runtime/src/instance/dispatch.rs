@@ -71,25 +71,83 @@ impl Dispatcher {
             JoinPolicy::Fail => branches.iter().find_map(|b| b.as_ref().err()).cloned(),
             JoinPolicy::Join => None,
         };
-        let mut req = Request {
-            slot: &mut t.slot,
-            header: t.header,
-            len: t.desc.len as usize,
-            plan,
-            function: self.function,
-            calls,
-            branches,
-            state: self.state.as_ref(),
-            pools: &self.pools,
+        // A fused instance is entered at its group's first step only (the route's hop into
+        // the group); the slot's route and hop are the sender's word.
+        if !me.fused.is_empty() && !self.enters_here(&t.header) {
+            let (header, len) = (t.header, t.desc.len as usize);
+            let msg = format!(
+                "the request names step {} of route {}, where the fused group `{}` does not \
+                 start",
+                t.header.hop,
+                t.header.route,
+                plan.group_name(self.function)
+            );
+            tracing::warn!("{msg}; answering 502");
+            return self.finish(t, header, len, Err(HandlerError::new(502, msg)));
+        }
+        let (mut header, mut len) = (t.header, t.desc.len as usize);
+        let mut branches = Some(branches);
+        let outcome = loop {
+            // Each step of a fused group logs under its own function's name.
+            let _step = (!me.fused.is_empty())
+                .then(|| logging::step_span(plan.function_name(t.step)).entered());
+            let mut req = Request {
+                slot: &mut t.slot,
+                header,
+                len,
+                plan,
+                function: t.step,
+                calls,
+                branches: branches.take().unwrap_or_default(),
+                state: self.state.as_ref(),
+                pools: &self.pools,
+            };
+            let outcome = match &failed {
+                Some(e) => Err(HandlerError::from(e.clone())),
+                None => run_handler(|| handler.handle(&mut req)),
+            };
+            // The branches' slots go back to the pool now, not when the request leaves.
+            req.branches.clear();
+            (len, header) = (req.len, req.header);
+            // The next hop inside this instance's fused group is a function call on the
+            // same slot: no descriptor, no wake-up.
+            match (&outcome, self.next_step(&header)) {
+                (Ok(Next::Continue), Some((step, hop))) => {
+                    header.hop = hop;
+                    // The slot says which step holds it: if the instance dies now, the
+                    // gateway's 502 names that step.
+                    t.slot.set_header(&header);
+                    t.step = step;
+                }
+                _ => break outcome,
+            }
         };
-        let outcome = match failed {
-            Some(e) => Err(HandlerError::from(e)),
-            None => run_handler(|| handler.handle(&mut req)),
-        };
-        // The branches' slots go back to the pool now, not when the request leaves.
-        req.branches.clear();
-        let (len, header) = (req.len, req.header);
         self.finish(t, header, len, outcome);
+    }
+
+    /// Whether a request with `header` enters this instance's fused group at its first
+    /// function (the only way in the spec allows).
+    fn enters_here(&self, header: &SlotHeader) -> bool {
+        self.plan
+            .routes
+            .get(header.route as usize)
+            .and_then(|r| r.sequence.get(header.hop as usize))
+            == Some(&self.function)
+    }
+
+    /// The step after a request's `header` position when that is a function this instance's
+    /// fused group runs (not after dynamic routing): `(function, hop)`.
+    fn next_step(&self, header: &SlotHeader) -> Option<(u8, u8)> {
+        let me = &self.plan.functions[self.function as usize];
+        if me.fused.is_empty() || header.flags & SlotHeader::FLAG_DYNAMIC != 0 {
+            return None;
+        }
+        match self.plan.next_in_sequence(header.route, header.hop)? {
+            Hop::Function { function, hop } if me.fused.contains(&function) => {
+                Some((function, hop))
+            }
+            _ => None,
+        }
     }
 
     /// A delivery checked and counted as started, or `None` when it is dropped (a forged
@@ -134,6 +192,7 @@ impl Dispatcher {
             slot,
             header,
             call,
+            step: self.function,
             started: std::time::Instant::now(),
         })
     }
@@ -152,6 +211,7 @@ impl Dispatcher {
             desc,
             slot,
             call,
+            step,
             started,
             ..
         } = t;
@@ -183,7 +243,7 @@ impl Dispatcher {
                 Next::Forward(name) => {
                     let target = plan
                         .function_index(&name)
-                        .filter(|t| plan.functions[self.function as usize].next.contains(t));
+                        .filter(|t| plan.functions[step as usize].next.contains(t));
                     match target {
                         Some(function) => {
                             header.flags |= SlotHeader::FLAG_DYNAMIC;
@@ -219,10 +279,10 @@ impl Dispatcher {
                 if let Err(e) = self.send(slot, desc.request, len as u32, hop) {
                     let (slot, msg) = e;
                     tracing::warn!("{msg}; answering 503");
-                    self.fail(slot, header, 503, &msg);
+                    self.fail(slot, header, 503, &msg, step);
                 }
             }
-            Err(e) => self.fail(slot, header, e.status, &e.message),
+            Err(e) => self.fail(slot, header, e.status, &e.message, step),
         }
     }
 
@@ -308,10 +368,18 @@ impl Dispatcher {
         }
     }
 
-    /// Replaces the payload with an error message and sends the slot to the gateway.
-    fn fail(&self, mut slot: OwnedSlot, mut header: SlotHeader, status: u16, message: &str) {
+    /// Replaces the payload with an error message of function `step` and sends the slot to
+    /// the gateway.
+    fn fail(
+        &self,
+        mut slot: OwnedSlot,
+        mut header: SlotHeader,
+        status: u16,
+        message: &str,
+        step: u8,
+    ) {
         header.status = status;
-        let n = write_error(&mut slot, &header, &self.plan, self.function, message);
+        let n = write_error(&mut slot, &header, &self.plan, step, message);
         slot.set_header(&header);
         // If even the gateway cannot be reached the slot is freed on drop and the request
         // runs into the chain's timeout.
@@ -349,6 +417,9 @@ pub(super) struct Taken {
     pub(super) header: SlotHeader,
     /// `(caller, number)` of a call, whose answer goes back to the caller.
     call: Option<(PartyId, u32)>,
+    /// The function whose handler runs it: this instance's, or a later step of its fused
+    /// group.
+    pub(super) step: u8,
     started: std::time::Instant,
 }
 
@@ -377,8 +448,10 @@ mod tests {
     use tracing_subscriber::EnvFilter;
 
     use super::*;
-    use crate::instance::testing::{request, upper, Kept};
+    use crate::instance::testing::{hello_fused, request, router_of, upper, Kept};
     use crate::logging::tests::Captured;
+    use zerohop_pool::Owner;
+    use zerohop_transport::GATEWAY_FN;
 
     /// Runs one request with body `body` through `handler` as upper's instance, with the SDK's
     /// subscriber writing into memory at `filter`; returns what it wrote and what was sent.
@@ -441,6 +514,130 @@ mod tests {
         assert!(
             log.contains("request{id=65537 route=0}: handler failed: no such thing status=404"),
             "{log}"
+        );
+    }
+
+    /// Runs one request with body `body` at `hop` through party 1 of the fused hello
+    /// (upper+exclaim) with `handlers`, logging at `filter`: what it logged, the one
+    /// descriptor it sent and the status and body of that slot.
+    fn fused(
+        filter: &str,
+        body: &[u8],
+        hop: u8,
+        handlers: crate::Handlers,
+    ) -> (String, (PartyId, Descriptor), u16, String) {
+        let out = Captured::default();
+        let kept = Kept::default();
+        let subscriber = logging::subscriber(out.clone(), EnvFilter::new(filter));
+        let pool = tracing::subscriber::with_default(subscriber, || {
+            let (router, pool) = router_of(
+                hello_fused(),
+                &kept,
+                &format!("runtime-fused-test-{filter}-{hop}"),
+            );
+            let mut delivery = request(&pool, body);
+            delivery.header.hop = hop;
+            let _root = router.span.clone().entered();
+            router.process(&handlers, delivery, None, 0);
+            pool
+        });
+        let sent = kept.0.lock().unwrap().clone();
+        assert_eq!(
+            sent.len(),
+            1,
+            "one descriptor for the whole group: {sent:?}"
+        );
+        let (_, slot, header) = pool.take(&sent[0].1, Owner::party(0), |_| true).unwrap();
+        let m = header.meta_len as usize;
+        let text = String::from_utf8_lossy(&slot.data()[m..m + sent[0].1.len as usize]);
+        (out.text(), sent[0], header.status, text.into_owned())
+    }
+
+    fn upper_then(exclaim: impl Handler) -> crate::Handlers {
+        crate::Handlers::new()
+            .on("upper", |req: &mut Request<'_>| {
+                tracing::info!("upper-casing");
+                req.body_mut().make_ascii_uppercase();
+                Ok(Next::Continue)
+            })
+            .on("exclaim", exclaim)
+    }
+
+    #[test]
+    fn a_fused_group_runs_its_steps_as_calls_and_sends_once_to_the_gateway() {
+        let (log, (to, desc), status, body) = fused(
+            "info",
+            b"hello world",
+            0,
+            upper_then(|req: &mut Request<'_>| {
+                tracing::info!(function = req.function(), "exclaiming");
+                req.extend(b"!")?;
+                Ok(Next::Continue)
+            }),
+        );
+        assert_eq!((to, desc.next, status), (0, GATEWAY_FN, 0), "straight back");
+        assert_eq!(body, "HELLO WORLD!");
+        assert_eq!(
+            log,
+            " INFO zerohop{chain=hello function=upper+exclaim instance=1}:request{id=65537 \
+             route=0}:step{function=upper}: upper-casing\n \
+             INFO zerohop{chain=hello function=upper+exclaim instance=1}:request{id=65537 \
+             route=0}:step{function=exclaim}: exclaiming function=\"exclaim\"\n",
+            "each step logs under its own name"
+        );
+    }
+
+    #[test]
+    fn an_error_or_a_panic_in_a_later_step_names_that_step() {
+        let (_, (to, _), status, body) = fused(
+            "warn",
+            b"x",
+            0,
+            upper_then(|_: &mut Request<'_>| -> Result<Next, HandlerError> {
+                Err(HandlerError::bad_request("too quiet"))
+            }),
+        );
+        assert_eq!((to, status), (0, 400));
+        assert_eq!(body, "function 'exclaim': too quiet");
+        let (log, _, status, body) = fused(
+            "warn",
+            b"x",
+            0,
+            upper_then(|_: &mut Request<'_>| -> Result<Next, HandlerError> { panic!("boom") }),
+        );
+        assert_eq!(status, 500);
+        assert_eq!(body, "function 'exclaim': handler panicked: boom");
+        assert!(log.contains("handler panicked: boom"), "{log}");
+        // A program without a handler for a step fails the request, naming it.
+        let only_upper =
+            crate::Handlers::new().on("upper", |_: &mut Request<'_>| Ok(Next::Continue));
+        let (_, _, status, body) = fused("warn", b"x", 0, only_upper);
+        assert_eq!(status, 500);
+        assert_eq!(
+            body,
+            "function 'exclaim': this program registers no handler for function `exclaim` (it \
+             has: upper)"
+        );
+    }
+
+    #[test]
+    fn a_fused_group_is_entered_at_its_first_step_only() {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r = ran.clone();
+        let handlers = crate::Handlers::new().on("exclaim", move |_: &mut Request<'_>| {
+            r.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(Next::Continue)
+        });
+        let (_, (to, _), status, body) = fused("warn", b"x", 1, handlers);
+        assert_eq!((to, status), (0, 502));
+        assert!(
+            !ran.load(std::sync::atomic::Ordering::SeqCst),
+            "no step ran"
+        );
+        assert_eq!(
+            body,
+            "function 'upper': the request names step 1 of route 0, where the fused group \
+             `upper+exclaim` does not start"
         );
     }
 }

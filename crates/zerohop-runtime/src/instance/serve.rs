@@ -28,6 +28,16 @@ impl Instance {
         std::process::exit(0)
     }
 
+    /// The functions this instance runs, in order: its own, or every step of the fused group
+    /// it runs (`fuse:` in the spec).
+    pub fn functions(&self) -> Vec<String> {
+        let plan = &self.router.plan;
+        plan.group_of(self.router.function)
+            .iter()
+            .map(|&f| plan.function_name(f).to_owned())
+            .collect()
+    }
+
     /// Reports every descriptor this instance drops for its sender's fault to `blame` (see
     /// [`Endpoint::with_blame`]): for a party the agent plays in its own process, whose
     /// word the agent can trust.

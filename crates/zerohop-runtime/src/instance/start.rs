@@ -109,7 +109,7 @@ pub fn attach(
     let transport = zerohop_transport::attach(backend, &policy, me, fds, plan.options())?;
     let endpoint = Endpoint::new(pools.clone(), policy, me, transport.receiver(me)?);
     let router = Dispatcher {
-        span: logging::instance_span(&plan.chain, plan.function_name(function), me),
+        span: logging::instance_span(&plan.chain, &plan.group_name(function), me),
         picker: Picker::new(&plan, me),
         ids: plan.request_ids(),
         sender: transport.sender(me)?,

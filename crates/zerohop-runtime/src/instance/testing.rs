@@ -59,9 +59,23 @@ pub(crate) fn hello() -> Plan {
     }
 }
 
+/// `hello` with upper and exclaim fused (`fuse: [[upper, exclaim]]`): party 1 runs both.
+pub(crate) fn hello_fused() -> Plan {
+    let mut plan = hello();
+    plan.functions[0].fused = vec![0, 1];
+    plan.functions[1].host = Some(0);
+    plan.party_function = vec![GATEWAY_FN, 0];
+    plan
+}
+
 /// Upper's router (party 1 of `hello`), sending into `kept`, with a pool named `name`.
 pub(super) fn upper(kept: &Kept, name: &str) -> (Dispatcher, Arc<Pool>) {
-    let plan = hello();
+    router_of(hello(), kept, name)
+}
+
+/// Party 1's router in `plan` (it runs function 0), sending into `kept`, with a pool named
+/// `name`.
+pub(super) fn router_of(plan: Plan, kept: &Kept, name: &str) -> (Dispatcher, Arc<Pool>) {
     let pool = Arc::new(
         Pool::create(
             name,
@@ -77,7 +91,7 @@ pub(super) fn upper(kept: &Kept, name: &str) -> (Dispatcher, Arc<Pool>) {
         .unwrap(),
     );
     let router = Dispatcher {
-        span: logging::instance_span(&plan.chain, "upper", 1),
+        span: logging::instance_span(&plan.chain, &plan.group_name(0), 1),
         picker: Picker::new(&plan, 1),
         ids: plan.request_ids(),
         sender: Box::new(kept.clone()),
