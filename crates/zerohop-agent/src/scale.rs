@@ -22,9 +22,12 @@
 //! - **Parked.** Besides the serving ones, `parked` instances (at most `max` minus the
 //!   serving ones) are kept started and waiting, so the next activation is near-instant.
 //!
-//! While requests are in flight the scaler looks every [`TICK`]; a gateway that sends to a
-//! function with no ready instance wakes it at once. Idle, it has no timer but the next
-//! `cooldown` or `zero_after` deadline, so an idle chain costs no CPU.
+//! While requests are in flight the scaler looks every [`TICK`], or less often where a look
+//! is dear (a thousand instances: a look reads every queue), so that looking takes at most
+//! a fiftieth of a core ([`busy_pause`]); a gateway that sends to a function with no ready
+//! instance wakes it at once. Idle, it has no timer but the next `cooldown` or `zero_after`
+//! deadline, so an idle chain costs no CPU. It runs on a thread of its own, never beside a
+//! gateway.
 //!
 //! **What a forger can make it do** (issue 30, finding 12; design rule 3: a forged word
 //! costs at most the forger's own instances). Everything it reads is a word some party can
@@ -112,7 +115,7 @@ pub(crate) async fn run(
         let deadline = tick(scaling, parties, gateways, transport, &mut memory, now);
         let busy = gateways.inflight() > 0;
         let wait = if busy {
-            Some(TICK)
+            Some(busy_pause(now.elapsed()))
         } else {
             deadline.map(|d| d.saturating_duration_since(now).max(TICK))
         };
@@ -182,6 +185,17 @@ fn credit(queued: &[(bool, usize)], inflight: usize) -> Vec<usize> {
         }
     }
     out
+}
+
+/// Looks while requests are in flight take at most this share of a core (one part in this
+/// many): a look reads every party's queues, which with a thousand instances takes
+/// milliseconds, and looking every [`TICK`] regardless would cost a good part of a core.
+const LOOK_SHARE: u32 = 50;
+
+/// How long the scaler waits between looks while requests are in flight, after a look that
+/// took `spent`: [`TICK`], or longer where looks are dear ([`LOOK_SHARE`]).
+fn busy_pause(spent: Duration) -> Duration {
+    TICK.max(spent.saturating_mul(LOOK_SHARE))
 }
 
 /// One look at every function; returns when the scaler must look again even if nothing
@@ -530,6 +544,18 @@ mod tests {
             t = at + every;
         }
         n
+    }
+
+    #[test]
+    fn looks_take_a_bounded_share_of_a_core() {
+        assert_eq!(busy_pause(Duration::ZERO), TICK, "cheap looks: every tick");
+        assert_eq!(busy_pause(Duration::from_micros(150)), TICK);
+        // A look of 2 ms (a thousand instances): every 100 ms, 2% of a core.
+        assert_eq!(
+            busy_pause(Duration::from_millis(2)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(busy_pause(Duration::MAX), Duration::MAX, "no overflow");
     }
 
     #[test]

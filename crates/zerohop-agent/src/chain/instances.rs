@@ -110,7 +110,7 @@ pub(super) fn supervise_all(
         })
         .collect();
     let (s, stop) = (shared.clone(), stop_rx.clone());
-    let scaler = tokio::spawn(async move {
+    let scaler = on_own_thread("scaler", async move {
         crate::scale::run(
             &s.scaling,
             &s.parties,
@@ -131,12 +131,12 @@ pub(super) fn supervise_all(
         }
     };
     let (s, stop) = (shared.clone(), stop_rx.clone());
-    let enforcer = tokio::spawn(async move {
+    let enforcer = on_own_thread("enforcer", async move {
         let transport = s.transport.as_ref();
         crate::enforcer::run(&s.parties, &s.gateways, transport, &s.offences, stop).await
     });
     let (s, timeout) = (shared.clone(), spec.timeout);
-    let watchdog = tokio::spawn(async move {
+    let watchdog = on_own_thread("watchdog", async move {
         let (parties, gateways) = (&s.parties, &s.gateways);
         watchdog::watch(parties, gateways, timeout, stop_rx).await
     });
@@ -187,6 +187,49 @@ pub(super) fn supervise_all(
         gateway_threads: threads,
         served,
         summary,
+    }
+}
+
+/// Runs `task` on a thread of its own (with a current-thread runtime): the scaler, the
+/// enforcer and the watchdog look at every party, which with a thousand instances takes
+/// milliseconds, and party 0's gateway serves on the caller's runtime; supervision never
+/// shares a thread with the traffic it supervises. The handle resolves when the task ended
+/// (on the caller's runtime, if the thread cannot be made).
+fn on_own_thread<F>(name: &str, task: F) -> tokio::task::JoinHandle<()>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+    let slot = Arc::new(std::sync::Mutex::new(Some(task)));
+    let started = std::thread::Builder::new().name(name.to_owned()).spawn({
+        let (name, task) = (name.to_owned(), slot.clone());
+        move || {
+            let Some(task) = task.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+                return;
+            };
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(task),
+                Err(e) => tracing::error!("the {name} cannot run: no runtime: {e}"),
+            }
+            let _ = done_tx.send(());
+        }
+    });
+    match started {
+        Ok(_) => tokio::spawn(async move {
+            let _ = done.await;
+        }),
+        Err(e) => {
+            tracing::warn!("cannot start the {name}'s thread: {e}; it runs beside the gateway");
+            let task = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            tokio::spawn(async move {
+                if let Some(task) = task {
+                    task.await;
+                }
+            })
+        }
     }
 }
 

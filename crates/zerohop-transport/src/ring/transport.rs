@@ -139,8 +139,8 @@ struct Expected {
 }
 
 impl Expected {
-    fn outbox(policy: &Policy, party: PartyId, capacity: u32, writable: bool) -> Self {
-        let count = policy.targets(party).len();
+    /// The outbox of `party`, which has `count` queues (its targets).
+    fn outbox(party: PartyId, count: usize, capacity: u32, writable: bool) -> Self {
         Self {
             what: "outbox",
             magic: OUTBOX_MAGIC,
@@ -152,8 +152,8 @@ impl Expected {
         }
     }
 
-    fn inbox(policy: &Policy, party: PartyId, writable: bool) -> Self {
-        let count = policy.senders(party).len();
+    /// The inbox of `party`, which has `count` heads (its senders).
+    fn inbox(party: PartyId, count: usize, writable: bool) -> Self {
         Self {
             what: "inbox",
             magic: INBOX_MAGIC,
@@ -214,10 +214,54 @@ fn attach_region(fd: OwnedFd, e: Expected) -> Result<Mapped, TransportError> {
 /// Read-only views of regions, by party.
 type Views = Vec<Option<Mapped>>;
 
+/// Every party's queues, built once from the policy on the agent's side, which looks at all
+/// of them (queue depths, published descriptors, hand-overs): asking the policy each time
+/// costs a scan of the sending function's instances per receiver, which with a thousand
+/// instances made every look of the scaler quadratic.
+struct Lanes {
+    /// Per party, its targets in ascending order (the queues of its outbox), each with the
+    /// index of its head in the target's inbox.
+    targets: Vec<Vec<(PartyId, u32)>>,
+    /// Per party, its senders in ascending order (the heads of its inbox), each with the
+    /// index of the queue in the sender's outbox.
+    senders: Vec<Vec<(PartyId, u32)>>,
+}
+
+impl Lanes {
+    /// O(edges): each party's targets from the policy, the senders by inverting them (a
+    /// receiver's senders come out in ascending order, as [`Policy::senders`] lists them).
+    fn new(policy: &Policy) -> Self {
+        let n = usize::from(policy.parties());
+        let mut targets: Vec<Vec<(PartyId, u32)>> = Vec::with_capacity(n);
+        let mut senders: Vec<Vec<(PartyId, u32)>> = vec![Vec::new(); n];
+        for p in 0..n as PartyId {
+            let to = policy.targets(p);
+            for (out, &t) in to.iter().enumerate() {
+                senders[t as usize].push((p, out as u32));
+            }
+            targets.push(to.into_iter().map(|t| (t, 0)).collect());
+        }
+        for from in &senders {
+            for (in_, &(s, out)) in from.iter().enumerate() {
+                targets[s as usize][out as usize].1 = in_ as u32;
+            }
+        }
+        Self { targets, senders }
+    }
+
+    fn targets(&self, p: PartyId) -> &[(PartyId, u32)] {
+        &self.targets[p as usize]
+    }
+
+    fn senders(&self, p: PartyId) -> &[(PartyId, u32)] {
+        &self.senders[p as usize]
+    }
+}
+
 /// The agent's descriptors of the regions it created but does not map (see
 /// [`Transport::act_only_as`]), per party.
-#[derive(Default)]
 struct Unmapped {
+    lanes: Lanes,
     outboxes: Vec<Option<OwnedFd>>,
     inboxes: Vec<Option<OwnedFd>>,
     /// Read-only views of bare regions, made the first time [`Transport::queued`] reads
@@ -234,13 +278,13 @@ impl Unmapped {
         views: &'a mut Views,
         p: PartyId,
     ) -> Option<&'a Mapped> {
-        let expected = Expected::outbox(&s.policy, p, s.capacity, false);
+        let expected = Expected::outbox(p, self.lanes.targets(p).len(), s.capacity, false);
         view(&s.outboxes, views, &self.outboxes, p, expected)
     }
 
     /// Party `p`'s inbox, as [`Unmapped::outbox`].
     fn inbox<'a>(&self, s: &'a RingShared, views: &'a mut Views, p: PartyId) -> Option<&'a Mapped> {
-        let expected = Expected::inbox(&s.policy, p, false);
+        let expected = Expected::inbox(p, self.lanes.senders(p).len(), false);
         view(&s.inboxes, views, &self.inboxes, p, expected)
     }
 }
@@ -319,6 +363,7 @@ impl RingTransport {
             ));
         }
         let capacity = opts.queue_capacity.clamp(2, 1 << 16).next_power_of_two();
+        let lanes = Lanes::new(policy);
         let mut outboxes = Vec::new();
         let mut inboxes = Vec::new();
         for p in 0..parties {
@@ -330,8 +375,8 @@ impl RingTransport {
                 capacity,
                 _pad: [0; 40],
             };
-            let targets = policy.targets(p).len();
-            let senders = policy.senders(p).len();
+            let targets = lanes.targets(p).len();
+            let senders = lanes.senders(p).len();
             outboxes.push(Some(create_region(
                 format!("zerohop-outbox:{name}:{p}"),
                 header(OUTBOX_MAGIC, targets, capacity),
@@ -352,6 +397,7 @@ impl RingTransport {
                 opts,
             }),
             unmapped: Some(Unmapped {
+                lanes,
                 outboxes: (0..parties).map(|_| None).collect(),
                 inboxes: (0..parties).map(|_| None).collect(),
                 views: std::sync::Mutex::new((
@@ -388,9 +434,16 @@ impl RingTransport {
         let mut inboxes: Vec<Option<Mapped>> = (0..parties).map(|_| None).collect();
         let mut fds = fds.into_iter();
         let mut next = || fds.next().expect("count checked");
-        let out =
-            |p, fd, writable| attach_region(fd, Expected::outbox(policy, p, capacity, writable));
-        let inb = |p, fd, writable| attach_region(fd, Expected::inbox(policy, p, writable));
+        // The queues of the regions this party maps: its own, its targets' heads, its
+        // senders' queues (a few scans of the neighbouring functions' instances, once).
+        let out = |p, fd, writable| {
+            let count = policy.targets(p).len();
+            attach_region(fd, Expected::outbox(p, count, capacity, writable))
+        };
+        let inb = |p, fd, writable| {
+            let count = policy.senders(p).len();
+            attach_region(fd, Expected::inbox(p, count, writable))
+        };
         outboxes[me as usize] = Some(out(me, next(), true)?);
         inboxes[me as usize] = Some(inb(me, next(), true)?);
         for t in targets {
@@ -485,10 +538,10 @@ impl Transport for RingTransport {
         // otherwise hold two descriptors per region, and every spawned instance inherits
         // (and closes at exec) all the agent's descriptors.
         let mut v = vec![dup(outbox(party))?, dup(inbox(party))?];
-        for t in s.policy.targets(party) {
+        for &(t, _) in unmapped.lanes.targets(party) {
             v.push(region::reopen_readonly(inbox(t))?);
         }
-        for f in s.policy.senders(party) {
+        for &(f, _) in unmapped.lanes.senders(party) {
             v.push(region::reopen_readonly(outbox(f))?);
         }
         Ok(v)
@@ -505,10 +558,8 @@ impl Transport for RingTransport {
             return 0;
         };
         let mut total = 0usize;
-        for (in_, sender) in s.policy.senders(party).into_iter().enumerate() {
-            let Some(out) = s.policy.target_index(sender, party) else {
-                continue;
-            };
+        for (in_, &(sender, out)) in unmapped.lanes.senders(party).iter().enumerate() {
+            let out = out as usize;
             let Some(outbox) = unmapped.outbox(s, out_views, sender) else {
                 continue;
             };
@@ -543,13 +594,13 @@ impl Transport for RingTransport {
         let Some(outbox) = unmapped.outbox(s, &mut views.0, sender) else {
             return false;
         };
-        let targets = s.policy.targets(sender);
+        let targets = unmapped.lanes.targets(sender);
         let fresh = seen.len() != targets.len();
         if fresh {
             seen.clear();
         }
         let cap = s.capacity;
-        for (i, &receiver) in targets.iter().enumerate() {
+        for (i, &(receiver, _)) in targets.iter().enumerate() {
             let q = HEADER + i * queue_stride(cap);
             let tail_word = outbox.word32(q);
             // SYNC POINT: Acquire pairs with the producer's Release store of its tail in
@@ -611,10 +662,10 @@ impl Transport for RingTransport {
             }
             keep_out[me as usize] = true;
             keep_in[me as usize] = true;
-            for t in s.policy.targets(me) {
+            for &(t, _) in unmapped.lanes.targets(me) {
                 keep_in[t as usize] = true;
             }
-            for f in s.policy.senders(me) {
+            for &(f, _) in unmapped.lanes.senders(me) {
                 keep_out[f as usize] = true;
             }
         }
@@ -763,5 +814,33 @@ mod tests {
         assert_eq!(overwritten(23, 31, 8), 1);
         assert_eq!(overwritten(23, 40, 8), 10);
         assert_eq!(overwritten(23, 5, 8), usize::MAX, "the tail moved back");
+    }
+
+    #[test]
+    fn the_agents_lane_table_is_the_policys_edges() {
+        // Capped edges (many instances on both sides), uncapped ones (the gateway's) and a
+        // function that sends to itself.
+        let mut party_function = vec![GATEWAY_FN, GATEWAY_FN];
+        party_function.extend(std::iter::repeat_n(0u8, 37));
+        party_function.extend(std::iter::repeat_n(1u8, 61));
+        party_function.extend(std::iter::repeat_n(2u8, 5));
+        let policy = Policy::new(
+            party_function,
+            [(GATEWAY_FN, 0), (0, 1), (1, 1), (1, 2), (2, GATEWAY_FN)],
+        )
+        .expect("policy");
+        let lanes = Lanes::new(&policy);
+        for p in 0..policy.parties() {
+            let targets: Vec<PartyId> = lanes.targets(p).iter().map(|l| l.0).collect();
+            let senders: Vec<PartyId> = lanes.senders(p).iter().map(|l| l.0).collect();
+            assert_eq!(targets, policy.targets(p), "targets of {p}");
+            assert_eq!(senders, policy.senders(p), "senders of {p}");
+            for &(t, in_) in lanes.targets(p) {
+                assert_eq!(policy.sender_index(p, t), Some(in_ as usize), "{p} -> {t}");
+            }
+            for &(f, out) in lanes.senders(p) {
+                assert_eq!(policy.target_index(f, p), Some(out as usize), "{f} -> {p}");
+            }
+        }
     }
 }
