@@ -207,6 +207,7 @@ pub const TEST_STEPS: &[Step] = &[
             NODE,
             GO,
             Probe::File("/usr/sbin/nginx"),
+            Probe::Program("wrk"),
             Probe::Program("mosquitto"),
             Probe::Program("mosquitto_pub"),
             Probe::Program("coap-client-notls"),

@@ -136,6 +136,12 @@ pub const REQUIREMENTS: &[Requirement] = &[
         Need::Tests,
     ),
     req(
+        Probe::Program("wrk"),
+        "wrk",
+        "the benchmark's multi-core load generator, for its cores test",
+        Need::Tests,
+    ),
+    req(
         Probe::Program("mosquitto"),
         "mosquitto",
         "the MQTT tests' broker",

@@ -21,6 +21,7 @@ const PROGRAMS: &[&str] = &[
     "openssl",
     "curl",
     "h2load",
+    "wrk",
     "ip",
     "nsenter",
     "strip",

@@ -168,6 +168,7 @@ fn as_root_with_apt_the_first_step_installs_the_package_of_every_program_any_ste
             "python3-venv",
             "runc",
             "util-linux",
+            "wrk",
         ]
     );
     for step in TEST_STEPS {
