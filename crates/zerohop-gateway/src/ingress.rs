@@ -350,7 +350,7 @@ impl Gateway {
         // Never wait for room on this thread: it serves every connection of the chain.
         // Party states live in the route's (small) pool, whichever pool holds the body.
         let parties = &self.route_pools[route as usize];
-        let delivered = match self.picker.pick_state(head, parties) {
+        let delivered = match self.picker.pick_state(head, parties, &*self.sender) {
             Some((to, state)) => {
                 let sent = self.sender.try_send(to, desc);
                 if state != zerohop_pool::PartyState::Ready && sent.is_ok() {

@@ -261,7 +261,7 @@ impl Calls<'_> {
             .ok_or_else(|| not_allowed(r.plan, r.function, name))?;
         let (party, seen) = r
             .picker
-            .pick_state(function, pool)
+            .pick_state(function, pool, r.sender)
             .ok_or_else(|| fail(503, "no instance of it exists".into()))?;
         // The request's domain: its small pool, and its large pool for an input that does
         // not fit a small slot (the request itself may be in either).

@@ -132,6 +132,13 @@ pub trait Sender: Send + Sync {
     fn send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError>;
     /// Like [`Sender::send`], but never waits: a full queue is [`SendError::Full`] at once.
     fn try_send(&self, to: PartyId, desc: Descriptor) -> Result<(), SendError>;
+    /// Descriptors this party sent to `to` that `to` has not taken yet, as far as this side
+    /// can tell cheaply (0 where the backend cannot tell): what instance picking counts
+    /// beside the handlers' load ([`Picker`]).
+    fn backlog(&self, to: PartyId) -> u32 {
+        let _ = to;
+        0
+    }
 }
 
 /// A descriptor as it came off the transport, not yet validated.

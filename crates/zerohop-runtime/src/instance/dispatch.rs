@@ -335,21 +335,23 @@ impl Dispatcher {
             // The gateway thread that holds the client waits on its own queue.
             Hop::Gateway => (self.ids.gateway_of(request), Descriptor::GATEWAY),
             // Instances of the next function as the request's own domain sees them.
-            Hop::Function { function, .. } => match self.picker.pick_state(function, slot.pool()) {
-                Some((p, seen)) => {
-                    if seen != PartyState::Ready {
-                        wake = true;
+            Hop::Function { function, .. } => {
+                match self.picker.pick_state(function, slot.pool(), &*self.sender) {
+                    Some((p, seen)) => {
+                        if seen != PartyState::Ready {
+                            wake = true;
+                        }
+                        (p, function)
                     }
-                    (p, function)
+                    None => {
+                        let msg = format!(
+                            "no instance of `{}` exists",
+                            self.plan.function_name(function)
+                        );
+                        return Err((slot, msg));
+                    }
                 }
-                None => {
-                    let msg = format!(
-                        "no instance of `{}` exists",
-                        self.plan.function_name(function)
-                    );
-                    return Err((slot, msg));
-                }
-            },
+            }
         };
         let desc = slot.descriptor(request, len, next);
         let pool = wake.then(|| slot.pool().clone());
