@@ -2,7 +2,7 @@
 //! function, the answer (the one copy out).
 
 use std::ops::Range;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,9 +40,19 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
-/// Replies larger than this are streamed to an HTTP client out of their slot
-/// ([`Keep::Large`]); smaller ones are copied and their slot freed at once.
-pub(crate) const KEEP_ABOVE: usize = 256 * 1024;
+/// Answers of at most this many bytes are copied out of their slot, which is freed at once;
+/// larger ones are written to the client from the slot. Below it a copy costs no more than
+/// the slot-backed buffer it would save (one allocation either way; measured on this
+/// machine: a copy of up to 256 bytes 15 ns, of 1 KiB 24 ns, of 60 KiB 1.3 us; the
+/// slot-backed buffer 20-25 ns at any size), and a copied answer holds no slot while a slow
+/// client reads it.
+pub(crate) const COPY_UP_TO: usize = 1024;
+
+/// Of a gateway thread's share of a pool of small slots, the part its answers may hold
+/// while they are written: 1 in `HOLD_SHARE`. Past it, answers are copied out as small ones
+/// are, so clients that stop reading can keep at most this part of the pool (each slot for
+/// at most `body_timeout` without progress), never all of it.
+const HOLD_SHARE: u32 = 4;
 
 /// What becomes of the slot of a reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,10 +60,53 @@ pub(crate) enum Keep {
     /// The body is copied out and the slot freed: MQTT, CoAP, relayed hops and the async
     /// result store hold replies for an unknown time, so they never hold a slot.
     Copy,
-    /// A body over [`KEEP_ABOVE`] bytes stays in its slot ([`SlotBytes`]) until the HTTP
-    /// answer that streams it is written or dropped; a client that stops reading holds it
-    /// at most `body_timeout` without progress (see `stall`).
-    Large,
+    /// A body over [`COPY_UP_TO`] bytes stays in its slot ([`SlotBytes`]) until the HTTP
+    /// answer that writes it is written or dropped (the one copy out is then the kernel's,
+    /// into the socket); a client that stops reading holds it at most `body_timeout`
+    /// without progress (see `stall`). A slot of a small pool is kept only within the
+    /// gateway's [`HeldSlots`] budget; a large slot always (copying it would take as much
+    /// memory again, and the large pool bounds itself).
+    Slot,
+}
+
+/// Slots of small pools that a gateway thread's answers hold while they are written, and
+/// how many they may: see [`HOLD_SHARE`].
+#[derive(Debug)]
+pub(crate) struct HeldSlots {
+    held: AtomicU32,
+    limit: u32,
+}
+
+impl HeldSlots {
+    /// A budget of `slots / (HOLD_SHARE * gateways)` slots, at least one.
+    pub(crate) fn new(slots: u32, gateways: u16) -> Arc<Self> {
+        Arc::new(Self {
+            held: AtomicU32::new(0),
+            limit: (slots / (HOLD_SHARE * u32::from(gateways.max(1)))).max(1),
+        })
+    }
+
+    /// One more slot held, while the budget allows.
+    fn take(self: &Arc<Self>) -> Option<Held> {
+        // Relaxed: a count, it orders no memory (the slot's owner word does that).
+        let before = self.held.fetch_add(1, Ordering::Relaxed);
+        if before >= self.limit {
+            self.held.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Held(self.clone()))
+    }
+}
+
+/// One slot counted in [`HeldSlots`], until dropped.
+#[derive(Debug)]
+pub(crate) struct Held(Arc<HeldSlots>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Relaxed: see `HeldSlots::take`.
+        self.0.held.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A slot holding a request: its metadata lines, then `len` bytes of body.
@@ -102,23 +155,37 @@ impl Filled {
 }
 
 /// A reply's body left in its slot: the slot is freed when the last [`Bytes`] made from it
-/// (the answer body's pieces) is dropped.
+/// (the answer body's pieces) is dropped, which happens once whatever becomes of the answer
+/// (written, its connection gone or cut by `stall`, its HTTP/2 stream reset): the slot is
+/// this value's, and [`Bytes`] drops its owner exactly once.
 pub(crate) struct SlotBytes {
     slot: OwnedSlot,
     range: Range<usize>,
+    /// Its place in the budget of held small slots (none for a large slot).
+    _held: Option<Held>,
 }
 
 impl SlotBytes {
     /// `range` of `slot`'s data area as [`Bytes`], without a copy.
     pub(crate) fn bytes(slot: OwnedSlot, range: Range<usize>) -> Bytes {
-        Bytes::from_owner(SlotBytes { slot, range })
+        Self::held(slot, range, None)
+    }
+
+    fn held(slot: OwnedSlot, range: Range<usize>, held: Option<Held>) -> Bytes {
+        Bytes::from_owner(SlotBytes {
+            slot,
+            range,
+            _held: held,
+        })
     }
 }
 
 impl AsRef<[u8]> for SlotBytes {
     fn as_ref(&self) -> &[u8] {
         // The gateway owns the slot until this is dropped: no party of the chain may write
-        // it (one that does anyway, against the protocol, garbles only this answer).
+        // it. One that does anyway, against the protocol, garbles only this answer: its
+        // length (the range) was fixed and checked against the pool's geometry when the
+        // answer was taken, and the framing around it is the gateway's.
         &self.slot.data()[self.range.clone()]
     }
 }
@@ -144,8 +211,8 @@ impl Gateway {
 
     /// [`Gateway::submit`] for an HTTP or gRPC request, waiting at most `timeout` (a gRPC
     /// call's `grpc-timeout`), which the chain's timeout bounds. A reply over
-    /// [`KEEP_ABOVE`] bytes is a view of its slot ([`Keep::Large`]): the HTTP answer streams
-    /// it to the client and frees the slot when it is dropped.
+    /// [`COPY_UP_TO`] bytes is a view of its slot ([`Keep::Slot`]): the HTTP answer writes
+    /// it to the client from there and frees the slot when it is dropped.
     pub(crate) async fn submit_within<'m, C: AsRef<[u8]>>(
         &self,
         route: u16,
@@ -153,7 +220,7 @@ impl Gateway {
         chunks: &[C],
         timeout: Duration,
     ) -> Result<Reply, GatewayError> {
-        self.submit_keeping(route, meta, chunks, timeout, Keep::Large)
+        self.submit_keeping(route, meta, chunks, timeout, Keep::Slot)
             .await
     }
 
@@ -193,7 +260,7 @@ impl Gateway {
         let span = tracing::debug_span!("request", id = tracing::field::Empty, route);
         let timeout = timeout.min(self.config.timeout);
         let result = self
-            .send_and_wait(route, filled, timeout, Keep::Large, &span)
+            .send_and_wait(route, filled, timeout, Keep::Slot, &span)
             .instrument(span.clone())
             .await;
         self.tally(&result);
@@ -437,10 +504,10 @@ impl Gateway {
     }
 
     /// The reply's body out of the slot: copied (the one copy out, and the slot is freed on
-    /// return), or, for [`Keep::Large`] and more than [`KEEP_ABOVE`] bytes, a view of the
-    /// slot that frees it when its last piece is dropped (the HTTP answer streams it, and
-    /// the copy out is the one into the socket). `header` is the copy validated when the
-    /// slot was taken.
+    /// return), or, for [`Keep::Slot`] and more than [`COPY_UP_TO`] bytes, a view of the
+    /// slot that frees it when its last piece is dropped (the HTTP answer writes it from
+    /// there, and the copy out is the kernel's, into the socket). `header` is the copy
+    /// validated when the slot was taken.
     fn reply(
         &self,
         slot: OwnedSlot,
@@ -451,12 +518,6 @@ impl Gateway {
     ) -> Result<Reply, GatewayError> {
         let m = header.meta_len as usize;
         let headers = response_headers(&slot.data()[..m]);
-        let range = m..m + len as usize;
-        let body = if keep == Keep::Large && len as usize > KEEP_ABOVE {
-            SlotBytes::bytes(slot, range)
-        } else {
-            Bytes::copy_from_slice(&slot.data()[range])
-        };
         let headers = headers.map_err(|why| {
             tracing::warn!(
                 request = header.request,
@@ -486,6 +547,21 @@ impl Gateway {
                     ));
                 }
             },
+        };
+        let range = m..m + len as usize;
+        let body = match keep {
+            Keep::Slot if range.len() > COPY_UP_TO => {
+                if slot.pool().releases() {
+                    SlotBytes::bytes(slot, range)
+                } else {
+                    match self.held_slots.take() {
+                        Some(held) => SlotBytes::held(slot, range, Some(held)),
+                        // Past the budget: copied, as a small answer.
+                        None => Bytes::copy_from_slice(&slot.data()[range]),
+                    }
+                }
+            }
+            _ => Bytes::copy_from_slice(&slot.data()[range]),
         };
         Ok(Reply {
             status,
@@ -544,8 +620,9 @@ impl Gateway {
 pub struct Reply {
     /// 200 unless the function set another final status.
     pub status: StatusCode,
-    /// The output, copied out of the slot; for an HTTP request and more than 256 KiB, a
-    /// view of the slot, which is freed when the last clone of it is dropped.
+    /// The output, copied out of the slot; for an HTTP or gRPC request and more than 1 KiB
+    /// (while few enough slots are held so), a view of the slot, which is freed when the
+    /// last clone of it is dropped.
     pub body: Bytes,
     /// Response headers the functions set (HTTP sends them; MQTT and CoAP have no place
     /// for them).

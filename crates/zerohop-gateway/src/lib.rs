@@ -184,6 +184,8 @@ pub struct Gateway {
     closing: AtomicBool,
     /// The chain's async requests and retries, once the agent gives them ([`Deferred::attach`]).
     deferred: std::sync::OnceLock<Arc<Deferred>>,
+    /// Small slots its answers hold while they are written, and how many they may.
+    held_slots: Arc<ingress::HeldSlots>,
 }
 
 impl Gateway {
@@ -223,7 +225,10 @@ impl Gateway {
         wants_instance: Arc<tokio::sync::Notify>,
     ) -> Arc<Self> {
         let (route_pools, route_large) = route_pools(&plan, &pools);
+        let smallest = route_pools.iter().map(|p| p.slot_count()).min();
+        let held_slots = ingress::HeldSlots::new(smallest.unwrap_or(1), plan.gateways());
         Arc::new(Self {
+            held_slots,
             route_pools,
             route_large,
             router: Router::new(&plan),

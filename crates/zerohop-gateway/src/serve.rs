@@ -19,7 +19,7 @@
 //! | HTTP/2 streams reset by the client before they are served (rapid reset) | [`H2_MAX_PENDING_RESETS`], then the connection is closed (GOAWAY `ENHANCE_YOUR_CALM`) |
 //! | HTTP/2 streams the server had to reset for errors of the client | [`H2_MAX_LOCAL_RESETS`], then the connection is closed |
 //! | a request body | `max_body` and `body_timeout` (in [`Gateway::handle`]); one large slot while a body larger than a slot arrives |
-//! | an answer the client does not read | `body_timeout` without progress of a write ([`Stall`]), then the connection is closed: one slot per request held at most that long |
+//! | an answer the client does not read | `body_timeout` without progress of a write ([`Stall`]), then the connection is closed: one slot per request held at most that long; answers of a gateway thread hold at most a quarter of its share of the small pool (past that they are copied out) |
 //!
 //! So an HTTP/2 connection holds at most [`H2_MAX_STREAMS`] requests' bodies, where an
 //! HTTP/1.1 connection holds one: in memory while a body fits a slot, in a large slot once it

@@ -10,9 +10,11 @@
 //! (up to 1 MiB, 1 s) so that the client, still sending, gets the answer that says why.
 //!
 //! Out ([`AnswerBody`]): an answer is sent in pieces of at most [`PIECE`] bytes as hyper asks
-//! for them; a large one is a view of its slot (`ingress::SlotBytes`), so its pieces go from
-//! the slot to the socket and the slot is freed when the answer is written, or dropped with
-//! its connection (see `serve::Stall` for a client that stops reading).
+//! for them; one over `ingress::COPY_UP_TO` (1 KiB) is a view of its slot
+//! (`ingress::SlotBytes`), so its pieces go from the slot to the socket (HTTP/1.1 in clear:
+//! a `writev` of the head and the slot's bytes) and the slot is freed when the answer is
+//! written, or dropped with its connection or its HTTP/2 stream (see `stall` for a client
+//! that stops reading, and `ingress::HeldSlots` for how many small slots answers may hold).
 
 mod answer;
 mod sink;
