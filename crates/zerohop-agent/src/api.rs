@@ -234,6 +234,11 @@ pub struct FunctionStatus {
     /// What the kernel counted for it (`transport: sockmap` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelCounters>,
+    /// The fused group it is a step of (`upper+exclaim`, `fuse:` in the spec), empty when it
+    /// is not fused. The group's instances, counters and restarts are its first function's;
+    /// the others have none of their own.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fused: String,
     /// Output lines its instances printed and the daemon stored.
     pub log_lines: u64,
     /// Output lines dropped (the function printed faster than its budget).

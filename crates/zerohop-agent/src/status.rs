@@ -109,6 +109,8 @@ impl ChainView {
                 functions: plan.functions.iter().map(|f| f.name.clone()).collect(),
             });
         };
+        // A fused group scales as one: through any of its functions, its first one's.
+        let f = plan.host_of(f);
         let reserved = plan.parties_of(f).len() as u16;
         self.shared
             .scaling
@@ -160,8 +162,14 @@ impl ChainView {
             .enumerate()
             .map(|(i, f)| {
                 let b = bounds.get(i);
+                let host = plan.host_of(i as u8);
                 FunctionStatus {
                     name: f.name.clone(),
+                    fused: if plan.is_fused(host) {
+                        plan.group_name(host)
+                    } else {
+                        String::new()
+                    },
                     min: b.map_or(1, |b| b.min),
                     max: b.map_or(1, |b| b.max),
                     target: b.map_or(1, |b| b.target),

@@ -322,7 +322,11 @@ fn print_status(s: &ChainStatus) {
             .collect::<Vec<_>>()
             .join(", ");
         rows.push(vec![
-            f.name.clone(),
+            if f.fused.is_empty() {
+                f.name.clone()
+            } else {
+                format!("{} (fused {})", f.name, f.fused)
+            },
             format!("{}/{}", f.ready, f.desired),
             f.min.to_string(),
             f.max.to_string(),

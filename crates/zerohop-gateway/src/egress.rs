@@ -369,6 +369,33 @@ impl Gateway {
 
     /// Answers with 502 this gateway's requests whose slot and generation dead party
     /// `party` held (`held`); returns how many.
+    /// For a party that runs a fused group: the step request `id` was in when the party
+    /// died (its slot header says, as the runtime writes it before each step: shared memory,
+    /// so only a step of the party's own group is believed) and the group's name.
+    fn fused_step(&self, party: PartyId, id: u32) -> Option<(String, String)> {
+        let plan = &self.plan;
+        let f = *plan.party_function.get(party as usize)?;
+        if !plan.is_fused(f) {
+            return None;
+        }
+        let group = plan.group_name(f);
+        let table = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let w = table.get(&id)?;
+        let header = self.pools().of_slot(w.slot)?.peek_header(w.slot);
+        let step = header
+            .filter(|h| h.route == w.route)
+            .and_then(|h| {
+                plan.routes
+                    .get(h.route as usize)?
+                    .sequence
+                    .get(h.hop as usize)
+                    .copied()
+            })
+            .filter(|s| plan.group_of(f).contains(s))
+            .unwrap_or(f);
+        Some((plan.function_name(step).to_owned(), group))
+    }
+
     pub(crate) fn fail_held(&self, party: PartyId, held: &[(u32, u32)], what: &str) -> usize {
         let function = self
             .plan
@@ -404,6 +431,10 @@ impl Gateway {
             }
         }
         for &id in &hit {
+            let (function, what) = match self.fused_step(party, id) {
+                Some((step, group)) => (step, format!("{what} (fused group {group})")),
+                None => (function.clone(), what.to_owned()),
+            };
             tracing::warn!(
                 request = id,
                 function = %function,

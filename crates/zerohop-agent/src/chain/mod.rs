@@ -471,7 +471,13 @@ pub async fn up_with(
         "transport {backend}; gateway threads: {gateway_threads}; functions: {}",
         spec.functions
             .iter()
-            .map(|f| format!("{} x{}", f.name, f.instances))
+            // A fused group is one set of instances: `upper+exclaim x2`.
+            .filter(|f| f.fused_into.is_none())
+            .map(|f| {
+                let names = std::iter::once(&f.name).chain(&f.fused_with);
+                let names: Vec<&str> = names.map(String::as_str).collect();
+                format!("{} x{}", names.join("+"), f.instances)
+            })
             .collect::<Vec<_>>()
             .join(", ")
     );
