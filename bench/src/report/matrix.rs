@@ -383,6 +383,10 @@ impl Results {
             s.push_str(&crate::cores::table::markdown(cores));
         }
         self.summary_protocols(&mut s);
+        if self.runs.is_empty() && self.floors.is_empty() {
+            // `--cores-only`: the matrix did not run.
+            return s;
+        }
         let _ = writeln!(s, "## Idle (everything up, no traffic)\n");
         let mut idle = Table::new(&["system", "seconds", "CPU seconds", "share of one core"]);
         for i in &self.idle {
@@ -426,6 +430,9 @@ impl Results {
     }
 
     fn summary_concurrency(&self, s: &mut String) {
+        if !self.runs.iter().any(|r| r.experiment == "concurrency") {
+            return;
+        }
         let _ = writeln!(s, "## Hello chain, 100 B bodies, closed loop\n");
         let _ = writeln!(
             s,
