@@ -16,7 +16,7 @@ export type Handler = (req: Request) => Result | Promise<Result>;
  * runtime runs on threads of its own and keeps the process alive. A program not started by
  * the agent (`zerohop up`) exits with status 2 and says why.
  */
-export function run(handler: Handler): void;
+export function run(handler: Handler | Record<string, Handler>): void;
 
 /** An error answer with a status of its own (400 to 599; anything else is 500). */
 export class HandlerError extends Error {

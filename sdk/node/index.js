@@ -571,12 +571,50 @@ function dispatch(nativeRequest, handler) {
 }
 
 /**
+ * One handler that runs the one registered in `handlers` for the request's function.
+ * @param {Record<string, (req: Request) => unknown>} handlers
+ */
+function byName(handlers) {
+  const table = new Map();
+  for (const [name, h] of Object.entries(handlers)) {
+    if (typeof h !== 'function') {
+      throw new TypeError(
+        `zerohop.run takes a handler function or an object of them by function name; ` +
+          `${name} is ${typeName(h)}`,
+      );
+    }
+    table.set(name, h);
+  }
+  return (req) => {
+    const h = table.get(req.function);
+    if (h === undefined) {
+      throw new HandlerError(
+        500,
+        `this program registers no handler for function \`${req.function}\` ` +
+          `(it has: ${[...table.keys()].join(', ')})`,
+      );
+    }
+    return h(req);
+  };
+}
+
+/**
  * Serves requests with `handler` until the agent stops the instance. Returns at once: the
  * runtime runs on threads of its own and keeps the process alive. A program not started by
  * the agent (`zerohop up`) exits with status 2 and says why.
- * @param {(req: Request) => unknown} handler
+ *
+ * `handler` may be an object of handlers by function name instead
+ * (`zerohop.run({ upper, exclaim })`): each request runs the handler of its function
+ * (`req.function`). That is how one interpreter serves a fused group (`fuse:` in the chain
+ * spec), its steps called one after the other on the same request, in place; `runtime: node`
+ * functions of a group get it without any code (each function's file loaded into the one
+ * interpreter).
+ * @param {((req: Request) => unknown) | Record<string, (req: Request) => unknown>} handler
  */
 function run(handler) {
+  if (handler !== null && typeof handler === 'object') {
+    handler = byName(handler);
+  }
   if (typeof handler !== 'function') {
     throw new TypeError(`zerohop.run needs a handler function, not ${typeName(handler)}`);
   }

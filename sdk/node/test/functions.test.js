@@ -281,3 +281,51 @@ test('runtime: node runs a handler file with the package from its node_modules',
     assert.deepEqual([u.status, u.text], [200, 'HELLO'], route);
   }
 });
+
+test('a fused group loads a file per function into one interpreter', async (t) => {
+  // `fuse: [[upper, exclaim]]` over two `runtime: node` functions, one file each: one
+  // process runs both steps, the hop between them a call on the same request; an error in
+  // the second step names it.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'zerohop-node-fused-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  fs.chmodSync(dir, 0o755);
+  fs.mkdirSync(path.join(dir, 'node_modules'), { mode: 0o755 });
+  fs.symlinkSync(path.resolve(__dirname, '..'), path.join(dir, 'node_modules', 'zerohop'));
+  fs.writeFileSync(
+    path.join(dir, 'shout.js'),
+    'exports.upper = (req) => Buffer.from(req.body.toString().toUpperCase());\n' +
+      'exports.pid = () => String(process.pid);\n',
+    { mode: 0o644 },
+  );
+  fs.writeFileSync(
+    path.join(dir, 'bang.js'),
+    "const zerohop = require('zerohop');\n" +
+      'module.exports = async (req) => {\n' +
+      '  const text = req.body.toString();\n' +
+      "  if (text === 'NO') throw new zerohop.HandlerError(422, `refusing ${req.function}`);\n" +
+      "  if (/^[0-9]+$/.test(text)) return `${text}=${process.pid}`;\n" +
+      "  return text + '!';\n" +
+      '};\n',
+    { mode: 0o644 },
+  );
+  const node = process.execPath;
+  const c = await chain(
+    t,
+    'name: nodefused\nfunctions:\n' +
+      `  upper: { runtime: node, handler: "${dir}/shout.js:upper", interpreter: "${node}" }\n` +
+      `  exclaim: { runtime: node, handler: "${dir}/bang.js", interpreter: "${node}" }\n` +
+      `  pid: { runtime: node, handler: "${dir}/shout.js:pid", interpreter: "${node}" }\n` +
+      `  pid2: { runtime: node, handler: "${dir}/bang.js", interpreter: "${node}" }\n` +
+      'routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n' +
+      '  - http: POST /pids\n    sequence: [pid, pid2]\n' +
+      'fuse:\n  - [upper, exclaim]\n  - [pid, pid2]\n',
+  );
+  const hello = await post(`${c.url}/hello`, 'hello fused');
+  assert.deepEqual([hello.status, hello.text], [200, 'HELLO FUSED!']);
+  const no = await post(`${c.url}/hello`, 'no');
+  assert.deepEqual([no.status, no.text], [422, "function 'exclaim': refusing exclaim\n"]);
+  const pids = await post(`${c.url}/pids`, '');
+  const [first, second] = pids.text.split('=');
+  assert.deepEqual([pids.status, first], [200, second], pids.text);
+  assert.equal(c.instances().length, 2, 'one instance per group');
+});
