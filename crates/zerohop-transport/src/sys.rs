@@ -354,3 +354,17 @@ pub(crate) fn allowed_cpus() -> usize {
         libc::CPU_COUNT(&set).max(1) as usize
     }
 }
+
+/// How often the calling thread was preempted so far (involuntary context switches); 0 when
+/// it cannot be read.
+pub(crate) fn involuntary_switches() -> u64 {
+    // SAFETY: rusage is plain data and zero is a valid value; getrusage writes one rusage
+    // into the pointer it is given.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut usage) != 0 {
+            return 0;
+        }
+        usage.ru_nivcsw as u64
+    }
+}

@@ -42,6 +42,10 @@ pub struct RingReceiver {
     /// in bursts keeps spinning between them; one fed rarely (or by a sender sharing its
     /// core) stops burning CPU after a few misses.
     budget: Duration,
+    /// This thread's involuntary context switches when it last began to spin: when they
+    /// grew, something else was waiting for this core, and the receiver does not spin
+    /// that time (spinning on a busy core only delays whoever waits, often the sender).
+    preempted: u64,
     stop: Arc<RingStop>,
     /// Reused futex_waitv argument (tails, then the stop word).
     waiters: Vec<sys::FutexWaiter>,
@@ -119,6 +123,16 @@ impl RingReceiver {
         }
     }
 
+    /// Whether this thread was preempted since it last asked: a sign that its core has
+    /// other work, on which spinning only steals time (one `getrusage`, made only where the
+    /// receiver would spin).
+    fn core_contended(&mut self) -> bool {
+        let now = sys::involuntary_switches();
+        let contended = now > self.preempted;
+        self.preempted = now;
+        contended
+    }
+
     /// Doubles the spin budget (from [`MIN_SPIN`] when it was zero), up to the configured one.
     fn grow_budget(&mut self) {
         if self.spin >= MIN_SPIN {
@@ -165,6 +179,7 @@ impl RingReceiver {
             peeked: None,
             spin,
             budget: spin,
+            preempted: 0,
             stop,
             waiters: Vec::new(),
             uring: None,
@@ -255,6 +270,10 @@ impl Receiver for RingReceiver {
                 return Some(raw);
             }
             // Spin phase: look at the clock only every 64 rounds.
+            if spin_start.is_none() && !self.budget.is_zero() && self.core_contended() {
+                // Not this time; the budget grows back as it does after a miss.
+                self.budget = Duration::ZERO;
+            }
             if !self.budget.is_zero() {
                 let start = *spin_start.get_or_insert_with(Instant::now);
                 rounds = rounds.wrapping_add(1);
