@@ -369,3 +369,57 @@ def test_an_idle_instance_uses_no_cpu_and_a_killed_one_is_restarted(chain_of) ->
     while time.monotonic() < deadline and [p for p in c.instances() if p != pid] == []:
         time.sleep(0.05)
     assert post(c.url + "/slow", b"again") == (200, "AGAIN")
+
+
+def test_a_fused_group_loads_a_module_per_function_into_one_interpreter() -> None:
+    """``fuse: [[upper, exclaim]]`` over two ``runtime: python`` functions, one module each:
+    one interpreter (one instance) runs both steps, the hop between them a call on the same
+    request; an error in the second step names it."""
+    folder = Path(tempfile.mkdtemp(prefix="zerohop-pyfused-"))
+    folder.chmod(0o755)
+    c = None
+    try:
+        (folder / "shout.py").write_text(
+            "import os, zerohop\n\n"
+            "def upper(req: zerohop.Request) -> None:\n"
+            "    with req.body as body:\n"
+            "        body[:] = bytes(body).upper()\n\n"
+            "def pid(req: zerohop.Request) -> bytes:\n"
+            "    return str(os.getpid()).encode()\n"
+        )
+        (folder / "bang.py").write_text(
+            "import os, zerohop\n\n"
+            "def exclaim(req: zerohop.Request) -> bytes:\n"
+            "    with req.body as body:\n"
+            "        data = bytes(body)\n"
+            "    if data == b'NO':\n"
+            "        raise zerohop.HandlerError(422, 'refusing ' + req.function)\n"
+            "    if data.isdigit():\n"
+            "        return data + b'=' + str(os.getpid()).encode()\n"
+            "    return data + b'!'\n"
+        )
+        for f in ("shout.py", "bang.py"):
+            (folder / f).chmod(0o644)
+        common = f'interpreter: "{_python()}", env: {{ PYTHONPATH: "{PACKAGE_DIR}" }}'
+        spec = (
+            "name: pyfused\nfunctions:\n"
+            f'  upper: {{ runtime: python, handler: "shout:upper", {common} }}\n'
+            f'  exclaim: {{ runtime: python, handler: "bang:exclaim", {common} }}\n'
+            f'  pid: {{ runtime: python, handler: "shout:pid", {common} }}\n'
+            f'  pid2: {{ runtime: python, handler: "bang:exclaim", {common} }}\n'
+            "routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n"
+            "  - http: POST /pids\n    sequence: [pid, pid2]\n"
+            "fuse:\n  - [upper, exclaim]\n  - [pid, pid2]\n"
+        )
+        c = Chain(folder, spec)
+        assert post(c.url + "/hello", b"hello fused") == (200, "HELLO FUSED!")
+        assert post(c.url + "/hello", b"no") == (422, "function 'exclaim': refusing exclaim\n")
+        # Both steps of a group ran in one process.
+        status, text = post(c.url + "/pids", b"")
+        first, _, second = text.partition("=")
+        assert (status, first) == (200, second), text
+        assert len(c.instances()) == 2, "one instance per group"
+    finally:
+        if c is not None:
+            c.stop()
+        shutil.rmtree(folder, ignore_errors=True)

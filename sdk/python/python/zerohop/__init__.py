@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 from . import _native
 
@@ -271,7 +271,44 @@ def _decide(native: _native.NativeRequest, handler: Handler) -> tuple[int, int, 
         return (3, 500, f"{type(e).__name__}: {e}")
 
 
-def run(handler: Handler) -> None:
+def _by_name(handlers: Mapping[str, Handler]) -> Handler:
+    """One handler that runs the one registered for the request's function."""
+    for name, h in handlers.items():
+        if not isinstance(name, str) or not callable(h):
+            raise TypeError(
+                "zerohop.run takes a handler or a mapping of function names to handlers; "
+                f"{name!r} maps to {type(h).__name__}"
+            )
+    table = dict(handlers)
+
+    def dispatch(req: Request) -> Result:
+        h = table.get(req.function)
+        if h is None:
+            raise HandlerError(
+                500,
+                f"this program registers no handler for function `{req.function}` "
+                f"(it has: {', '.join(table)})",
+            )
+        return h(req)
+
+    return dispatch
+
+
+def run(handler: Union[Handler, Mapping[str, Handler]]) -> None:
     """Serves requests with ``handler`` until the agent stops the instance; never returns.
-    A program not started by the agent exits with status 2 and says why."""
+    A program not started by the agent exits with status 2 and says why.
+
+    ``handler`` may be a mapping of function names to handlers instead
+    (``zerohop.run({"upper": upper, "exclaim": exclaim})``): each request runs the handler
+    of its function (:attr:`Request.function`). That is how one interpreter serves a fused
+    group (``fuse:`` in the chain spec), its steps called one after the other on the same
+    request, in place; ``runtime: python`` functions of a group get it without any code
+    (each function's ``MODULE:FUNCTION`` is loaded into the one interpreter)."""
+    if isinstance(handler, Mapping):
+        handler = _by_name(handler)
+    elif not callable(handler):
+        raise TypeError(
+            "zerohop.run takes a handler or a mapping of function names to handlers, not "
+            f"{type(handler).__name__}"
+        )
     _native.run(lambda native: _decide(native, handler))

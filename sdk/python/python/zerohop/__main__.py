@@ -1,6 +1,11 @@
 """``python3 -m zerohop [--path DIR] MODULE:FUNCTION``: runs ``MODULE.FUNCTION`` as the
 function's handler. This is what a chain spec's ``runtime: python`` with
-``handler: MODULE:FUNCTION`` starts (``--path`` is the spec's folder, searched first)."""
+``handler: MODULE:FUNCTION`` starts (``--path`` is the spec's folder, searched first).
+
+``python3 -m zerohop [--path DIR] NAME=MODULE:FUNCTION ...``: one interpreter serving several
+functions, each request with the handler of its function (``zerohop.run`` with a mapping).
+This is what a fused group of ``runtime: python`` functions starts (``fuse:`` in the spec):
+each function's module loaded into the one interpreter."""
 
 from __future__ import annotations
 
@@ -22,13 +27,29 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="a folder to import MODULE from (searched before sys.path; repeatable)",
     )
-    parser.add_argument("handler", help="MODULE:FUNCTION, e.g. greet:handle")
+    parser.add_argument(
+        "handler",
+        nargs="+",
+        help="MODULE:FUNCTION, e.g. greet:handle; or NAME=MODULE:FUNCTION for each function "
+        "of a fused group",
+    )
     args = parser.parse_args(argv)
-    module_name, sep, function_name = args.handler.partition(":")
-    if not sep or not module_name or not function_name:
-        parser.error(f"{args.handler!r} is not MODULE:FUNCTION, e.g. greet:handle")
     for folder in reversed(args.path):
         sys.path.insert(0, folder)
+    named = [h.partition("=") for h in args.handler]
+    if len(args.handler) == 1 and not named[0][1]:
+        run(_load(parser, args, args.handler[0]))
+    if not all(sep and name for name, sep, _ in named):
+        parser.error("several handlers are given as NAME=MODULE:FUNCTION each")
+    run({name: _load(parser, args, spec) for name, _, spec in named})
+
+
+def _load(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: str):
+    """Imports ``MODULE`` of ``MODULE:FUNCTION`` and returns its function; exits with status
+    2 saying why when it cannot."""
+    module_name, sep, function_name = spec.partition(":")
+    if not sep or not module_name or not function_name:
+        parser.error(f"{spec!r} is not MODULE:FUNCTION, e.g. greet:handle")
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # noqa: BLE001 - any import failure ends the program with why
@@ -45,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(2)
-    run(handler)
+    return handler
 
 
 if __name__ == "__main__":
