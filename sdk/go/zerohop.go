@@ -39,6 +39,8 @@ import (
 	"fmt"
 	"net/url"
 	"runtime/cgo"
+	"sort"
+	"strings"
 	"unsafe"
 )
 
@@ -81,6 +83,30 @@ type Request struct {
 func Run(h Handler) {
 	handle := cgo.NewHandle(h)
 	C.zh_go_run(C.uintptr_t(handle))
+}
+
+// RunNamed serves requests with the handler registered for each request's function
+// (Request.Function) until the agent stops the instance; it never returns. That is how one
+// program serves a fused group (`fuse:` in the chain spec): the instance calls each step's
+// handler in turn on the same request, in place. A function without a handler here fails
+// its requests with a 500 naming it.
+func RunNamed(handlers map[string]Handler) {
+	names := make([]string, 0, len(handlers))
+	for name := range handlers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	Run(func(r *Request) (Next, error) {
+		h, ok := handlers[r.Function()]
+		if !ok {
+			return Continue, &Error{
+				Status: 500,
+				Message: fmt.Sprintf("this program registers no handler for function `%s` (it has: %s)",
+					r.Function(), strings.Join(names, ", ")),
+			}
+		}
+		return h(r)
+	})
 }
 
 //export zhGoHandle
