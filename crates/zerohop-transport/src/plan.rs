@@ -82,4 +82,49 @@ mod tests {
         assert!(!pol.allows_parties(2, 1), "no edge back");
         assert_eq!((p.options().queue_capacity, p.options().spin_us), (64, 20));
     }
+
+    #[test]
+    fn a_fused_group_is_one_party_on_every_edge() {
+        let f = |name: &str| FunctionPlan {
+            name: name.into(),
+            concurrency: 1,
+            ..Default::default()
+        };
+        // audit (0) -> upper+exclaim (1, 2 fused: upper's two instances) -> audit.
+        let mut functions = vec![f("audit"), f("upper"), f("exclaim")];
+        functions[1].fused = vec![1, 2];
+        functions[2].host = Some(1);
+        let p = Plan {
+            chain: "fused".into(),
+            transport: "ring".into(),
+            spin_us: 20,
+            queue_capacity: 64,
+            functions,
+            routes: vec![RoutePlan {
+                method: "POST".into(),
+                path: "/a".into(),
+                sequence: vec![0, 1, 2, 0],
+                ..Default::default()
+            }],
+            headers: vec![],
+            party_function: vec![GATEWAY_FN, 0, 1, 1],
+            timeout_ms: 30_000,
+            state: None,
+            pool: PoolPlan {
+                slots: 64,
+                slot_size: 4096,
+                hugepages: false,
+                large_slots: 0,
+                large_slot_size: 0,
+            },
+        };
+        let pol = p.policy().unwrap();
+        assert!(pol.allows(0, 1), "into the group: to its first function");
+        assert!(pol.allows(1, 0), "out of the group: from its first function");
+        assert!(!pol.allows(1, 1) && !pol.allows(1, 2), "a hop inside is no edge");
+        assert!(!pol.allows(0, 2) && !pol.allows(2, 0), "exclaim is never an end");
+        assert_eq!(pol.targets(1), [0, 2, 3], "audit reaches the group's instances");
+        assert_eq!(pol.targets(2), [0, 1], "the group answers audit and the gateway");
+        assert_eq!(pol.parties_of(2).count(), 0, "exclaim has no parties");
+    }
 }
