@@ -120,11 +120,28 @@ mod tests {
         };
         let pol = p.policy().unwrap();
         assert!(pol.allows(0, 1), "into the group: to its first function");
-        assert!(pol.allows(1, 0), "out of the group: from its first function");
-        assert!(!pol.allows(1, 1) && !pol.allows(1, 2), "a hop inside is no edge");
-        assert!(!pol.allows(0, 2) && !pol.allows(2, 0), "exclaim is never an end");
-        assert_eq!(pol.targets(1), [0, 2, 3], "audit reaches the group's instances");
-        assert_eq!(pol.targets(2), [0, 1], "the group answers audit and the gateway");
+        assert!(
+            pol.allows(1, 0),
+            "out of the group: from its first function"
+        );
+        assert!(
+            !pol.allows(1, 1) && !pol.allows(1, 2),
+            "a hop inside is no edge"
+        );
+        assert!(
+            !pol.allows(0, 2) && !pol.allows(2, 0),
+            "exclaim is never an end"
+        );
+        assert_eq!(
+            pol.targets(1),
+            [0, 2, 3],
+            "audit reaches the group's instances"
+        );
+        assert_eq!(
+            pol.targets(2),
+            [0, 1],
+            "the group answers audit and the gateway"
+        );
         assert_eq!(pol.parties_of(2).count(), 0, "exclaim has no parties");
     }
 }
