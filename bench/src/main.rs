@@ -338,13 +338,22 @@ fn run(args: &Args) -> Result<bool> {
             + if with_protocols { protocols::POINTS } else { 0 },
         point: matrix.warmup + matrix.point,
     };
-    eprintln!(
-        "bench: {} matrix, {} systems, {} load points each; results go to {}",
-        matrix.name,
-        ids.len(),
-        matrix.points_per_system(),
-        args.out.display()
-    );
+    if args.cores_only {
+        eprintln!(
+            "bench: the cores point alone on {core_counts:?} core(s) ({} settings); results go \
+             to {}",
+            matrix.name,
+            args.out.display()
+        );
+    } else {
+        eprintln!(
+            "bench: {} matrix, {} systems, {} load points each; results go to {}",
+            matrix.name,
+            ids.len(),
+            matrix.points_per_system(),
+            args.out.display()
+        );
+    }
 
     for &id in &ids {
         // zerohop's chains are held to the monolith's tail at the monolith's rates. The other
@@ -610,8 +619,6 @@ fn measure(
         cpu_s,
         cpu_ms_per_1k,
         sut_cpu_ms_per_1k,
-        gateway_threads: None,
-        threads_cpu_s: Default::default(),
         p99_repeats_us: Vec::new(),
     })
 }

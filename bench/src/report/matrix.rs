@@ -20,7 +20,8 @@ use crate::protocols::Protocols;
 pub struct Run {
     /// System name (`zerohop-ring`, `monolith`, ...).
     pub system: String,
-    /// Which experiment: `concurrency`, `body`, `chain_length`, `open_loop`.
+    /// Which experiment: `concurrency`, `body`, `chain_length`, `open_loop` (the multi-core
+    /// point has its own records, [`Cores`]).
     pub experiment: String,
     /// Functions of the chain.
     pub chain: Vec<String>,
@@ -43,12 +44,6 @@ pub struct Run {
     /// CPU milliseconds per 1,000 answers of the system under test (load generator
     /// excluded).
     pub sut_cpu_ms_per_1k: f64,
-    /// `cores` experiment: the gateway threads zerohop ran with.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gateway_threads: Option<u16>,
-    /// `cores` experiment: CPU seconds of each gateway thread (by thread name).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub threads_cpu_s: BTreeMap<String, f64>,
     /// Open loop: the p99 of each repeated run of this point, in the order run; this run
     /// is the one with the median p99.
     #[serde(skip_serializing_if = "Vec::is_empty")]
