@@ -226,6 +226,31 @@ fn nginx_broker() {
     check(SystemId::NginxBroker);
 }
 
+/// The multi-core point's baselines, on the one CPU the test pins them to.
+#[test]
+fn hyper_monolith_on_two_worker_threads() {
+    check(SystemId::HyperMonolith(2));
+}
+
+/// Built by `go build` here as zerohop-bench builds them (Go must be on PATH).
+fn build_go() {
+    let bin = target_bin("zerohop");
+    systems::go::build(bin.parent().expect("binary folder"))
+        .unwrap_or_else(|e| panic!("the Go baselines cannot be checked: {e:#}"));
+}
+
+#[test]
+fn go_monolith() {
+    build_go();
+    check(SystemId::GoMonolith(1));
+}
+
+#[test]
+fn go_http_chain() {
+    build_go();
+    check(SystemId::GoHttpChain(1));
+}
+
 /// `id` serving HTTPS with a certificate made for the test: the exact answer over HTTP/1.1
 /// and h2 by ALPN (curl, trusting only that certificate), the components it reports, and
 /// nothing left after stop.
