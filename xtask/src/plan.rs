@@ -493,10 +493,13 @@ pub fn lint(machine: Machine, missing: &[&'static Requirement]) -> LintPlan {
         commands: fmt,
     }];
     for m in LINT_MANIFESTS {
+        // The SDK crates are workspaces of their own; in the workspace's target folder
+        // they reuse what the workspace's clippy checked where versions and features agree
+        // (and each other's), instead of checking every dependency again in a folder each.
         let workspace: &[&str] = if m == "Cargo.toml" {
             &["--workspace"]
         } else {
-            &[]
+            &["--target-dir", "target"]
         };
         let args = [
             &["clippy", "--manifest-path", m][..],

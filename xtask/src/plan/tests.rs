@@ -623,7 +623,7 @@ fn lint_installs_what_the_build_needs_then_formats_then_runs_clippy_on_each_mani
     );
     assert_eq!(
         command(3, 0),
-        "clippy --manifest-path sdk/node/Cargo.toml --all-targets --release -- -D warnings"
+        "clippy --manifest-path sdk/node/Cargo.toml --target-dir target --all-targets --release -- -D warnings"
     );
     assert_eq!(
         plan.steps[2].commands[0].0,
