@@ -191,33 +191,87 @@ pub unsafe extern "C" fn zh_run(handler: zh_handler, user: *mut c_void) -> ! {
     };
     let user = User(user);
     zerohop_runtime::run(move |req: &mut Request<'_>| {
-        let branches = req.take_branches().into_iter().map(zh_answer::of).collect();
-        let mut r = zh_request {
-            // The pointer lives only for this call; the lifetime is erased for C.
-            req: (req as *mut Request<'_>).cast::<Request<'static>>(),
-            forward: None,
-            error: None,
-            last: None,
-            branches,
-        };
         // Captures `user` whole (Send + Sync), not only its raw-pointer field (neither).
         let _ = &user;
-        // SAFETY: the C handler gets the request for this call only (zerohop.h says so).
-        let next = unsafe { handler(&mut r, user.0) };
-        match next {
-            zh_next::ZH_CONTINUE => Ok(Next::Continue),
-            zh_next::ZH_REPLY => Ok(Next::Reply),
-            zh_next::ZH_FORWARD => match r.forward.take() {
-                Some(f) => Ok(Next::Forward(f)),
-                None => Err(HandlerError::internal(
-                    "the handler returned ZH_FORWARD without calling zh_forward",
-                )),
-            },
-            zh_next::ZH_FAIL => Err(r.error.take().unwrap_or_else(|| {
-                HandlerError::internal("the handler returned ZH_FAIL without calling zh_fail")
-            })),
-        }
+        // SAFETY: `handler` is valid (zh_run's contract).
+        unsafe { call_c(handler, &user, req) }
     })
+}
+
+/// Runs several functions from one program, each request with the handler of its function
+/// (`names[i]` runs `handlers[i]`), until the agent stops it; never returns. That is how one
+/// program serves a fused group (`fuse:` in the chain spec), each step called in turn on the
+/// same request. A program not started by the agent, or whose instance runs a function
+/// without a handler here, exits with status 2 and says why on standard error.
+///
+/// # Safety
+///
+/// `names` and `handlers` point at `count` entries each: NUL-terminated UTF-8 names and
+/// valid functions; `user` is passed to every handler as is, from several threads at once
+/// when the function's `concurrency` is above 1.
+#[no_mangle]
+pub unsafe extern "C" fn zh_run_named(
+    names: *const *const c_char,
+    handlers: *const zh_handler,
+    count: usize,
+    user: *mut c_void,
+) -> ! {
+    if count == 0 || names.is_null() || handlers.is_null() {
+        eprintln!("zh_run_named: no handlers (NULL lists or a count of 0)");
+        std::process::exit(2)
+    }
+    let user = std::sync::Arc::new(User(user));
+    let mut named = zerohop_runtime::Handlers::new();
+    for i in 0..count {
+        // SAFETY: C promises `count` entries in each list.
+        let (name, handler) = unsafe { (*names.add(i), *handlers.add(i)) };
+        let (Some(name), Some(handler)) = (text(name), handler) else {
+            eprintln!("zh_run_named: entry {i} has a NULL or non-UTF-8 name, or a NULL handler");
+            std::process::exit(2)
+        };
+        let user = user.clone();
+        named = named.on(name, move |req: &mut Request<'_>| {
+            // SAFETY: `handler` is valid (zh_run_named's contract).
+            unsafe { call_c(handler, &user, req) }
+        });
+    }
+    zerohop_runtime::run_named(named)
+}
+
+/// Calls the C `handler` with `req` and `user`, and turns what it returns into the outcome.
+///
+/// # Safety
+///
+/// `handler` must be a valid function.
+unsafe fn call_c(
+    handler: unsafe extern "C" fn(*mut zh_request, *mut c_void) -> zh_next,
+    user: &User,
+    req: &mut Request<'_>,
+) -> Result<Next, HandlerError> {
+    let branches = req.take_branches().into_iter().map(zh_answer::of).collect();
+    let mut r = zh_request {
+        // The pointer lives only for this call; the lifetime is erased for C.
+        req: (req as *mut Request<'_>).cast::<Request<'static>>(),
+        forward: None,
+        error: None,
+        last: None,
+        branches,
+    };
+    // SAFETY: the C handler gets the request for this call only (zerohop.h says so).
+    let next = unsafe { handler(&mut r, user.0) };
+    match next {
+        zh_next::ZH_CONTINUE => Ok(Next::Continue),
+        zh_next::ZH_REPLY => Ok(Next::Reply),
+        zh_next::ZH_FORWARD => match r.forward.take() {
+            Some(f) => Ok(Next::Forward(f)),
+            None => Err(HandlerError::internal(
+                "the handler returned ZH_FORWARD without calling zh_forward",
+            )),
+        },
+        zh_next::ZH_FAIL => Err(r.error.take().unwrap_or_else(|| {
+            HandlerError::internal("the handler returned ZH_FAIL without calling zh_fail")
+        })),
+    }
 }
 
 /// The body, writable in place; its length in `*len`. Valid until the handler returns, the

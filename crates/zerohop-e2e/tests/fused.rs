@@ -109,3 +109,81 @@ fn a_fused_hello_answers_fails_a_crashed_step_by_name_restarts_and_scales_as_one
     }
     d.stop_cleanly();
 }
+
+/// A C program registering its two handlers with `zh_run_named`.
+const C_FUSED: &str = r#"#include <ctype.h>
+#include <zerohop.h>
+
+static zh_next upper(zh_request *req, void *user) {
+    (void)user;
+    size_t len;
+    uint8_t *body = zh_body(req, &len);
+    for (size_t i = 0; i < len; i++) body[i] = (uint8_t)toupper(body[i]);
+    return ZH_CONTINUE;
+}
+
+static zh_next exclaim(zh_request *req, void *user) {
+    (void)user;
+    size_t len;
+    const uint8_t *body = zh_body(req, &len);
+    if (len == 2 && body[0] == 'N' && body[1] == 'O') return zh_fail(req, 422, "refusing");
+    if (zh_extend(req, "!", 1) != 0) return zh_fail(req, 500, "cannot extend");
+    return ZH_CONTINUE;
+}
+
+int main(void) {
+    const char *names[] = {"upper", "exclaim"};
+    const zh_handler handlers[] = {upper, exclaim};
+    zh_run_named(names, handlers, 2, NULL);
+}
+"#;
+
+#[test]
+fn a_c_program_serves_a_fused_group_with_zh_run_named() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let lib = root.join("target/release/libzerohop.a");
+    assert!(
+        lib.exists(),
+        "{} is missing: `cargo build --release -p zerohop-c` builds it",
+        lib.display()
+    );
+    let dir = zerohop_test_support::TempDir::new("fused-c");
+    let source = dir.path().join("fused.c");
+    std::fs::write(&source, C_FUSED).expect("write the C source");
+    let program = dir.path().join("fused");
+    let status = std::process::Command::new("cc")
+        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root.join("sdk/c/include"))
+        .arg(&source)
+        .arg("-o")
+        .arg(&program)
+        .arg(&lib)
+        .args(["-lpthread", "-ldl", "-lm"])
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed");
+    let p = program.display();
+    let chain = zerohop_test_support::ChainProcess::start(
+        &format!(
+            "name: cfused\nfunctions:\n  upper: {{ command: [\"{p}\"] }}\n  exclaim: {{ \
+             command: [\"{p}\"] }}\nroutes:\n  - http: POST /hello\n    sequence: [upper, \
+             exclaim]\nfuse:\n  - [upper, exclaim]\n"
+        ),
+        &[],
+    );
+    assert!(
+        chain.ready_line.contains("functions: upper+exclaim x1"),
+        "{}",
+        chain.ready_line
+    );
+    let http = client();
+    let hello = format!("{}/hello", chain.url);
+    let a = post(&http, &hello, "hello from c");
+    assert_eq!((a.status, a.body.as_str()), (200, "HELLO FROM C!"));
+    let a = post(&http, &hello, "no");
+    assert_eq!(
+        (a.status, a.body.as_str()),
+        (422, "function 'exclaim': refusing\n")
+    );
+    assert_eq!(chain.stop(), Some(0));
+}

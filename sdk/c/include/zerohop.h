@@ -86,6 +86,22 @@ extern "C" {
 // at once when the function's `concurrency` is above 1.
 void zh_run(zh_handler handler, void *user) ZH_NORETURN;
 
+// Runs several functions from one program, each request with the handler of its function
+// (`names[i]` runs `handlers[i]`), until the agent stops it; never returns. That is how one
+// program serves a fused group (`fuse:` in the chain spec), each step called in turn on the
+// same request. A program not started by the agent, or whose instance runs a function
+// without a handler here, exits with status 2 and says why on standard error.
+//
+// # Safety
+//
+// `names` and `handlers` point at `count` entries each: NUL-terminated UTF-8 names and
+// valid functions; `user` is passed to every handler as is, from several threads at once
+// when the function's `concurrency` is above 1.
+void zh_run_named(const char *const *names,
+                  const zh_handler *handlers,
+                  size_t count,
+                  void *user) ZH_NORETURN;
+
 // The body, writable in place; its length in `*len`. Valid until the handler returns, the
 // body is resized (zh_set_len, zh_set_body, zh_extend) or a response header moves it up
 // (zh_add_response_header).
