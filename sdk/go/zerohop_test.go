@@ -416,3 +416,25 @@ func TestIdleAndKilled(t *testing.T) {
 	s, b := post(t, c.url+"/slow", "again")
 	expect(t, "after the restart", s, b, 200, "AGAIN")
 }
+
+// TestFusedGroup: upper and exclaim of one Go program (internal/fusedfn, RunNamed) fused
+// (`fuse: [[upper, exclaim]]`): one instance runs both steps; an error in the second names it.
+func TestFusedGroup(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "fusedfn")
+	cmd := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "./internal/fusedfn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build ./internal/fusedfn: %v", err)
+	}
+	spec := "name: gofused\nfunctions:\n" +
+		"  upper: { command: [\"" + bin + "\"] }\n" +
+		"  exclaim: { command: [\"" + bin + "\"] }\n" +
+		"routes:\n  - http: POST /hello\n    sequence: [upper, exclaim]\n" +
+		"fuse:\n  - [upper, exclaim]\n"
+	c := start(t, dir, spec)
+	s, b := post(t, c.url+"/hello", "hello fused")
+	expect(t, "both steps", s, b, 200, "HELLO FUSED!")
+	s, b = post(t, c.url+"/hello", "no")
+	expect(t, "an error in the second step", s, b, 422, "function 'exclaim': refusing exclaim\n")
+}
