@@ -16,6 +16,11 @@
 //! }
 //! ```
 //!
+//! One program may serve several functions, a handler registered per function name
+//! ([`Handlers`], [`run_named`]): what the instances of a fused group run (`fuse:` in the
+//! spec), each step of the group a function call on the same slot, with no descriptor and
+//! no wake-up between them (`docs/fused.md`).
+//!
 //! An author never touches descriptors, slots or file descriptors. The program must be
 //! started by the agent (`zerohop up CHAIN.yaml`), which hands it the chain through
 //! inherited file descriptors and `ZEROHOP_*` environment variables.
