@@ -131,11 +131,11 @@ fn kill(
     if pgid == 0 || control.pgid() != pgid {
         return; // already gone or replaced
     }
+    // A fused group's instance is named by its group (`upper+exclaim`): any step may hang.
     let function = plan
         .party_function
         .get(party as usize)
-        .map_or("unknown", |&f| plan.function_name(f))
-        .to_owned();
+        .map_or_else(|| "unknown".to_owned(), |&f| plan.group_name(f));
     tracing::warn!(
         function = %function,
         instance = party,
