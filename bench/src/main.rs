@@ -277,11 +277,7 @@ fn run(args: &Args) -> Result<bool> {
     } else {
         format!("Nothing pinned ({cores} CPUs, --no-pin={})", args.no_pin)
     };
-    let mut ids = if args.cores_only {
-        Vec::new()
-    } else {
-        SystemId::all()
-    };
+    let mut ids = SystemId::all();
     if let Some(only) = &args.systems {
         for name in only {
             if !ids.iter().any(|i| &i.name() == name) {
@@ -292,6 +288,10 @@ fn run(args: &Args) -> Result<bool> {
             }
         }
         ids.retain(|i| only.contains(&i.name()));
+    }
+    if args.cores_only {
+        // The cores point has its own systems.
+        ids.clear();
     }
     // The monolith first: its peak sets the open-loop rates of every system.
     ids.sort_by_key(|i| i.name() != "monolith");
