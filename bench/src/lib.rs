@@ -17,6 +17,8 @@
 //! * `http-chain`: each function its own hyper server, calling the next over loopback HTTP
 //!   with keep-alive (SPRIGHT's "serverful" baseline);
 //! * `nginx-broker`: every hop through an nginx front proxy (SPRIGHT's Knative-like broker).
+//! * in the multi-core point only: `hyper-monolith` (the monolith on N worker threads),
+//!   `go-monolith` and `go-http-chain` (the same in Go's `net/http`, `bench/go`).
 //!
 //! The multi-core point ([`cores`], issue 33) runs zerohop beside a hyper monolith on as many
 //! cores and Go `net/http` baselines, every system on N cores and [`wrk`] on others, and
