@@ -43,7 +43,7 @@ impl Deferred {
             let h = &self.taken.as_ref().expect("an unfinished request").header;
             (h.request, h.route)
         };
-        let _request = logging::request_span(request, route).entered();
+        let _request = logging::request_span(request, route);
         let mut req = self.request();
         let outcome = run_handler(|| f(&mut req));
         let (len, header) = (req.len, req.header);

@@ -46,7 +46,7 @@ impl Dispatcher {
         thread: usize,
     ) {
         // Whatever the handler logs names the request (a no-op when INFO is filtered out).
-        let _request = logging::request_span(d.desc.request, d.header.route).entered();
+        let _request = logging::request_span(d.desc.request, d.header.route);
         // Until it is done with the request, the watchdog may see this thread stuck in it.
         let _busy = self.progress.as_ref().map(|p| p.busy(thread));
         let Some(mut t) = self.take(d) else { return };
@@ -502,8 +502,10 @@ mod tests {
             |_: &mut Request<'_>| -> Result<Next, HandlerError> { panic!("boom") },
         );
         assert_eq!(
-            log, "ERROR zerohop{chain=hello function=upper instance=1}: handler panicked: boom\n",
-            "at warn there is no request span"
+            log,
+            "ERROR zerohop{chain=hello function=upper instance=1}:request{id=65537 route=0}: \
+             handler panicked: boom\n",
+            "at warn too, the line names the request"
         );
         assert_eq!(sent[0].0, 0, "the error goes to the gateway");
         let (log, _) = handle(
