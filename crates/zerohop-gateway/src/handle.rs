@@ -90,9 +90,9 @@ impl Gateway {
             // which must fit a slot.
             let limit = max.min(small as u64);
             let incoming = body.take().expect("the body is read once");
-            let event = self
-                .within_body_timeout(read_body(incoming, limit))
+            let event = tokio::time::timeout(self.config.body_timeout, read_body(incoming, limit))
                 .await
+                .unwrap_or_else(|_| Err(self.body_late()))
                 .map_err(|e| {
                     self.count_error();
                     match e.status {
@@ -199,8 +199,12 @@ impl Gateway {
                     }
                     body::read(sink, incoming).await
                 };
-                self.within_body_timeout(read)
+                // Awaited here, not in a helper `async fn`: one would hold `read` twice in its
+                // state (as its argument and inside the `Timeout`), and this future is copied
+                // whole on its way into the connection's task.
+                tokio::time::timeout(self.config.body_timeout, read)
                     .await
+                    .unwrap_or_else(|_| Err(self.body_late()))
                     .inspect_err(|_| self.count_error())?
             }
             (None, None) => unreachable!("the body is read once"),
@@ -224,22 +228,16 @@ impl Gateway {
         Ok((reply, route, mode))
     }
 
-    /// `read` (of a request body), bounded by `body_timeout`: 408 when it takes longer.
-    async fn within_body_timeout<T>(
-        &self,
-        read: impl std::future::Future<Output = Result<T, GatewayError>>,
-    ) -> Result<T, GatewayError> {
-        match tokio::time::timeout(self.config.body_timeout, read).await {
-            Ok(r) => r,
-            Err(_) => Err(GatewayError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                ErrorSource::Gateway,
-                format!(
-                    "the request body did not arrive within {:?} (body_timeout)",
-                    self.config.body_timeout
-                ),
-            )),
-        }
+    /// The 408 for a request body that did not arrive within `body_timeout`.
+    fn body_late(&self) -> GatewayError {
+        GatewayError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorSource::Gateway,
+            format!(
+                "the request body did not arrive within {:?} (body_timeout)",
+                self.config.body_timeout
+            ),
+        )
     }
 }
 
