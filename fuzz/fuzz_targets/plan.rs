@@ -16,8 +16,26 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use zerohop_pool::{Pool, PoolGeometry};
-use zerohop_transport::{Hop, Picker, Plan, PlanExt, PolicyError, GATEWAY_FN};
+use zerohop_pool::{Descriptor, Pool, PoolGeometry};
+use zerohop_transport::{
+    Hop, PartyId, Picker, Plan, PlanExt, PolicyError, SendError, Sender, GATEWAY_FN,
+};
+
+/// A sender that never sends and says it has a descriptor queued to every odd party, so
+/// picks look past the warm instances too.
+struct Queued;
+
+impl Sender for Queued {
+    fn send(&self, to: PartyId, _: Descriptor) -> Result<(), SendError> {
+        Err(SendError::NotAllowed(to))
+    }
+    fn try_send(&self, to: PartyId, _: Descriptor) -> Result<(), SendError> {
+        Err(SendError::NotAllowed(to))
+    }
+    fn backlog(&self, to: PartyId) -> u32 {
+        u32::from(to % 2)
+    }
+}
 
 fn pool() -> &'static Arc<Pool> {
     static POOL: OnceLock<Arc<Pool>> = OnceLock::new();
@@ -161,7 +179,7 @@ fuzz_target!(|data: &[u8]| {
             .as_ref()
             .map_or_else(|_| Vec::new(), |p| p.targets_running(0, f));
         assert!(reachable.iter().all(|p| plan.parties_of(f).contains(p)));
-        match picker.pick(f, pool()) {
+        match picker.pick(f, pool(), &Queued) {
             Some(p) => assert!(reachable.contains(&p), "picked party {p} it cannot reach"),
             None => assert!(
                 reachable.is_empty(),
