@@ -116,6 +116,15 @@ impl<'a> Spsc<'a> {
         true
     }
 
+    /// Producer: entries the consumer has not taken yet, at most the capacity (a head that is
+    /// not behind the tail is the consumer's garbage and counts as a full queue). A hint for
+    /// picking an instance: both loads Relaxed, it orders no memory.
+    pub fn backlog(&self) -> u32 {
+        let tail = self.tail.load(Ordering::Relaxed);
+        tail.wrapping_sub(self.head.load(Ordering::Relaxed))
+            .min(self.capacity())
+    }
+
     /// Producer: the consumer's head now, as a start for [`Spsc::push_cached`].
     pub fn head_acquire(&self) -> u32 {
         // SYNC POINT: Acquire pairs with the Release store of `head` in `advance`.

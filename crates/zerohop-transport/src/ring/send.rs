@@ -143,12 +143,7 @@ impl Sender for RingSender {
         let Ok(lane) = self.lane(to) else {
             return 0;
         };
-        let q = self.shared.queue(self.me, lane.out, to, lane.in_);
-        // Our own tail (only this party writes it) against the receiver's head, read without
-        // the lane's lock: a hint for picking, stale by an entry at most. A head that is not
-        // behind the tail is the receiver's garbage: counted as a full queue.
-        let tail = self.shared.tail(self.me, lane.out).load(Ordering::Relaxed);
-        let lag = tail.wrapping_sub(q.head_acquire());
-        lag.min(self.shared.capacity())
+        // Read without the lane's lock: a hint, stale by an entry at most.
+        self.shared.queue(self.me, lane.out, to, lane.in_).backlog()
     }
 }

@@ -90,11 +90,6 @@ impl RingShared {
             .expect("the handles only ask for regions this party maps")
     }
 
-    /// Entries per queue.
-    pub(crate) fn capacity(&self) -> u32 {
-        self.capacity
-    }
-
     /// Whether `receiver` sleeps (in its inbox; read by its senders).
     pub(crate) fn sleeping(&self, receiver: PartyId) -> &AtomicU32 {
         self.inbox(receiver).word32(HEADER)
