@@ -168,7 +168,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::{Descriptor, FunctionPlan, RoutePlan, SendError, GATEWAY_FN};
+    use crate::{Descriptor, SendError, GATEWAY_FN};
     use zerohop_pool::PoolGeometry;
 
     /// A sender that only says what it has queued to each party.
@@ -245,37 +245,13 @@ mod tests {
 
     #[test]
     fn warm_first_prefers_ready_instances() {
-        let f = |name: &str| FunctionPlan {
-            name: name.into(),
-            concurrency: 1,
-            next: vec![],
-            calls: Vec::new(),
-            ..Default::default()
-        };
-        let plan = Plan {
-            chain: "p".into(),
-            transport: "ring".into(),
-            spin_us: 0,
-            queue_capacity: 2,
-            functions: vec![f("a"), f("b")],
-            routes: vec![RoutePlan {
-                method: "POST".into(),
-                path: "/".into(),
-                sequence: vec![0],
-                ..Default::default()
-            }],
-            headers: vec![],
-            party_function: vec![GATEWAY_FN, 0, 0, 0],
-            timeout_ms: 30_000,
-            state: None,
-            pool: crate::PoolPlan {
-                slots: 64,
-                slot_size: 4096,
-                hugepages: false,
-                large_slots: 0,
-                large_slot_size: 0,
-            },
-        };
+        let f = crate::plan::test_function;
+        let plan = crate::plan::test_plan(
+            "p",
+            vec![f("a"), f("b")],
+            vec![0],
+            vec![GATEWAY_FN, 0, 0, 0],
+        );
         let pool = Pool::create(
             "pick",
             &PoolGeometry {

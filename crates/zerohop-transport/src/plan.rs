@@ -37,41 +37,64 @@ impl PlanExt for Plan {
     }
 }
 
+/// A function of a test plan: `name`, one handler thread.
+#[cfg(test)]
+pub(crate) fn test_function(name: &str) -> FunctionPlan {
+    FunctionPlan {
+        name: name.into(),
+        concurrency: 1,
+        ..Default::default()
+    }
+}
+
+/// A test plan named `chain`: `functions`, one route `POST /` through `sequence`, and a
+/// party per entry of `party_function` (spin 20 us, queues of 64, a small pool).
+#[cfg(test)]
+pub(crate) fn test_plan(
+    chain: &str,
+    functions: Vec<FunctionPlan>,
+    sequence: Vec<u8>,
+    party_function: Vec<u8>,
+) -> Plan {
+    Plan {
+        chain: chain.into(),
+        transport: "ring".into(),
+        spin_us: 20,
+        queue_capacity: 64,
+        functions,
+        routes: vec![RoutePlan {
+            method: "POST".into(),
+            path: "/".into(),
+            sequence,
+            ..Default::default()
+        }],
+        headers: vec![],
+        party_function,
+        timeout_ms: 30_000,
+        state: None,
+        pool: PoolPlan {
+            slots: 64,
+            slot_size: 4096,
+            hugepages: false,
+            large_slots: 0,
+            large_slot_size: 0,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_policy_allows_the_plans_edges_only() {
-        let f = |name: &str| FunctionPlan {
-            name: name.into(),
-            concurrency: 1,
-            ..Default::default()
-        };
-        let p = Plan {
-            chain: "hello".into(),
-            transport: "ring".into(),
-            spin_us: 20,
-            queue_capacity: 64,
-            functions: vec![f("upper"), f("exclaim")],
-            routes: vec![RoutePlan {
-                method: "POST".into(),
-                path: "/hello".into(),
-                sequence: vec![0, 1],
-                ..Default::default()
-            }],
-            headers: vec![],
-            party_function: vec![GATEWAY_FN, 0, 1],
-            timeout_ms: 30_000,
-            state: None,
-            pool: PoolPlan {
-                slots: 64,
-                slot_size: 4096,
-                hugepages: false,
-                large_slots: 0,
-                large_slot_size: 0,
-            },
-        };
+        let f = test_function;
+        let p = test_plan(
+            "hello",
+            vec![f("upper"), f("exclaim")],
+            vec![0, 1],
+            vec![GATEWAY_FN, 0, 1],
+        );
         let pol = p.policy().unwrap();
         assert!(pol.allows_parties(0, 1) && pol.allows_parties(1, 2) && pol.allows_parties(2, 0));
         assert!(pol.allows_parties(1, 0), "upper may answer early");
@@ -85,39 +108,17 @@ mod tests {
 
     #[test]
     fn a_fused_group_is_one_party_on_every_edge() {
-        let f = |name: &str| FunctionPlan {
-            name: name.into(),
-            concurrency: 1,
-            ..Default::default()
-        };
+        let f = test_function;
         // audit (0) -> upper+exclaim (1, 2 fused: upper's two instances) -> audit.
         let mut functions = vec![f("audit"), f("upper"), f("exclaim")];
         functions[1].fused = vec![1, 2];
         functions[2].host = Some(1);
-        let p = Plan {
-            chain: "fused".into(),
-            transport: "ring".into(),
-            spin_us: 20,
-            queue_capacity: 64,
+        let p = test_plan(
+            "fused",
             functions,
-            routes: vec![RoutePlan {
-                method: "POST".into(),
-                path: "/a".into(),
-                sequence: vec![0, 1, 2, 0],
-                ..Default::default()
-            }],
-            headers: vec![],
-            party_function: vec![GATEWAY_FN, 0, 1, 1],
-            timeout_ms: 30_000,
-            state: None,
-            pool: PoolPlan {
-                slots: 64,
-                slot_size: 4096,
-                hugepages: false,
-                large_slots: 0,
-                large_slot_size: 0,
-            },
-        };
+            vec![0, 1, 2, 0],
+            vec![GATEWAY_FN, 0, 1, 1],
+        );
         let pol = p.policy().unwrap();
         assert!(pol.allows(0, 1), "into the group: to its first function");
         assert!(
