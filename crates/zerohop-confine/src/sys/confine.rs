@@ -233,3 +233,51 @@ fn cloexec_from(first: u32) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// Installs the program in a forked child and checks what the kernel answers: the seccomp
+    /// module's tests prove the program's logic, this that the kernel takes it.
+    #[test]
+    fn the_kernel_takes_the_program_and_enforces_it() {
+        let filters = crate::seccomp::build(&[]).unwrap();
+        // SAFETY: the child only makes system calls and exits.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                let code = (|| {
+                    seccompiler::apply_filter(&filters.programs[0]).map_err(|_| 10)?;
+                    // SAFETY: plain system calls without memory arguments.
+                    unsafe {
+                        if libc::getpid() <= 0 {
+                            return Err(11);
+                        }
+                        if libc::syscall(libc::SYS_unshare, libc::CLONE_NEWNS) != -1
+                            || *libc::__errno_location() != libc::EPERM
+                        {
+                            return Err(12);
+                        }
+                        if libc::syscall(libc::SYS_clone3, 0usize, 0usize) != -1
+                            || *libc::__errno_location() != libc::ENOSYS
+                        {
+                            return Err(13);
+                        }
+                        let flags = (libc::CLONE_NEWUSER | libc::SIGCHLD) as usize;
+                        if libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize)
+                            != -1
+                            || *libc::__errno_location() != libc::EPERM
+                        {
+                            return Err(14);
+                        }
+                    }
+                    Ok(())
+                })();
+                // SAFETY: _exit skips the test harness's atexit handlers.
+                unsafe { libc::_exit(code.err().unwrap_or(0)) }
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                let status = nix::sys::wait::waitpid(child, None).unwrap();
+                assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0));
+            }
+        }
+    }
+}
