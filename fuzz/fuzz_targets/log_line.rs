@@ -1,6 +1,6 @@
-//! The log line format (`zerohop_agent::logs`): how an instance's output becomes stored
-//! lines (`Splitter`, `text_of`), and how a line is printed for a terminal
-//! (`terminal_line`, `escape`).
+//! The log line format (`zerohop_logline`, which the agent's `logs` re-exports): how an
+//! instance's output becomes stored lines (`Splitter`, `text_of`), and how a line is printed
+//! for a terminal (`terminal_line`, `escape`).
 //!
 //! The input: a byte for the longest line (1 to 64 bytes, so lines are cut often), a byte
 //! that picks where the output is cut into reads, then the output itself. Checked:
@@ -18,7 +18,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zerohop_agent::logs::{
+use zerohop_logline::{
     escape, is_escaped, terminal_line, text_of, Splitter, CUT_MARKER, ESCAPE_GROWTH,
 };
 

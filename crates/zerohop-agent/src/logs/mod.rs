@@ -43,7 +43,6 @@
 //! at the defaults, usually far less); per pipe a partial line of at most `max_line`; one
 //! 64 KiB read buffer per runtime thread.
 
-mod format;
 mod pipe;
 #[cfg(test)]
 mod tests;
@@ -59,9 +58,13 @@ use tokio::sync::broadcast;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use self::format::{escape, is_escaped, terminal_line, text_of, Splitter};
+// The line format is pure and lives in a crate of its own, so that tools (the `log_line` fuzz
+// target) check it without linking the agent.
 pub(crate) use self::pipe::pipe;
 use self::pipe::{echo, read_pipe, Source};
+pub use zerohop_logline::{
+    escape, is_escaped, terminal_line, text_of, Splitter, CUT_MARKER, ESCAPE_GROWTH,
+};
 
 /// Lines kept per function by default.
 pub const DEFAULT_CAPACITY: usize = 2000;
@@ -69,11 +72,6 @@ pub const DEFAULT_CAPACITY: usize = 2000;
 pub const DEFAULT_MAX_LINE: usize = 4096;
 /// Lines stored per function and rate window by default.
 pub const DEFAULT_RATE_BUDGET: u32 = 20_000;
-/// Appended to the text of a line that was cut at the maximum length.
-pub const CUT_MARKER: &str = " [zerohop: line cut]";
-/// The most bytes [`escape`] makes of one byte of its input (`\u{202e}` for a character of
-/// 3 bytes is 8; `\x1b` for 1 is 4).
-pub const ESCAPE_GROWTH: usize = 4;
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
 /// Lines a follower may fall behind before it skips.

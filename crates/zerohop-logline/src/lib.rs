@@ -1,8 +1,18 @@
-//! The line format, pure: how a pipe's bytes become lines ([`Splitter`]), how a line's bytes
-//! become its stored text ([`text_of`], [`escape`]), and how a line is printed for a terminal
-//! ([`terminal_line`]). No I/O here; the `log_line` fuzz target checks all of it.
+//! `zerohop-logline`: the log-line format of an instance's output, pure: how a pipe's bytes
+//! become lines ([`Splitter`]), how a line's bytes become its stored text ([`text_of`],
+//! [`escape`]), and how a line is printed for a terminal ([`terminal_line`]).
+//!
+//! The agent's log book (`zerohop_agent::logs`, which re-exports all of it) reads the pipes and
+//! stores the lines; `zerohop logs` prints them; the `log_line` fuzz target checks all of it
+//! without linking the agent. No I/O and no `unsafe` here.
 
-use super::CUT_MARKER;
+#![forbid(unsafe_code)]
+
+/// Appended to the text of a line that was cut at the maximum length.
+pub const CUT_MARKER: &str = " [zerohop: line cut]";
+/// The most bytes [`escape`] makes of one byte of its input (`\u{202e}` for a character of
+/// 3 bytes is 8; `\x1b` for 1 is 4).
+pub const ESCAPE_GROWTH: usize = 4;
 
 /// The text of a line: lossy UTF-8, [`escape`]d, a character the cut split removed, the
 /// marker added.
@@ -34,7 +44,7 @@ pub fn is_escaped(c: char) -> bool {
 /// (`\u{9b}`, `\u{202e}`); the rest, backslashes included, unchanged. So the result holds no
 /// character [`is_escaped`] accepts and escaping it again changes nothing (each layer that
 /// prints may escape without doubling); the price is that a function's own text `\x1b`
-/// reads the same as an ESC it printed. At most [`ESCAPE_GROWTH`](super::ESCAPE_GROWTH) times as long as `text`.
+/// reads the same as an ESC it printed. At most [`ESCAPE_GROWTH`] times as long as `text`.
 pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
     use std::fmt::Write as _;
     let Some(first) = text.find(is_escaped) else {
