@@ -1,5 +1,6 @@
 //! zerohop on Kubernetes, against a real control plane (etcd and a kube-apiserver built from
-//! source by `cargo xtask kube`) with RBAC and the manifests' admission policy on. Nodes are
+//! source by `cargo xtask kube`) with RBAC and the manifests' admission policy on, spoken to
+//! through its REST API as each user (`zerohop_test_support::kube`). Nodes are
 //! network namespaces on one machine, each running `zerohop agent --kube-node` with the
 //! credential its DaemonSet pod would have: a token of the node service account bound to a pod
 //! on its node, which the API server resolves to that node (the code path is the same); the
@@ -15,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use zerohop_test_support::kube::{ControlPlane, User};
+use zerohop_test_support::kube::{poll, Answer, Apply, ControlPlane, Doc, User};
 use zerohop_test_support::netns::{Host, Network};
 use zerohop_test_support::{target_bin, wait_until, ChildGuard, ChildLines, Signal, TempDir};
 
@@ -23,8 +24,8 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn manifests() -> String {
-    repo().join("deploy/kubernetes").display().to_string()
+fn manifests() -> PathBuf {
+    repo().join("deploy/kubernetes")
 }
 
 /// The hello chain as a Chain resource.
@@ -50,41 +51,32 @@ spec:
 /// Installs the manifests (namespace first: the rest lives in it) and waits for the CRDs and
 /// for the admission policy to be in force.
 fn install(plane: &ControlPlane) {
-    plane.kubectl_ok(
-        &["apply", "-f", &format!("{}/00-namespace.yaml", manifests())],
-        None,
-    );
-    plane.kubectl_ok(&["apply", "-f", &manifests()], None);
-    plane.kubectl_ok(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/chains.zerohop.dev",
-            "crd/chainparts.zerohop.dev",
-            "--timeout=30s",
-        ],
-        None,
-    );
+    plane.apply_path_ok(&manifests().join("00-namespace.yaml"));
+    plane.apply_path_ok(&manifests());
+    for crd in ["chains.zerohop.dev", "chainparts.zerohop.dev"] {
+        let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}");
+        let mut last = None;
+        let established = poll(Duration::from_secs(30), || {
+            let a = plane.get(&path);
+            let held = a.json()["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Established" && c["status"] == "True");
+            last = Some(a);
+            held
+        });
+        assert!(established, "{crd} not established within 30 s: {last:?}");
+    }
     // The API server loads a new policy in the background: until then it lets everything
     // through. A credential of the node service account that names no node is refused once
     // it is loaded (a server dry run runs admission, and changes nothing).
+    let probe = one(&lease("zerohop-node-node-0", "node-0", "127.0.0.1"));
     let mut out = None;
-    let loaded = wait_until(Duration::from_secs(20), || {
-        let o = plane.kubectl_as(
-            User::Node,
-            &[
-                "apply",
-                "--server-side",
-                "--dry-run=server",
-                "--field-manager=zerohop-node",
-                "-v=6",
-                "-f",
-                "-",
-            ],
-            Some(&lease("zerohop-node-node-0", "node-0", "127.0.0.1")),
-        );
-        let refused = refused_by_policy(&o);
-        out = Some(o);
+    let loaded = poll(Duration::from_secs(20), || {
+        let a = plane.apply(User::Node.token(), &probe, node_apply(true));
+        let refused = a.refused_by_policy("zerohop-node");
+        out = Some(a);
         refused
     });
     assert!(
@@ -92,6 +84,32 @@ fn install(plane: &ControlPlane) {
         "the admission policy zerohop-node is not in force: {:?}",
         out
     );
+}
+
+/// The one object of `text`.
+fn one(text: &str) -> Doc {
+    let mut docs = Doc::parse_all(text);
+    assert_eq!(docs.len(), 1, "not one object: {text}");
+    docs.remove(0)
+}
+
+/// How a node's daemon writes its objects: server-side apply as `zerohop-node`, forcing
+/// conflicts (`kubectl apply --server-side --force-conflicts --field-manager=zerohop-node`).
+fn node_apply(dry_run: bool) -> Apply<'static> {
+    Apply {
+        field_manager: "zerohop-node",
+        force: true,
+        dry_run,
+        subresource: None,
+    }
+}
+
+/// The API server's message in a refusal (its `Status`), or the whole answer.
+fn message(a: &Answer) -> String {
+    a.json()["message"].as_str().map_or_else(
+        || format!("{} {}", a.status, a.body),
+        |m| format!("{} {m}", a.status),
+    )
 }
 
 /// A heartbeat lease as a daemon writes it (server-side apply): `name`, held by `holder`, with
@@ -105,24 +123,40 @@ fn lease(name: &str, holder: &str, address: &str) -> String {
     )
 }
 
-/// Whether kubectl (run with `-v=6`, which logs each response's status) was refused with
-/// 403 by the API server's admission policy `zerohop-node`, not by RBAC.
-fn refused_by_policy(out: &std::process::Output) -> bool {
-    let err = String::from_utf8_lossy(&out.stderr);
-    !out.status.success()
-        && err.contains("403 Forbidden")
-        && err.contains("ValidatingAdmissionPolicy 'zerohop-node'")
-}
-
 #[test]
 fn the_manifests_pass_a_server_dry_run_and_a_wrong_chain_is_refused_with_its_field_path() {
     let plane = ControlPlane::start("127.0.0.1");
     // The objects of deploy/kubernetes live in zerohop-system, which a dry run does not make.
-    plane.kubectl_ok(
-        &["apply", "-f", &format!("{}/00-namespace.yaml", manifests())],
-        None,
-    );
-    let out = plane.kubectl_ok(&["apply", "--dry-run=server", "-f", &manifests()], None);
+    plane.apply_path_ok(&manifests().join("00-namespace.yaml"));
+    // Each object passes a server dry run (a server-side apply, as the daemons and the
+    // controller write): 201 for those it would make.
+    let dry = Apply {
+        dry_run: true,
+        ..Apply::TEST
+    };
+    let dry_run = |docs: Vec<Doc>| -> Vec<String> {
+        docs.iter()
+            .map(|d| {
+                let a = plane.apply(User::Admin.token(), d, dry);
+                assert!(
+                    a.ok(),
+                    "{} fails a server dry run: {}",
+                    d.label(),
+                    message(&a)
+                );
+                format!(
+                    "{} {} (server dry run)",
+                    d.label(),
+                    if a.status == 201 {
+                        "created"
+                    } else {
+                        "unchanged"
+                    }
+                )
+            })
+            .collect()
+    };
+    let out = dry_run(Doc::read(&manifests())).join("\n");
     for object in [
         "customresourcedefinition.apiextensions.k8s.io/chains.zerohop.dev",
         "customresourcedefinition.apiextensions.k8s.io/chainparts.zerohop.dev",
@@ -142,22 +176,17 @@ fn the_manifests_pass_a_server_dry_run_and_a_wrong_chain_is_refused_with_its_fie
     install(&plane);
 
     // The example Chains pass.
-    let out = plane.kubectl_ok(
-        &[
-            "apply",
-            "--dry-run=server",
-            "-f",
-            &format!("{}/examples", manifests()),
-        ],
-        None,
-    );
+    let out = dry_run(Doc::read(&manifests().join("examples"))).join("\n");
     assert!(
         out.contains("chain.zerohop.dev/hello created (server dry run)"),
         "{out}"
     );
 
-    // A valid Chain passes; each wrong one is refused naming its field.
-    plane.kubectl_ok(&["apply", "--dry-run=server", "-f", "-"], Some(&hello(3)));
+    // A valid Chain passes; each wrong one is refused naming its field (the create a
+    // client-side `kubectl apply --dry-run=server` makes of a new object).
+    let create = |doc: &str| plane.create(User::Admin.token(), &one(doc), true);
+    let a = create(&hello(3));
+    assert_eq!(a.status, 201, "a valid Chain: {}", message(&a));
     let cases: &[(&str, &str, &str)] = &[
         (
             "    upper:   { command: [bin/upper] }",
@@ -215,13 +244,14 @@ fn the_manifests_pass_a_server_dry_run_and_a_wrong_chain_is_refused_with_its_fie
     for (from, to, field) in cases {
         let doc = hello(3).replace(from, to);
         assert_ne!(doc, hello(3), "case {field} changed nothing");
-        let out = plane.kubectl_as(
-            User::Admin,
-            &["apply", "--dry-run=server", "-f", "-"],
-            Some(&doc),
+        let a = create(&doc);
+        // 422 Invalid or 400 BadRequest (an unknown field), never a failure elsewhere.
+        assert!(
+            a.status == 422 || a.status == 400,
+            "{field}: not refused as invalid:\n{doc}\n{}",
+            message(&a)
         );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{field}: accepted:\n{doc}");
+        let err = message(&a);
         assert!(err.contains(field), "{field}: not named in: {err}");
     }
 
@@ -244,16 +274,13 @@ fn the_manifests_pass_a_server_dry_run_and_a_wrong_chain_is_refused_with_its_fie
             doc.push_str(line);
             doc.push('\n');
         }
-        let out = plane.kubectl_as(
-            User::Admin,
-            &["apply", "--dry-run=server", "-f", "-"],
-            Some(&doc),
-        );
-        assert!(
-            out.status.success(),
+        let a = create(&doc);
+        assert_eq!(
+            a.status,
+            201,
             "{} is refused as a Chain: {}",
             file.display(),
-            String::from_utf8_lossy(&out.stderr)
+            message(&a)
         );
         checked += 1;
     }
@@ -285,7 +312,8 @@ fn shipped_specs() -> Vec<PathBuf> {
 struct Node {
     name: String,
     host: Host,
-    /// Its daemon's credential: a token bound to a pod on this node.
+    /// Its daemon's credential: a token bound to a pod on this node, and a kubeconfig with it.
+    token: String,
     kubeconfig: PathBuf,
     daemon: Option<ChildGuard>,
     /// Its standard output, read on (a reader dropped would leave its later lines to EPIPE).
@@ -327,29 +355,25 @@ impl Cluster {
         };
         for (i, host) in cluster.net.hosts().to_vec().into_iter().enumerate() {
             let name = format!("node-{i}");
-            cluster.plane.kubectl_ok(
-                &["apply", "-f", "-"],
-                Some(&format!(
-                    "{{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{{\"name\":\"{name}\"}}}}"
-                )),
-            );
-            cluster.plane.kubectl_ok(
-                &[
-                    "patch", "node", &name, "--subresource=status", "--type=merge", "-p",
-                    &format!(
+            cluster.plane.apply_ok(&format!(
+                "{{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{{\"name\":\"{name}\"}}}}"
+            ));
+            cluster.plane.merge_patch_ok(
+                &format!("/api/v1/nodes/{name}/status"),
+                &format!(
                         "{{\"status\":{{\"addresses\":[{{\"type\":\"InternalIP\",\"address\":\"{}\"}}],\
                          \"conditions\":[{{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\
                          \"message\":\"test\",\"lastHeartbeatTime\":\"2026-01-01T00:00:00Z\",\
                          \"lastTransitionTime\":\"2026-01-01T00:00:00Z\"}}]}}}}",
-                        host.ip
-                    ),
-                ],
-                None,
+                    host.ip
+                ),
             );
+            let token = cluster.plane.node_token(&name);
             let kubeconfig = cluster.plane.node_kubeconfig(&name);
             cluster.nodes.push(Node {
                 name,
                 host,
+                token,
                 kubeconfig,
                 daemon: None,
                 _lines: None,
@@ -436,10 +460,8 @@ impl Cluster {
     }
 
     fn chain(&self, chain: &str) -> serde_json::Value {
-        let out = self
-            .plane
-            .kubectl_ok(&["get", "chain", chain, "-o", "json"], None);
-        serde_json::from_str(&out).expect("chain JSON")
+        self.plane
+            .get_ok(&format!("{CHAINS}/namespaces/default/chains/{chain}"))
     }
 
     /// Waits until the Chain has `n` ready endpoints on nodes passing `nodes_ok`.
@@ -451,7 +473,7 @@ impl Cluster {
         within: Duration,
     ) -> Vec<String> {
         let mut last = Vec::new();
-        let ok = wait_until(within, || {
+        let ok = poll(within, || {
             last = self.endpoints(chain);
             let ready: Vec<_> = last.iter().filter(|e| e.2).collect();
             let nodes: Vec<String> = ready.iter().map(|e| e.1.clone()).collect();
@@ -467,26 +489,20 @@ impl Cluster {
     }
 }
 
+/// The API group and version of Chains and ChainParts.
+const CHAINS: &str = "/apis/zerohop.dev/v1alpha1";
+
 fn endpoints_of(plane: &ControlPlane, chain: &str) -> Vec<(String, String, bool)> {
-    let out = plane.kubectl(&[
-        "get",
-        "endpointslices",
-        "-n",
-        "default",
-        "-l",
-        &format!("kubernetes.io/service-name={chain}"),
-        "-o",
-        "json",
-    ]);
-    parse_slices(&out.stdout)
+    let a = plane.get(&format!(
+        "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices\
+         ?labelSelector=kubernetes.io%2Fservice-name%3D{chain}"
+    ));
+    parse_slices(&a.json())
 }
 
-/// `kubectl get endpointslices -o json` as (address:port, node, ready), sorted; empty when
-/// it is not such a list.
-fn parse_slices(json: &[u8]) -> Vec<(String, String, bool)> {
-    let Ok(list) = serde_json::from_slice::<serde_json::Value>(json) else {
-        return Vec::new();
-    };
+/// A list of EndpointSlices as (address:port, node, ready), sorted; empty when it is not
+/// such a list.
+fn parse_slices(list: &serde_json::Value) -> Vec<(String, String, bool)> {
     let mut all = Vec::new();
     for s in list["items"].as_array().into_iter().flatten() {
         let port = s["ports"][0]["port"].as_u64().unwrap_or(0);
@@ -549,15 +565,11 @@ fn post(addr: &str, body: &str) -> Result<(u16, String), (bool, String)> {
 /// The node of ChainPart `REPLICA-PART`, empty while the part does not exist (a moved part is
 /// deleted, then made anew).
 fn part_node(plane: &ControlPlane, replica: &str, part: u32) -> String {
-    let out = plane.kubectl(&[
-        "get",
-        "chainpart",
-        &format!("{replica}-{part}"),
-        "-o",
-        "jsonpath={.spec.node}",
-    ]);
-    if out.status.success() {
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    let a = plane.get(&format!(
+        "{CHAINS}/namespaces/default/chainparts/{replica}-{part}"
+    ));
+    if a.ok() {
+        a.json()["spec"]["node"].as_str().unwrap_or("").to_owned()
     } else {
         String::new()
     }
@@ -589,9 +601,7 @@ impl Drop for StopOnDrop<'_> {
 fn nodes_write_only_their_own_objects(cluster: &Cluster) {
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
     let plane = &cluster.plane;
-    let parts: serde_json::Value =
-        serde_json::from_str(&plane.kubectl_ok(&["get", "chainparts", "-A", "-o", "json"], None))
-            .expect("chainparts JSON");
+    let parts = plane.get_ok(&format!("{CHAINS}/chainparts"));
     let part_on = |node: &str| {
         parts["items"]
             .as_array()
@@ -607,118 +617,115 @@ fn nodes_write_only_their_own_objects(cluster: &Cluster) {
             .unwrap_or_else(|| panic!("no part on {node}: {parts}"))
     };
     let status = |(ns, name): &(String, String)| {
-        format!(
+        one(&format!(
             "{{\"apiVersion\":\"zerohop.dev/v1alpha1\",\"kind\":\"ChainPart\",\"metadata\":{{\
              \"name\":\"{name}\",\"namespace\":\"{ns}\"}},\"status\":{{\"phase\":\"Failed\",\
              \"ready\":false,\"message\":\"forged\"}}}}"
-        )
+        ))
     };
     let (on_a, on_b) = (part_on(&a.name), part_on(&b.name));
     let a_lease = format!("zerohop-node-{}", a.name);
-    let ns = ["-n", "zerohop-system"];
-    let apply = [
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager=zerohop-node",
-        "-f",
-        "-",
-    ];
-    let mut apply_status = apply.to_vec();
-    apply_status.push("--subresource=status");
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/zerohop-system/leases";
+    let apply_status = |dry_run| Apply {
+        subresource: Some("status"),
+        ..node_apply(dry_run)
+    };
+    // What B's credential tries: a server-side apply of an object as the daemon writes its
+    // own, or a delete.
+    enum Write {
+        Apply(Doc, Apply<'static>),
+        Delete(String),
+    }
     let forged = [
         (
             "rewrite A's heartbeat (its address)",
-            apply.to_vec(),
-            Some(lease(&a_lease, &a.name, &b.host.ip)),
+            Write::Apply(
+                one(&lease(&a_lease, &a.name, &b.host.ip)),
+                node_apply(false),
+            ),
         ),
         (
             "delete A's heartbeat",
-            [&ns[..], &["delete", "lease", a_lease.as_str()]].concat(),
-            None,
+            Write::Delete(format!("{leases}/{a_lease}")),
         ),
         (
             "make a heartbeat for a node that is not its own",
-            apply.to_vec(),
-            Some(lease("zerohop-node-node-9", "node-9", &b.host.ip)),
+            Write::Apply(
+                one(&lease("zerohop-node-node-9", "node-9", &b.host.ip)),
+                node_apply(false),
+            ),
         ),
         (
             "take the controller's leader lease",
-            apply.to_vec(),
-            Some(lease("zerohop-controller", &b.name, &b.host.ip)),
+            Write::Apply(
+                one(&lease("zerohop-controller", &b.name, &b.host.ip)),
+                node_apply(false),
+            ),
         ),
         (
             "delete the controller's leader lease",
-            [&ns[..], &["delete", "lease", "zerohop-controller"]].concat(),
-            None,
+            Write::Delete(format!("{leases}/zerohop-controller")),
         ),
         (
             "flip the status of A's part",
-            apply_status.clone(),
-            Some(status(&on_a)),
+            Write::Apply(status(&on_a), apply_status(false)),
         ),
     ];
-    for (what, args, stdin) in &forged {
-        let mut args = args.clone();
-        args.push("-v=6");
-        let out = plane.kubectl_with(&b.kubeconfig, &args, stdin.as_deref());
+    for (what, write) in &forged {
+        let answer = match write {
+            Write::Apply(doc, how) => plane.apply(&b.token, doc, *how),
+            Write::Delete(path) => plane.delete(&b.token, path),
+        };
         assert!(
-            refused_by_policy(&out),
-            "{} could {what}: {}{}",
+            answer.refused_by_policy("zerohop-node"),
+            "{} could {what}: {}",
             b.name,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            message(&answer)
         );
     }
     // A's objects are as A and the controllers wrote them.
-    let get = |args: &[&str]| plane.kubectl_ok(&[&ns[..], args].concat(), None);
-    let a_address = get(&[
-        "get",
-        "lease",
-        &a_lease,
-        "-o",
-        "jsonpath={.metadata.annotations.zerohop\\.dev/address}",
-    ]);
-    assert_eq!(a_address, a.host.ip, "{a_lease} was rewritten");
-    let holder = get(&[
-        "get",
-        "lease",
-        "zerohop-controller",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ]);
+    let a_address = plane.get_ok(&format!("{leases}/{a_lease}"))["metadata"]["annotations"]
+        ["zerohop.dev/address"]
+        .clone();
+    assert_eq!(a_address, a.host.ip.as_str(), "{a_lease} was rewritten");
+    let holder = plane.get_ok(&format!("{leases}/zerohop-controller"))["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
     assert!(
         holder.starts_with("controller-"),
         "the leader is {holder:?}"
     );
-    let phase = plane.kubectl_ok(
-        &[
-            "get",
-            "chainpart",
-            "-n",
-            &on_a.0,
-            &on_a.1,
-            "-o",
-            "jsonpath={.status.phase}",
-        ],
-        None,
-    );
+    let phase = plane.get_ok(&format!(
+        "{CHAINS}/namespaces/{}/chainparts/{}",
+        on_a.0, on_a.1
+    ))["status"]["phase"]
+        .clone();
     assert_eq!(phase, "Running", "A's part {on_a:?}");
     // What is B's own passes the same policy.
     let own = [
-        ("renew its own heartbeat", apply.to_vec(), {
-            lease(&format!("zerohop-node-{}", b.name), &b.name, &b.host.ip)
-        }),
-        ("report its own part's status", apply_status, status(&on_b)),
+        (
+            "renew its own heartbeat",
+            one(&lease(
+                &format!("zerohop-node-{}", b.name),
+                &b.name,
+                &b.host.ip,
+            )),
+            node_apply(true),
+        ),
+        (
+            "report its own part's status",
+            status(&on_b),
+            apply_status(true),
+        ),
     ];
-    for (what, mut args, stdin) in own {
-        args.push("--dry-run=server");
-        let out = plane.kubectl_with(&b.kubeconfig, &args, Some(&stdin));
+    for (what, doc, how) in own {
+        let answer = plane.apply(&b.token, &doc, how);
         assert!(
-            out.status.success(),
+            answer.ok(),
             "{} cannot {what}: {}",
             b.name,
-            String::from_utf8_lossy(&out.stderr)
+            message(&answer)
         );
     }
     // Each daemon checked at start whom its credential names.
@@ -741,9 +748,7 @@ fn nodes_write_only_their_own_objects(cluster: &Cluster) {
 #[test]
 fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_request() {
     let mut cluster = Cluster::start(3, 2);
-    cluster
-        .plane
-        .kubectl_ok(&["apply", "-f", "-"], Some(&hello(3)));
+    cluster.plane.apply_ok(&hello(3));
     let all = |n: &[String]| n.iter().collect::<BTreeSet<_>>().len() == 3;
     let addrs = cluster.wait_ready("hello", 3, all, Duration::from_secs(60));
     for a in &addrs {
@@ -760,17 +765,10 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
         .unwrap();
     assert_eq!(ready["status"], "True", "{status}");
     // The Service exists, selector-less, for a proxy to route by the slices.
-    let svc = cluster.plane.kubectl_ok(
-        &[
-            "get",
-            "service",
-            "hello",
-            "-o",
-            "jsonpath={.spec.ports[0].port}",
-        ],
-        None,
-    );
-    assert_eq!(svc, "80");
+    let svc = cluster
+        .plane
+        .get_ok("/api/v1/namespaces/default/services/hello");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 80, "{svc}");
 
     nodes_write_only_their_own_objects(&cluster);
 
@@ -873,19 +871,10 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
     for a in &moved {
         post_hello(a).unwrap_or_else(|e| panic!("{e:?}"));
     }
-    let events = cluster.plane.kubectl_ok(
-        &[
-            "get",
-            "events",
-            "-n",
-            "default",
-            "--field-selector",
-            "involvedObject.name=hello",
-            "-o",
-            "json",
-        ],
-        None,
-    );
+    let events = cluster
+        .plane
+        .get_ok("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dhello")
+        .to_string();
     assert!(
         events.contains("\"Moved\"") && events.contains(&lost),
         "no Moved event naming {lost}: {events}"
@@ -913,18 +902,13 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
     }
 
     // The leading controller dies; the other takes over and scales the Chain down.
-    let leader = cluster.plane.kubectl_ok(
-        &[
-            "get",
-            "lease",
-            "-n",
-            "zerohop-system",
-            "zerohop-controller",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ],
-        None,
-    );
+    let leader = cluster
+        .plane
+        .get_ok("/apis/coordination.k8s.io/v1/namespaces/zerohop-system/leases/zerohop-controller")
+        ["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
     let index: usize = leader
         .trim_start_matches("controller-")
         .parse()
@@ -933,9 +917,11 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
         .take()
         .unwrap()
         .signal(Signal::SIGKILL);
-    cluster
-        .plane
-        .kubectl_ok(&["scale", "chain", "hello", "--replicas=2"], None);
+    // `kubectl scale`: the Chain's scale subresource.
+    cluster.plane.merge_patch_ok(
+        &format!("{CHAINS}/namespaces/default/chains/hello/scale"),
+        r#"{"spec":{"replicas":2}}"#,
+    );
     cluster.wait_ready("hello", 2, |_| true, Duration::from_secs(30));
 
     // An edit rolls out while both replicas stay in the Service: every look at the slices
@@ -943,19 +929,12 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
     let before = cluster.chain("hello")["metadata"]["generation"]
         .as_i64()
         .expect("a generation");
-    cluster.plane.kubectl_ok(
-        &[
-            "patch",
-            "chain",
-            "hello",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"timeout":"20s"}}"#,
-        ],
-        None,
+    cluster.plane.merge_patch_ok(
+        &format!("{CHAINS}/namespaces/default/chains/hello"),
+        r#"{"spec":{"timeout":"20s"}}"#,
     );
     let mut looks = 0;
-    let rolled = wait_until(Duration::from_secs(30), || {
+    let rolled = poll(Duration::from_secs(30), || {
         let serving = cluster.endpoints("hello").iter().filter(|e| e.2).count();
         assert_eq!(
             serving,
@@ -978,15 +957,19 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
     }
 
     // Deleting the Chain removes its parts, Service and slices.
-    cluster
-        .plane
-        .kubectl_ok(&["delete", "chain", "hello"], None);
-    let gone = wait_until(Duration::from_secs(20), || {
-        let parts = cluster
+    let deleted = cluster.plane.delete(
+        User::Admin.token(),
+        &format!("{CHAINS}/namespaces/default/chains/hello"),
+    );
+    assert!(deleted.ok(), "delete the Chain: {}", message(&deleted));
+    let gone = poll(Duration::from_secs(20), || {
+        let parts = cluster.plane.get_ok(&format!("{CHAINS}/chainparts"));
+        let svc = cluster
             .plane
-            .kubectl_ok(&["get", "chainparts", "-A", "-o", "name"], None);
-        let svc = cluster.plane.kubectl(&["get", "service", "hello"]);
-        parts.trim().is_empty() && !svc.status.success() && cluster.endpoints("hello").is_empty()
+            .get("/api/v1/namespaces/default/services/hello");
+        parts["items"].as_array().is_some_and(Vec::is_empty)
+            && svc.status == 404
+            && cluster.endpoints("hello").is_empty()
     });
     assert!(gone, "the Chain's objects outlived it\n{}", cluster.logs());
 }
@@ -994,7 +977,7 @@ fn three_nodes_serve_a_chain_move_a_lost_replica_and_answer_every_accepted_reque
 #[test]
 fn a_chain_split_over_two_nodes_answers_through_the_hop_and_every_request_once_when_a_node_dies() {
     let mut cluster = Cluster::start(3, 1);
-    cluster.plane.kubectl_ok(&["apply", "-f", "-"], Some(SPLIT));
+    cluster.plane.apply_ok(SPLIT);
     let addr = cluster.wait_ready("split", 1, |_| true, Duration::from_secs(60))[0].clone();
     let node_of = |part: u32| part_node(&cluster.plane, "split-0", part);
     let (gateway_node, exclaim_node) = (node_of(0), node_of(1));
@@ -1054,7 +1037,7 @@ fn a_chain_split_over_two_nodes_answers_through_the_hop_and_every_request_once_w
             .unwrap()
             .signal(Signal::SIGKILL);
         // The part moves (a new node, the replica ready again) and requests succeed again.
-        let moved = wait_until(Duration::from_secs(60), || {
+        let moved = poll(Duration::from_secs(60), || {
             let n = part_node(&cluster.plane, "split-0", 1);
             !n.is_empty() && n != exclaim_node && n != gateway_node
         });

@@ -12,12 +12,13 @@
 //! * [`wait_until`]: every wait in a test is bounded.
 //!
 //! * [`netns`]: hosts as network namespaces on a bridge, for tests that cross a network.
-//! * [`kube`]: a real Kubernetes control plane (etcd and kube-apiserver) for the cluster
-//!   tests.
+//! * `kube` (feature `kube`): a real Kubernetes control plane (etcd and kube-apiserver) and
+//!   a client of its API, for the cluster tests.
 //! * [`locust`]: real Locust from PyPI in a venv of the checkout, its runs and their stats.
 //!
 //! `unsafe` only to take ownership of inherited descriptors in a child.
 
+#[cfg(feature = "kube")]
 pub mod kube;
 pub mod locust;
 pub mod netns;
