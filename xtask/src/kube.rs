@@ -1,6 +1,8 @@
-//! `cargo xtask kube`: kube-apiserver and kubectl, the Kubernetes tests' control plane, built
-//! from the Go module proxy into `target/kube/bin` at the version `xtask/kube` pins (skipped,
-//! saying so, when that version is there already).
+//! `cargo xtask kube`: kube-apiserver, the Kubernetes tests' control plane, built from the Go
+//! module proxy into `target/kube/bin` at the version `xtask/kube` pins (skipped, saying so,
+//! when that version is there already). No kubectl: the tests speak the API server's REST API
+//! (`zerohop_test_support::kube`), which spares the build of a second large Go program beside
+//! the workspace's.
 
 use std::process::Command;
 use std::time::Instant;
@@ -13,9 +15,11 @@ use crate::cmd::{run, workspace_root};
 const KUBE_VERSION: &str = "v1.34.4";
 /// Its major and minor version, as the binaries report them.
 const KUBE_MAJOR_MINOR: (&str, &str) = ("1", "34");
+/// The program built.
+const APISERVER: &str = "kube-apiserver";
 
-/// Builds kube-apiserver and kubectl from the Go module proxy (`xtask/kube`, k8s.io/kubernetes
-/// at [`KUBE_VERSION`]) into `target/kube/bin`, unless they are there already in that version.
+/// Builds kube-apiserver from the Go module proxy (`xtask/kube`, k8s.io/kubernetes at
+/// [`KUBE_VERSION`]) into `target/kube/bin`, unless it is there already in that version.
 /// The Go caches (about 3 GB, in `target/kube` while it builds) are removed once it built; a
 /// failed build keeps them for the next try.
 pub fn kube(args: &[String]) -> Result<()> {
@@ -27,12 +31,8 @@ pub fn kube(args: &[String]) -> Result<()> {
     let bin = dir.join("bin");
     let stamp = bin.join("VERSION");
     let have = std::fs::read_to_string(&stamp).unwrap_or_default();
-    if have.trim() == KUBE_VERSION
-        && ["kube-apiserver", "kubectl"]
-            .iter()
-            .all(|b| bin.join(b).is_file())
-    {
-        eprintln!("xtask: kube-apiserver and kubectl {KUBE_VERSION} are built (target/kube/bin)");
+    if have.trim() == KUBE_VERSION && bin.join(APISERVER).is_file() {
+        eprintln!("xtask: kube-apiserver {KUBE_VERSION} is built (target/kube/bin)");
         return Ok(());
     }
     let (major, minor) = KUBE_MAJOR_MINOR;
@@ -53,26 +53,24 @@ pub fn kube(args: &[String]) -> Result<()> {
          -X k8s.io/client-go/pkg/version.gitMajor={major} \
          -X k8s.io/client-go/pkg/version.gitMinor={minor}"
     );
-    for cmd in ["kube-apiserver", "kubectl"] {
-        let started = Instant::now();
-        run(
-            &format!(
-                "building {cmd} {KUBE_VERSION} from the Go module proxy into target/kube/bin \
-                 (about 5 minutes the first time)"
-            ),
-            go().args(["build", "-p", "2", "-o"])
-                .arg(bin.join(cmd))
-                .args(["-ldflags", &ldflags])
-                .arg(format!("k8s.io/kubernetes/cmd/{cmd}")),
+    let started = Instant::now();
+    run(
+        &format!(
+            "building {APISERVER} {KUBE_VERSION} from the Go module proxy into target/kube/bin \
+             (about 5 minutes the first time)"
+        ),
+        go().args(["build", "-p", "2", "-o"])
+            .arg(bin.join(APISERVER))
+            .args(["-ldflags", &ldflags])
+            .arg(format!("k8s.io/kubernetes/cmd/{APISERVER}")),
+    )
+    .with_context(|| {
+        format!(
+            "building {APISERVER} with `go` (it needs Go 1.24 or newer on PATH and the Go module \
+             proxy reachable; see the output above)"
         )
-        .with_context(|| {
-            format!(
-                "building {cmd} with `go` (it needs Go 1.24 or newer on PATH and the Go module \
-                 proxy reachable; see the output above)"
-            )
-        })?;
-        eprintln!("xtask: {cmd} built in {:.0?}", started.elapsed());
-    }
+    })?;
+    eprintln!("xtask: {APISERVER} built in {:.0?}", started.elapsed());
     std::fs::write(&stamp, format!("{KUBE_VERSION}\n"))
         .context("writing target/kube/bin/VERSION")?;
     // The stamp makes a rebuild rare; the Go caches (about 3 GB) are not worth their disk.

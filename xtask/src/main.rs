@@ -4,15 +4,16 @@
 //!   (`zerohop up examples/hello/chain.yaml`) until Ctrl-C.
 //! * `cargo xtask polyglot`: builds the five functions of `examples/polyglot` (Python, Go,
 //!   Rust, Node.js, C) and runs its chain until Ctrl-C.
-//! * `cargo xtask kube`: builds kube-apiserver and kubectl (the Kubernetes tests' control
-//!   plane) from the Go module proxy into `target/kube/bin` (`xtask/kube` pins the version).
+//! * `cargo xtask kube`: builds kube-apiserver (the Kubernetes tests' control plane; the tests
+//!   speak its REST API, no kubectl) from the Go module proxy into `target/kube/bin`
+//!   (`xtask/kube` pins the version).
 //! * `cargo xtask image`: builds the release binaries and the container image the Kubernetes
 //!   manifests run, `zerohop:VERSION`, as an OCI image layout: `target/image/oci/` and the
 //!   same as one archive, `target/image/zerohop-VERSION.oci.tar` (see `docs/kubernetes.md`).
 //! * `cargo xtask test [--plan]`: installs the system packages the tests need (as root with apt;
 //!   otherwise it names each missing program with the command that installs it and stops
 //!   before building; see `prereqs`), builds the binaries the end-to-end tests start,
-//!   kube-apiserver and kubectl (`cargo xtask kube`, beside the Rust builds), the container
+//!   kube-apiserver (`cargo xtask kube`, beside the Rust builds), the container
 //!   image, every SDK (the C SDK in `target/c-sdk`, the Python SDK in `target/python-sdk`,
 //!   the Node.js addon) and the polyglot example's functions, runs every test binary of the
 //!   workspace (side by side where they do not compete, see `testrun`), the doc tests, the Go
@@ -84,8 +85,8 @@ fn main() -> Result<()> {
                  polyglot [ARGS]\n                \
                  build and run examples/polyglot (Python -> Go -> Rust -> Node.js -> C)\n  \
                  image         build the container image (an OCI layout) into target/image\n  \
-                 kube          build kube-apiserver and kubectl (the Kubernetes tests' control\n                \
-                 plane) from the Go module proxy into target/kube/bin\n  \
+                 kube          build kube-apiserver (the Kubernetes tests' control plane)\n                \
+                 from the Go module proxy into target/kube/bin\n  \
                  test [ARGS]   install what the tests need, build, run all tests (ARGS go to\n                \
                  `cargo test`, ARGS after `--` to each test binary), then loom checks;\n                \
                  with --plan, print what it would install, build and run, in order\n  \

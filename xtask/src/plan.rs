@@ -76,7 +76,7 @@ pub enum Artifact {
     /// `target/release`: the workspace's libraries (the C SDK's among them), binaries and
     /// compiled tests.
     Workspace,
-    /// `target/kube/bin`: kube-apiserver and kubectl.
+    /// `target/kube/bin`: kube-apiserver.
     Kube,
     /// `target/image`: the container image.
     Image,
@@ -146,7 +146,7 @@ pub const TEST_STEPS: &[Step] = &[
     Step {
         action: Action::Kube,
         stage: Stage::Beside,
-        phase: Some("build: kube-apiserver, kubectl (beside the above)"),
+        phase: Some("build: kube-apiserver (beside the above)"),
         what: "kube-apiserver",
         runs: &[GO],
         uses: &[],

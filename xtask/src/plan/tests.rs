@@ -64,10 +64,7 @@ fn the_test_command_runs_these_steps_in_this_order() {
         [
             ("system packages", Stage::Setup),
             ("the check that it runs as root", Stage::Setup),
-            (
-                "build: kube-apiserver, kubectl (beside the above)",
-                Stage::Beside
-            ),
+            ("build: kube-apiserver (beside the above)", Stage::Beside),
             (
                 "build: the workspace (libraries, binaries, tests)",
                 Stage::Build
@@ -556,7 +553,7 @@ fn the_printed_plan_names_the_installs_each_step_and_every_binary() {
         "ARGS to cargo: -p; to each test binary: x",
         "system packages: first installs clang mosquitto (apt-get update, apt-get install -y)",
         "   1. system packages [setup, stops on failure]",
-        "   3. build: kube-apiserver, kubectl (beside the above) [beside the builds, \
+        "   3. build: kube-apiserver (beside the above) [beside the builds, \
          waited for after them]",
         "      runs: go",
         "   8. the workspace's test binaries [suite, runs even if another failed]",
