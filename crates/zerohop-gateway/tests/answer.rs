@@ -86,6 +86,7 @@ impl FillChain {
             }],
             headers: vec![],
             party_function: vec![GATEWAY_FN, 0],
+            cpus: Vec::new(),
             timeout_ms: 10_000,
             state: None,
             pool: PoolPlan {

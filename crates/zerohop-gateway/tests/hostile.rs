@@ -69,6 +69,7 @@ fn plan(queue_capacity: u32) -> Plan {
         routes: vec![r("/a", 0), r("/b", 1)],
         headers: vec![],
         party_function: vec![GATEWAY_FN, 0, 1],
+        cpus: Vec::new(),
         timeout_ms: 30_000,
         state: None,
         pool: zerohop_transport::PoolPlan {

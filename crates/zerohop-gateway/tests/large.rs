@@ -116,6 +116,7 @@ impl LargeChain {
             ],
             headers: vec![],
             party_function: vec![GATEWAY_FN, 0],
+            cpus: Vec::new(),
             timeout_ms: 20_000,
             state: None,
             pool: PoolPlan {

@@ -91,5 +91,6 @@ pub fn plan_from_spec(spec: &ChainSpec, transport: &str, spin_us: u32, gateways:
             large_slots,
             large_slot_size,
         },
+        cpus: spec.cpus.clone(),
     }
 }

@@ -6,6 +6,7 @@
 #[cfg(feature = "reader")]
 pub mod access;
 mod backend;
+pub mod cpus;
 pub mod delivery;
 pub mod derive;
 #[cfg(feature = "reader")]

@@ -164,6 +164,10 @@ pub struct Plan {
     pub state: Option<StatePlan>,
     /// The shape of the chain's pools.
     pub pool: PoolPlan,
+    /// The chain's cores, ascending; empty when it has none ([`crate::cpus`]): party `p`
+    /// runs on `cpus[lane(p)]` ([`Plan::cpu_of`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<u16>,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -243,6 +247,18 @@ impl Plan {
             .skip(1)
             .take_while(|&&f| f == GATEWAY_FN)
             .count() as u16
+    }
+
+    /// The lane of party `p` among the chain's cores: which of [`Plan::cpus`] it runs on;
+    /// `None` without `cpus` (see [`crate::cpus::lanes`]). O(parties): for start-up, not the
+    /// request path.
+    pub fn lane(&self, p: PartyId) -> Option<usize> {
+        crate::cpus::lane(&self.party_function, usize::from(p), self.cpus.len())
+    }
+
+    /// The core party `p` runs on, when the chain has `cpus`.
+    pub fn cpu_of(&self, p: PartyId) -> Option<u16> {
+        self.lane(p).map(|l| self.cpus[l])
     }
 
     /// How this chain's gateway threads number requests (computed once; for the request
@@ -523,6 +539,7 @@ mod tests {
                 routes: vec![],
                 headers: vec![],
                 party_function: [vec![GATEWAY_FN; n as usize], vec![0, 0]].concat(),
+                cpus: Vec::new(),
                 timeout_ms: 30_000,
                 state: None,
                 pool: PoolPlan {
@@ -579,6 +596,7 @@ mod tests {
             }],
             headers: vec![],
             party_function: vec![GATEWAY_FN, 0, 1],
+            cpus: Vec::new(),
             timeout_ms: 30_000,
             state: None,
             pool: PoolPlan {

@@ -77,6 +77,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         "body_timeout",
         "max_connections",
         "gateway_threads",
+        "cpus",
         "functions",
         "routes",
         "mqtt",
@@ -223,6 +224,42 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         },
     };
 
+    let cpus = match get(&top, "cpus") {
+        None => Vec::new(),
+        Some(n) => {
+            let field = |i: usize| format!("cpus[{i}]");
+            let max = i64::from(crate::cpus::MAX_CPU);
+            let listed = match &n.data {
+                YamlData::Value(Scalar::String(s)) => crate::cpus::parse_list(s),
+                YamlData::Value(Scalar::Integer(_)) => {
+                    crate::cpus::from_numbers([cx.integer(n, "cpus", 0, max)?])
+                }
+                YamlData::Sequence(items) => crate::cpus::from_numbers(
+                    items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, e)| cx.integer(e, &field(i), 0, max))
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+                _ => Err(format!(
+                    "expected a CPU list such as `0-3,8` or a list of CPU numbers, found {}",
+                    kind(n)
+                )),
+            };
+            match listed {
+                Ok(cpus) if !cpus.is_empty() => cpus,
+                Ok(_) => {
+                    return Err(cx.err(
+                        line(n),
+                        "cpus",
+                        "names no CPU; leave `cpus` out to run anywhere",
+                    ))
+                }
+                Err(m) => return Err(cx.err(line(n), "cpus", m)),
+            }
+        }
+    };
+
     let listen = match get(&top, "listen") {
         None => None,
         Some(n) => Some(cx.address(n, "listen")?),
@@ -324,6 +361,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ChainSpec, SpecError> {
         body_timeout,
         max_connections,
         gateway_threads,
+        cpus,
         functions,
         routes,
         mqtt,

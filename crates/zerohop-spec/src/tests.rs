@@ -226,6 +226,17 @@ fn parses_every_field() {
             want
         );
     }
+    assert!(s.cpus.is_empty(), "anywhere by default");
+    for (text, want) in [
+        ("\"0-2,5\"", vec![0, 1, 2, 5]),
+        ("[3, 1]", vec![1, 3]),
+        ("7", vec![7]),
+    ] {
+        let t = HELLO.replace("timeout: 2s", &format!("cpus: {text}"));
+        let read = parse(Path::new("c.yaml"), &t).unwrap();
+        assert_eq!(read.cpus, want, "{text}");
+        assert_eq!(plan_from_spec(&read, "ring", 0, 2).cpus, want);
+    }
     let up = &s.functions[0];
     assert_eq!(up.command, vec!["dir/bin/upper".to_owned(), "-v".into()]);
     assert_eq!((up.instances, up.concurrency, up.line), (2, 4, 5));
@@ -451,6 +462,10 @@ fn errors_name_line_and_field() {
             (HELLO.replace("timeout: 2s", "body_timeout: 5ms"), "c.yaml:3: body_timeout: must be between 10ms and 1h"),
             (HELLO.replace("timeout: 2s", "max_connections: 0"), "c.yaml:3: max_connections: 0 is out of range"),
             (HELLO.replace("timeout: 2s", "gateway_threads: 65"), "c.yaml:3: gateway_threads: 65 is out of range; use 1 to 64"),
+            (HELLO.replace("timeout: 2s", "cpus: \"3-1\""), "c.yaml:3: cpus: the range `3-1` runs backwards; write `1-3`"),
+            (HELLO.replace("timeout: 2s", "cpus: [0, 5000]"), "c.yaml:3: cpus[1]: 5000 is out of range; use 0 to 4095"),
+            (HELLO.replace("timeout: 2s", "cpus: []"), "c.yaml:3: cpus: names no CPU"),
+            (HELLO.replace("timeout: 2s", "cpus: { a: 1 }"), "c.yaml:3: cpus: expected a CPU list such as `0-3,8`"),
             (HELLO.replace("timeout: 2s", "gateway_threads: many"), "c.yaml:3: gateway_threads: expected `auto` or a number of threads from 1 to 64"),
             (HELLO.replace("instances: 2", "instances: two"), "c.yaml:5: functions.upper.instances: expected a whole number, found a string"),
             (HELLO.replace("instances: 2", "instances: 0"), "c.yaml:5: functions.upper.instances: 0 is out of range"),

@@ -295,6 +295,8 @@ pub struct ChainSpec {
     pub max_connections: u32,
     /// Gateway threads; `None` (`auto`): one per core the agent may run on.
     pub gateway_threads: Option<u16>,
+    /// The chain's cores, ascending (empty: anywhere the agent runs). See [`crate::cpus`].
+    pub cpus: Vec<u16>,
     /// Functions, in spec order.
     pub functions: Vec<FunctionSpec>,
     /// Routes, in spec order.

@@ -5,7 +5,10 @@
 //! Each sender keeps, per function, the instance it picked last. A pick takes, in order,
 //! the first *free* one of: the instance picked last, the first [`WARM`] instances of the
 //! function (in party order, the same for every sender), and [`SPILL`] instances from a
-//! round-robin cursor. Free means ready, with fewer requests in its handlers plus queued
+//! round-robin cursor. In a chain with `cpus` (core-affine pipelines, `zerohop_spec::cpus`)
+//! the sender's *home* instance, the first of the function on the sender's own core, comes
+//! before all of them and takes the place of the warm ones: a request runs to its answer on
+//! one core while that core's instances have room. Free means ready, with fewer requests in its handlers plus queued
 //! from this sender than it has handler threads. When none of those is free, the least
 //! loaded ready one of them is taken. So light load stays on a few instances (awake, their
 //! caches warm, the others asleep and free for the scaler to park), and heavy load spreads
@@ -40,23 +43,38 @@ pub struct Picker {
     last: Vec<AtomicU32>,
     /// Per function, where looking for room goes on when the warm ones are full (a hint).
     spill: Vec<AtomicU32>,
+    /// Per function, the index into `parties` of this sender's home instance: the first on
+    /// its own core, when the chain has `cpus`.
+    home: Vec<Option<usize>>,
 }
 
-/// The choice among a function's `n` instances (by index), given the one picked `last`,
-/// the spill cursor, the instances' handler threads and what a `look` at one instance
-/// learns: `Some(load)` for a ready one (requests in its handlers plus queued from this
-/// sender), `None` for one that is not ready. Returns the index and where the spill cursor
-/// goes next; `None` when none of the looked-at instances is ready.
+/// The choice among a function's `n` instances (by index), given the sender's `home` one
+/// (on its own core), the one picked `last`, the spill cursor, the instances' handler
+/// threads and what a `look` at one instance learns: `Some(load)` for a ready one (requests
+/// in its handlers plus queued from this sender), `None` for one that is not ready. Returns
+/// the index and where the spill cursor goes next; `None` when none of the looked-at
+/// instances is ready.
 fn choose(
     n: usize,
+    home: Option<usize>,
     last: usize,
     spill: usize,
     threads: u32,
     mut look: impl FnMut(usize) -> Option<u32>,
 ) -> Option<(usize, usize)> {
     let last = last % n;
+    let home = home.filter(|&h| h < n);
+    // With a home, it and the last one; without, the last one and the warm ones.
+    let first: [Option<usize>; 1 + WARM] = match home {
+        Some(h) => [Some(h), (last != h).then_some(last), None],
+        None => [
+            Some(last),
+            (last != 0).then_some(0),
+            (last != 1 && n > 1).then_some(1),
+        ],
+    };
     let mut best: Option<(usize, u32)> = None;
-    for i in std::iter::once(last).chain((0..WARM.min(n)).filter(|&i| i != last)) {
+    for i in first.into_iter().flatten() {
         match look(i) {
             Some(load) if load < threads => return Some((i, spill)),
             Some(load) if best.is_none_or(|(_, l)| load < l) => best = Some((i, load)),
@@ -81,13 +99,24 @@ impl Picker {
     pub fn new(plan: &Plan, me: PartyId) -> Self {
         let n = plan.functions.len();
         let policy = plan.policy().ok();
+        let parties: Vec<Vec<PartyId>> = (0..n)
+            .map(|f| match &policy {
+                Some(p) => p.targets_running(me, f as u8),
+                None => Vec::new(),
+            })
+            .collect();
+        let lanes = zerohop_spec::cpus::lanes(&plan.party_function, plan.cpus.len());
+        let lane = |p: PartyId| lanes.get(usize::from(p)).copied().flatten();
+        let home = parties
+            .iter()
+            .map(|ps| {
+                let mine = lane(me)?;
+                ps.iter().position(|&q| lane(q) == Some(mine))
+            })
+            .collect();
         Self {
-            parties: (0..n)
-                .map(|f| match &policy {
-                    Some(p) => p.targets_running(me, f as u8),
-                    None => Vec::new(),
-                })
-                .collect(),
+            parties,
+            home,
             threads: plan
                 .functions
                 .iter()
@@ -132,7 +161,8 @@ impl Picker {
         };
         let last = self.last[fi].load(Ordering::Relaxed) as usize;
         let spill = self.spill[fi].load(Ordering::Relaxed) as usize;
-        if let Some((i, next_spill)) = choose(n, last, spill, threads, look) {
+        let home = self.home.get(fi).copied().flatten();
+        if let Some((i, next_spill)) = choose(n, home, last, spill, threads, look) {
             if i != last {
                 self.last[fi].store(i as u32, Ordering::Relaxed);
             }
@@ -195,7 +225,7 @@ mod tests {
         threads: u32,
     ) -> (Option<(usize, usize)>, Vec<usize>) {
         let mut looked = Vec::new();
-        let got = choose(loads.len(), last, spill, threads, |i| {
+        let got = choose(loads.len(), None, last, spill, threads, |i| {
             looked.push(i);
             loads[i]
         });
@@ -213,6 +243,70 @@ mod tests {
         assert_eq!(choose_over(&loads, 7, 500, 1), (Some((0, 500)), vec![7, 0]));
         // Two handler threads: one request in them still leaves room.
         assert_eq!(choose_over(&loads, 7, 500, 2).0, Some((7, 500)));
+    }
+
+    #[test]
+    fn a_sender_picks_the_instance_on_its_own_core_first() {
+        let mut loads = vec![Some(0); 8];
+        let looks = |loads: &[Option<u32>], home| {
+            let mut looked = Vec::new();
+            let got = choose(loads.len(), Some(home), 2, 6, 1, |i| {
+                looked.push(i);
+                loads[i]
+            });
+            (got, looked)
+        };
+        // Home free: one look, though another was picked last.
+        assert_eq!(looks(&loads, 5), (Some((5, 6)), vec![5]));
+        // Home busy: the one picked last.
+        loads[5] = Some(1);
+        assert_eq!(looks(&loads, 5), (Some((2, 6)), vec![5, 2]));
+        // Both busy: spill from the cursor, never to the warm ones of other cores first.
+        loads[2] = Some(1);
+        assert_eq!(looks(&loads, 5), (Some((6, 7)), vec![5, 2, 6]));
+        // A home out of range is no home.
+        assert_eq!(looks(&loads, 99).1[..2], [2, 0]);
+    }
+
+    #[test]
+    fn a_chain_with_cpus_gives_each_sender_the_instance_of_its_lane() {
+        let f = crate::plan::test_function;
+        let mut plan = crate::plan::test_plan(
+            "lanes",
+            vec![f("a")],
+            vec![0],
+            vec![GATEWAY_FN, GATEWAY_FN, 0, 0, 0, 0],
+        );
+        plan.cpus = vec![4, 6];
+        let pool = Pool::create(
+            "lanes",
+            &PoolGeometry {
+                slots: 1,
+                first_slot: 0,
+                slot_size: 4096,
+                max_parties: 6,
+                hugepages: false,
+                release: false,
+            },
+        )
+        .unwrap();
+        for party in 2..6 {
+            pool.party(party).unwrap().set_state(PartyState::Ready);
+        }
+        let queued = Backlog::default();
+        // Gateway 0 is on CPU 4 with instances 0 and 2 (parties 2 and 4); gateway 1 on
+        // CPU 6 with parties 3 and 5.
+        assert_eq!(plan.cpu_of(1), Some(6));
+        assert_eq!(plan.cpu_of(5), Some(6));
+        for (gateway, home) in [(0, 2), (1, 3)] {
+            let p = Picker::new(&plan, gateway);
+            assert!((0..5).all(|_| p.pick(0, &pool, &queued) == Some(home)));
+            queued.0.lock().unwrap().insert(home, 1);
+            let spilled = p.pick(0, &pool, &queued).unwrap();
+            assert_ne!(spilled, home, "a busy home spills");
+            queued.0.lock().unwrap().clear();
+            assert_eq!(p.pick(0, &pool, &queued), Some(home), "and comes home");
+        }
     }
 
     #[test]

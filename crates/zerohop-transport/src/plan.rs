@@ -70,6 +70,7 @@ pub(crate) fn test_plan(
         }],
         headers: vec![],
         party_function,
+        cpus: Vec::new(),
         timeout_ms: 30_000,
         state: None,
         pool: PoolPlan {

@@ -57,6 +57,7 @@ fn plan(name: &str) -> Plan {
         }],
         headers: vec!["x-trace".into()],
         party_function: vec![GATEWAY_FN, 0],
+        cpus: Vec::new(),
         timeout_ms: 30_000,
         state: None,
         pool: zerohop_transport::PoolPlan {

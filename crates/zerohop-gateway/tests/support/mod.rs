@@ -84,6 +84,7 @@ fn plan(name: &str) -> Plan {
         }],
         headers: vec![],
         party_function: vec![GATEWAY_FN, 0],
+        cpus: Vec::new(),
         timeout_ms: 10_000,
         state: None,
         pool: zerohop_transport::PoolPlan {

@@ -47,6 +47,7 @@ pub(crate) fn hello() -> Plan {
         }],
         headers: Vec::new(),
         party_function: vec![GATEWAY_FN, 0, 1],
+        cpus: Vec::new(),
         timeout_ms: 1000,
         state: None,
         pool: zerohop_transport::PoolPlan {
