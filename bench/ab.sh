@@ -10,6 +10,12 @@
 # Prints each run and, at the end, the ratios new/old per round with their median and
 # geometric mean: on a shared machine single runs swing, ratios of neighbours do much less.
 # Needs wrk and curl; runs as root (the agent confines the instances).
+#
+# The same build twice compares two specs instead: AB_INSTANCES (default 1) instances of each
+# function on both sides, and AB_OLD_SPEC / AB_NEW_SPEC add top-level lines to one side's
+# spec. Core-affine pipelines against the same chain unpinned, on a 2-CPU machine:
+#
+#   AB_INSTANCES=2 AB_NEW_SPEC='cpus: "0-1"' bench/ab.sh target/release target/release
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
@@ -17,6 +23,8 @@ if [ $# -lt 2 ]; then
     exit 2
 fi
 ROUNDS=${3:-10}
+INSTANCES=${AB_INSTANCES:-1}
+declare -A EXTRA=([old]=${AB_OLD_SPEC:-} [new]=${AB_NEW_SPEC:-})
 for dir in "$1" "$2"; do
     for bin in zerohop upper exclaim; do
         [ -x "$dir/$bin" ] || { echo "$0: no executable $dir/$bin" >&2; exit 2; }
@@ -42,9 +50,10 @@ for which in old new; do
 name: ab-$which
 pool: { slots: 1024, slot_size: 64KiB }
 timeout: 10s
+${EXTRA[$which]}
 functions:
-  upper:   { command: ["$d/upper"], instances: 1 }
-  exclaim: { command: ["$d/exclaim"], instances: 1 }
+  upper:   { command: ["$d/upper"], instances: $INSTANCES }
+  exclaim: { command: ["$d/exclaim"], instances: $INSTANCES }
 routes:
   - http: POST /hello
     sequence: [upper, exclaim]

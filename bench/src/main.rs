@@ -304,6 +304,7 @@ fn run(args: &Args) -> Result<bool> {
         cpus: pin.then(|| "1".to_owned()),
         // The one-core matrix: one gateway thread, as the affinity gives it.
         gateway_threads: None,
+        pipelines: false,
         instances: 1,
         bin_dir,
         work_dir: work.path().to_owned(),

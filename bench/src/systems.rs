@@ -136,6 +136,9 @@ pub struct StartOpts {
     pub cpus: Option<String>,
     /// zerohop: `--gateway-threads` (None: the spec's default, one per allowed core).
     pub gateway_threads: Option<u16>,
+    /// zerohop: with `cpus`, a core-affine pipeline per core (the spec's `cpus:` is the same
+    /// list; `docs/pipelines.md`).
+    pub pipelines: bool,
     /// zerohop: instances of each function.
     pub instances: u16,
     /// Folder holding the built binaries (`zerohop`, `zerohop-bench-fn`, `zerohop-bench-pass`,
@@ -295,6 +298,9 @@ impl RunningSystem {
     ) -> Result<()> {
         self.functions = function_names(chain);
         let mut spec = zerohop_spec(chain, &self.functions, &bin_dir(opts)?, opts.instances)?;
+        if let (true, Some(cpus)) = (opts.pipelines, &opts.cpus) {
+            spec.push_str(&format!("cpus: \"{cpus}\"\n"));
+        }
         if let Some(cert) = &opts.tls {
             spec.push_str(&cert.spec_line()?);
             self.ca = Some(cert.cert.clone());

@@ -117,6 +117,7 @@ fn check(id: SystemId) {
     let opts = StartOpts {
         cpus: Some(cpu.to_string()),
         gateway_threads: None,
+        pipelines: false,
         instances: 1,
         bin_dir: target_bin("zerohop")
             .parent()
@@ -266,6 +267,7 @@ fn check_tls(id: SystemId) {
     let opts = StartOpts {
         cpus: Some(first_allowed_cpu().to_string()),
         gateway_threads: None,
+        pipelines: false,
         instances: 1,
         bin_dir: target_bin("zerohop")
             .parent()
@@ -344,6 +346,7 @@ fn missing_binaries_and_empty_chains_are_clear_errors() {
     let opts = StartOpts {
         cpus: None,
         gateway_threads: None,
+        pipelines: false,
         instances: 1,
         bin_dir: empty.path().to_path_buf(),
         work_dir: work.path().to_path_buf(),
@@ -378,6 +381,7 @@ fn zerohop_components_follow_a_restarted_function() {
     let opts = StartOpts {
         cpus: None,
         gateway_threads: None,
+        pipelines: false,
         instances: 1,
         bin_dir: target_bin("zerohop")
             .parent()

@@ -2,7 +2,7 @@
 //! `--cores` asks, every system on CPUs `0..N` and the load generator on cores of its own.
 //!
 //! * Systems, each on the same N cores: `zerohop-ring` (`gateway_threads: N`, N instances of
-//!   each function), `hyper-monolith` (the monolith on tokio's multi-threaded runtime with N
+//!   each function, `cpus: 0-(N-1)`: a core-affine pipeline per core), `hyper-monolith` (the monolith on tokio's multi-threaded runtime with N
 //!   workers: one process, as a team would deploy it), `go-monolith` and `go-http-chain`
 //!   (`net/http`, upper -> exclaim over loopback HTTP keep-alive, `GOMAXPROCS=N`).
 //! * Load: wrk with one thread per load-generator core and 32·N connections (each answer
@@ -330,6 +330,7 @@ fn point(
     let opts = StartOpts {
         cpus: Some(cpu_list(&system_cpus)),
         gateway_threads: Some(threads),
+        pipelines: true,
         instances: threads,
         ..opts.clone()
     };

@@ -76,9 +76,9 @@ pub fn markdown(c: &Cores) -> String {
         s,
         "## Cores: every system on the same N cores (hello, 100 B)\n\n{}\n\nLoad: {}; {} \
          interleaved round(s) of {:.0} s; RPS is the mean of the rounds (each round in \
-         brackets). zerohop-ring runs N gateway threads and N instances of each function; \
-         hyper-monolith is one process on tokio's multi-threaded runtime with N workers; the \
-         Go programs run with GOMAXPROCS=N. CPU per request is every process of the system \
+         brackets). zerohop-ring runs N gateway threads and N instances of each function, \
+         a pipeline per core (`cpus`); hyper-monolith is one process on tokio's \
+         multi-threaded runtime with N workers; the Go programs run with GOMAXPROCS=N. CPU per request is every process of the system \
          (load generator apart), from schedstat.\n",
         c.pinning, c.load_generator, c.rounds, c.seconds_per_point
     );

@@ -40,7 +40,7 @@
 //!
 //! A program that installs its own subscriber before calling [`run`] keeps it.
 //!
-//! `unsafe` only in `sys` (prctl, getppid).
+//! `unsafe` only in `sys` (prctl, getppid, sched_setaffinity).
 
 #![deny(missing_docs)]
 

@@ -22,3 +22,36 @@ pub(crate) fn take_inherited(raw: i32) -> Option<OwnedFd> {
     // exactly once, at start-up, before anything else could claim the number.
     Some(unsafe { OwnedFd::from_raw_fd(raw) })
 }
+
+/// Pins every thread of this process to `cpu` (threads started later inherit it). A thread
+/// that starts while the list is read may be missed: the runtime calls this before it
+/// starts its own.
+pub(crate) fn pin_process(cpu: u16) -> std::io::Result<()> {
+    let cpu = usize::from(cpu);
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: cpu_set_t is plain bits; all zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below the set's size in bits (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let Some(tid) = task?
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: `set` is a valid cpu_set_t of the size passed; the kernel only reads it.
+        let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            // A thread that ended since the list was read.
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}

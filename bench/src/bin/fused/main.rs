@@ -175,6 +175,7 @@ fn main() -> Result<()> {
         let opts = StartOpts {
             cpus: None,
             gateway_threads: None,
+            pipelines: false,
             instances: 1,
             bin_dir: bin.clone(),
             work_dir: dir.path().to_owned(),

@@ -364,6 +364,7 @@ fn run() -> Result<bool> {
     let opts = StartOpts {
         cpus: system_cpus.clone(),
         gateway_threads: None,
+        pipelines: false,
         instances: 1,
         bin_dir: bin.clone(),
         work_dir: scratch.path().to_owned(),

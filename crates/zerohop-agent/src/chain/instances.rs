@@ -204,6 +204,8 @@ where
     let started = std::thread::Builder::new().name(name.to_owned()).spawn({
         let (name, task) = (name.to_owned(), slot.clone());
         move || {
+            // Not on the core of gateway 0's pipeline, where the chain's thread may be.
+            super::cores::float();
             let Some(task) = task.lock().unwrap_or_else(|p| p.into_inner()).take() else {
                 return;
             };

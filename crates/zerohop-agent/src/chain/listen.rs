@@ -46,7 +46,9 @@ pub(super) fn bind_all(
 ) -> Result<Bound, AgentError> {
     // The files first: a bad certificate stops the chain before it listens anywhere.
     let tls = load_tls(spec)?;
-    let (sockets, http_sockets, addr) = http_listeners(http, opts.listen, threads)?;
+    // Gateway thread `g` runs on the chain's core `cpus[g mod n]` (`cpus` in the spec).
+    let cpu_of = |g: usize| (!spec.cpus.is_empty()).then(|| spec.cpus[g % spec.cpus.len()]);
+    let (sockets, http_sockets, addr) = http_listeners(http, opts.listen, threads, &cpu_of)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let mut listeners = vec![format!("{scheme}://{addr}")];
     let (mqtt, coap) = bind_others(spec, opts, tls.as_ref(), coap, &mut listeners)?;
@@ -195,6 +197,7 @@ pub(super) async fn start_gateways(
         instance_stop,
         stop_rx,
     };
+    let plan = gateways.plan();
     for ((gw, endpoint), sockets) in gateways.iter().skip(1).zip(endpoints).zip(per_thread) {
         let started = spawn_gateway(
             gw.clone(),
@@ -204,6 +207,7 @@ pub(super) async fn start_gateways(
             tls.clone(),
             up.http_rx.clone(),
             up.stop_rx.clone(),
+            plan.cpu_of(gw.party_index()),
         );
         match started.await {
             Ok((t, s)) => {
@@ -216,6 +220,9 @@ pub(super) async fn start_gateways(
             }
         }
     }
+    // Party 0 serves on this thread: pinned with its lane (supervision threads started
+    // later float, `cores::float`).
+    super::cores::pin_or_warn(plan.cpu_of(0), "gateway thread 0");
     up.receiving = Some(gateways.iter().next().expect("one").start_receiving(first));
     Ok(up)
 }
@@ -234,8 +241,9 @@ pub(super) async fn join_threads(threads: Vec<std::thread::JoinHandle<()>>) {
 }
 
 /// A listening socket on `addr`; `shared` sets SO_REUSEPORT, so every gateway thread
-/// listens on the same address and the kernel spreads connections over them.
-fn bind(addr: SocketAddr, shared: bool) -> std::io::Result<TcpListener> {
+/// listens on the same address and the kernel spreads connections over them, preferring
+/// for a connection the socket whose `cpu` is the one its packets arrive on.
+fn bind(addr: SocketAddr, shared: bool, cpu: Option<u16>) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -244,6 +252,9 @@ fn bind(addr: SocketAddr, shared: bool) -> std::io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     if shared {
         socket.set_reuseport(true)?;
+    }
+    if let Some(cpu) = cpu {
+        socket2::SockRef::from(&socket).set_cpu_affinity(usize::from(cpu))?;
     }
     socket.bind(addr)?;
     socket.listen(1024)
@@ -257,6 +268,7 @@ fn http_listeners(
     inherited: Vec<std::net::TcpListener>,
     listen: SocketAddr,
     threads: u16,
+    cpu_of: &dyn Fn(usize) -> Option<u16>,
 ) -> Result<
     (
         Vec<std::net::TcpListener>,
@@ -267,20 +279,27 @@ fn http_listeners(
 > {
     let failed = |addr| move |source| AgentError::Listen { addr, source };
     let sockets = if inherited.is_empty() {
-        let first = bind(listen, threads > 1).map_err(failed(listen))?;
+        let first = bind(listen, threads > 1, cpu_of(0)).map_err(failed(listen))?;
         let addr = first.local_addr().map_err(failed(listen))?;
         let mut list = vec![first.into_std().map_err(failed(addr))?];
-        for _ in 1..threads {
+        for g in 1..threads {
             list.push(
-                bind(addr, true)
+                bind(addr, true, cpu_of(g.into()))
                     .and_then(TcpListener::into_std)
                     .map_err(failed(addr))?,
             );
         }
         list
     } else {
-        for l in &inherited {
+        // Socket i goes to gateway thread i mod threads (see `bind_all`).
+        let threads = usize::from(threads.max(1));
+        for (i, l) in inherited.iter().enumerate() {
             l.set_nonblocking(true).map_err(failed(listen))?;
+            if let Some(cpu) = cpu_of(i % threads) {
+                socket2::SockRef::from(l)
+                    .set_cpu_affinity(usize::from(cpu))
+                    .map_err(failed(listen))?;
+            }
         }
         inherited
     };
@@ -334,7 +353,7 @@ fn bind_others(
                 addr: want,
                 source,
             };
-            let l = bind(want, false).map_err(err)?;
+            let l = bind(want, false, None).map_err(err)?;
             listeners.push(format!("mqtt://{}", l.local_addr().map_err(err)?));
             // The spec reader allows `listen_tls` only beside `listen` and with `tls`.
             let secure = match (spec.mqtt_tls, tls) {
@@ -344,7 +363,7 @@ fn bind_others(
                         addr: at,
                         source,
                     };
-                    let l = bind(at, false).map_err(err)?;
+                    let l = bind(at, false, None).map_err(err)?;
                     listeners.push(format!("mqtts://{}", l.local_addr().map_err(err)?));
                     Some((l, tls.clone()))
                 }
@@ -397,7 +416,8 @@ pub(super) async fn serve_all(
 /// Starts gateway party `gw` on a thread of its own with its own runtime: it accepts on
 /// `sockets`, serves until `http` turns true (then `served` resolves), and receives answers
 /// until `instances` turns true (instances may still answer while connections drain).
-/// Returns once it listens.
+/// Returns once it listens. It runs on `cpu` when there is one.
+#[allow(clippy::too_many_arguments)]
 async fn spawn_gateway(
     gw: Arc<Gateway>,
     endpoint: Endpoint,
@@ -406,6 +426,7 @@ async fn spawn_gateway(
     tls: Option<Arc<Tls>>,
     http: watch::Receiver<bool>,
     mut instances: watch::Receiver<bool>,
+    cpu: Option<u16>,
 ) -> Result<
     (
         std::thread::JoinHandle<()>,
@@ -419,6 +440,7 @@ async fn spawn_gateway(
     let thread = std::thread::Builder::new()
         .name(format!("gateway-{}", gw.party_index()))
         .spawn(move || {
+            super::cores::pin_or_warn(cpu, &format!("gateway thread {}", gw.party_index()));
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

@@ -14,6 +14,7 @@
 //! instances already spawned); memory, descriptors and sockets go with their owners.
 //! [`Running::shutdown`] takes a chain down in the reverse order.
 
+mod cores;
 mod deferred;
 mod instances;
 mod jail;

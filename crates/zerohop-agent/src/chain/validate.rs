@@ -46,10 +46,18 @@ pub(super) fn validate(spec: &ChainSpec, opts: &UpOptions) -> Result<Validated, 
     let spin_us = opts
         .spin_us
         .unwrap_or(zerohop_transport::Options::default().spin_us);
+    if !spec.cpus.is_empty() {
+        usable_cpus(&spec.cpus, &allowed_cpus()).map_err(|m| spec_error("cpus", m))?;
+    }
+    // With `cpus`, one gateway thread per core of the chain unless told otherwise.
+    let auto = || match spec.cpus.len() {
+        0 => auto_gateway_threads(),
+        n => n.min(MAX_GATEWAY_THREADS.into()) as u16,
+    };
     let gateway_threads = opts
         .gateway_threads
         .or(spec.gateway_threads)
-        .unwrap_or_else(auto_gateway_threads)
+        .unwrap_or_else(auto)
         .clamp(1, MAX_GATEWAY_THREADS);
     let instances: usize = spec.functions.iter().map(crate::spec::reserved).sum();
     if usize::from(gateway_threads) + instances > MAX_PARTIES {
@@ -89,6 +97,39 @@ pub fn auto_gateway_threads() -> u16 {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(MAX_GATEWAY_THREADS.into()) as u16
+}
+
+/// The CPUs this agent may run on (and so its instances): its affinity mask.
+fn allowed_cpus() -> Vec<u16> {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    match sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..CpuSet::count().min(usize::from(crate::spec::cpus::MAX_CPU) + 1))
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .map(|c| c as u16)
+            .collect(),
+        // Cannot tell: let the kernel refuse a CPU later, naming it.
+        Err(_) => (0..=crate::spec::cpus::MAX_CPU).collect(),
+    }
+}
+
+/// Whether a chain's `cpus` are all among the `allowed` ones, else which are not, in a
+/// message that says what to do.
+fn usable_cpus(cpus: &[u16], allowed: &[u16]) -> Result<(), String> {
+    let outside: Vec<u16> = cpus
+        .iter()
+        .copied()
+        .filter(|c| allowed.binary_search(c).is_err())
+        .collect();
+    if outside.is_empty() {
+        return Ok(());
+    }
+    use crate::spec::cpus::format_list;
+    Err(format!(
+        "CPU {} {} not among the CPUs this agent may run on ({}); name CPUs from that list",
+        format_list(&outside),
+        if outside.len() == 1 { "is" } else { "are" },
+        format_list(allowed),
+    ))
 }
 
 /// Finds a function's program before anything is started: a path with a `/` as given, a
@@ -134,4 +175,21 @@ pub(crate) fn check_program(
             "program `{prog}` not found; build it first (e.g. `cargo build --release`) or fix the path (relative paths are resolved against the spec's folder)"
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usable_cpus;
+
+    #[test]
+    fn a_chain_may_only_name_cpus_the_agent_runs_on() {
+        assert_eq!(usable_cpus(&[0, 1], &[0, 1, 2, 3]), Ok(()));
+        assert_eq!(
+            usable_cpus(&[1, 4], &[0, 1, 2, 3]).unwrap_err(),
+            "CPU 4 is not among the CPUs this agent may run on (0-3); name CPUs from that list"
+        );
+        assert!(usable_cpus(&[4, 5, 7], &[0, 1])
+            .unwrap_err()
+            .starts_with("CPU 4-5,7 are not among"));
+    }
 }

@@ -13,6 +13,8 @@
 //! sleeps `DELAY_MS` first and answers like `upper` (retries and the dead-letter queue).
 //! `grow` answers `TESTFN_GROW` bytes (default 1 MiB): the request's body repeated (`x` for
 //! an empty one), so an answer outgrows its slot; `grow-abort` does so, then dies.
+//! `where` adds a line ` TESTFN_NAME pid=PID cpus=LIST` to the body: which process served
+//! the request and the CPUs its handler thread may run on (core-affine pipelines).
 
 #![forbid(unsafe_code)]
 
@@ -37,6 +39,17 @@ fn main() {
         }
         "exclaim" => {
             req.extend(b"!")?;
+            Ok(Next::Continue)
+        }
+        "where" => {
+            let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+            let cpus = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .unwrap_or("?")
+                .trim();
+            let line = format!("\n{name} pid={} cpus={cpus}", std::process::id());
+            req.extend(line.as_bytes())?;
             Ok(Next::Continue)
         }
         "slow" => {

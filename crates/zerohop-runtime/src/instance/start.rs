@@ -40,6 +40,13 @@ pub fn start() -> Result<Instance, StartError> {
             sys::take_inherited(fd).ok_or(HandOverError::NotInherited(fd))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // In a chain with `cpus`, on the core of this instance's lane, before its handler
+    // threads exist (threads the language's runtime started already are pinned too).
+    if let Some(cpu) = plan.cpu_of(me) {
+        if let Err(e) = sys::pin_process(cpu) {
+            tracing::warn!("cannot run on CPU {cpu} as the chain's `cpus` asks: {e}");
+        }
+    }
     attach(plan, me, fds)
 }
 
