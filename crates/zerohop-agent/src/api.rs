@@ -306,6 +306,9 @@ pub struct InstanceStatus {
     /// How that activation went: `parked` (no fork or exec) or `cold`.
     #[serde(default)]
     pub activation: Option<String>,
+    /// The CPU it runs on, in a chain with `cpus` (its lane's, `docs/pipelines.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u16>,
 }
 
 /// One route of a chain.

@@ -206,6 +206,7 @@ impl ChainView {
                 }
             }
         }
+        let lanes = crate::spec::cpus::lanes(&plan.party_function, plan.cpus.len());
         for (party, &f) in plan.party_function.iter().enumerate() {
             if party < usize::from(plan.gateways()) || f == GATEWAY_FN {
                 continue;
@@ -293,6 +294,7 @@ impl ChainView {
                 throttled: usage.nr_throttled,
                 activated_ns: decided.map(|(ns, _)| ns),
                 activation: decided.map(|(_, how)| how.into()),
+                cpu: lanes[usize::from(party)].map(|l| plan.cpus[l]),
             });
         }
         let access = gws.iter().next().map(|g| g.access());

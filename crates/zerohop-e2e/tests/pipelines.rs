@@ -1,6 +1,7 @@
 //! Core-affine pipelines end to end (`cpus:` in the spec): the real `zerohop agent` daemon
 //! runs a two-function chain on CPUs 0 and 1 with two instances of each function. Each
-//! gateway thread and each instance runs on its lane's core only; a client on a core is
+//! gateway thread and each instance runs on its lane's core only (and `zerohop status` says
+//! which); a client on a core is
 //! served by the gateway thread of that core (the kernel's `SO_INCOMING_CPU` choice among
 //! the listening sockets), which picks the instances of the same core, while they have room;
 //! a spec naming a CPU the agent may not use is refused with the CPU named.
@@ -67,19 +68,16 @@ fn each_core_serves_its_clients_through_its_own_gateway_thread_and_instances() {
     // Every instance on the core of its lane: instance k of each function on CPU k mod 2.
     let s = d.status("lanes");
     for f in s["functions"].as_array().unwrap() {
-        let pids: Vec<u64> = f["instances"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|i| i["pid"].as_u64())
-            .collect();
-        assert_eq!(pids.len(), 2, "{s}");
-        for (k, pid) in pids.iter().enumerate() {
+        let instances = f["instances"].as_array().unwrap();
+        assert_eq!(instances.len(), 2, "{s}");
+        for (k, i) in instances.iter().enumerate() {
+            let pid = i["pid"].as_u64().expect("a process");
             assert_eq!(
                 allowed(&format!("/proc/{pid}/status")),
                 k.to_string(),
                 "{f}"
             );
+            assert_eq!(i["cpu"], k, "status names the CPU: {f}");
         }
     }
     // Gateway thread 1 on CPU 1, the chain's thread (gateway 0) on CPU 0.
