@@ -493,10 +493,26 @@ pub fn start(
     program: &Program,
     args: &[String],
     env: Vec<(OsString, OsString)>,
-    mut fds: Vec<OwnedFd>,
+    fds: Vec<OwnedFd>,
     stdio: Option<[OwnedFd; 2]>,
     cgroup: Option<&InstanceCgroup>,
 ) -> std::io::Result<Child> {
+    submit(jail, program, args, env, fds, stdio, cgroup)?.wait()
+}
+
+/// [`start`] without waiting for the instance's program to run: the request is on its way
+/// to the spawner, which forks it while the caller prepares (and submits) the next ones;
+/// [`Spawning::wait`] says how it went. Every descriptor passed in is closed in the agent
+/// by the time this returns (in the spawner, once the child has its copies).
+pub fn submit<'a>(
+    jail: &'a Jail,
+    program: &Program,
+    args: &[String],
+    env: Vec<(OsString, OsString)>,
+    mut fds: Vec<OwnedFd>,
+    stdio: Option<[OwnedFd; 2]>,
+    cgroup: Option<&InstanceCgroup>,
+) -> std::io::Result<Spawning<'a>> {
     let first = zerohop_spec::handover::FIRST_FD;
     let handed = fds.len() as i32;
     let mut next = first + handed;
@@ -529,7 +545,7 @@ pub fn start(
     let argv = std::iter::once(program.path.as_os_str())
         .chain(args.iter().map(std::ffi::OsStr::new))
         .collect();
-    jail.spawner.spawn(Request {
+    let pending = jail.spawner.submit(Request {
         program: &exec_path,
         argv,
         env: &env,
@@ -540,7 +556,22 @@ pub fn start(
         agent_pid: jail.agent_pid,
         first_private_fd: (first + handed) as u32,
         filters: &program.filters,
-    })
+    })?;
+    Ok(Spawning(pending))
+}
+
+/// An instance [`submit`]ted to the jail's spawner, not yet known to run. Dropped without
+/// [`wait`](Self::wait), it waits anyway and kills what started (nothing the agent does not
+/// supervise keeps running).
+#[derive(Debug)]
+pub struct Spawning<'a>(spawner::Pending<'a>);
+
+impl Spawning<'_> {
+    /// Waits until the instance's program runs; a failed start's error names the step
+    /// that failed after [`explain`].
+    pub fn wait(self) -> std::io::Result<Child> {
+        self.0.wait()
+    }
 }
 
 /// Turns a spawn error into one that says which confinement step failed, when it was one.

@@ -17,7 +17,15 @@
 //! agent), runs the same confinement steps in the child, and answers with the pid once
 //! `execve` succeeded, or with the step that failed. The spawner exits when the agent
 //! closes the socket or dies.
+//!
+//! Spawns are pipelined: the agent may send the next requests before the answer to the
+//! first ([`Spawner::submit`], then [`Pending::wait`]), and the spawner forks the next
+//! child while the ones before it are still confining themselves and exec'ing (each child
+//! tells it through a pipe of its own, which it polls beside the socket). Every request
+//! and answer carries the request's number, so an answer (and a failure) always reaches
+//! the request it belongs to, whatever order the children reach `execve` in.
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -26,6 +34,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::socket::{
     recvmsg, sendmsg, setsockopt, socketpair, sockopt, AddressFamily, ControlMessage,
@@ -74,9 +83,51 @@ pub(crate) struct Request<'a> {
 /// The agent's handle on its spawner.
 #[derive(Debug)]
 pub(crate) struct Spawner {
-    /// The socket, and the number of the last request sent on it (answers carry it back).
-    sock: Mutex<(OwnedFd, u32)>,
+    channel: Mutex<Channel>,
     pid: Pid,
+}
+
+/// The agent's end of the socket, and what it knows of the requests on it.
+#[derive(Debug)]
+struct Channel {
+    sock: OwnedFd,
+    /// The number of the last request sent (answers carry it back).
+    last: u32,
+    /// Answers read while waiting for another request's.
+    early: HashMap<u32, Answer>,
+    /// Requests whose wait timed out: whatever they start runs unsupervised, so it goes.
+    abandoned: HashSet<u32>,
+}
+
+/// The spawner's answer to one request: the pid, and 0 or the encoded error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Answer {
+    pid: u32,
+    code: i32,
+}
+
+/// What the answer to request `waited` means for the agent, given one just read (`number`).
+#[derive(Debug, PartialEq, Eq)]
+enum Read {
+    /// The one waited for.
+    Mine(Answer),
+    /// Another's, to be kept until it is waited for.
+    Early(u32, Answer),
+    /// A request given up: its child (if it started one) must be killed and reaped.
+    Abandoned(Answer),
+}
+
+impl Channel {
+    /// Sorts an answer just read: a pure decision, unit-tested.
+    fn sort(&mut self, waited: u32, number: u32, answer: Answer) -> Read {
+        if number == waited {
+            Read::Mine(answer)
+        } else if self.abandoned.remove(&number) {
+            Read::Abandoned(answer)
+        } else {
+            Read::Early(number, answer)
+        }
+    }
 }
 
 impl Spawner {
@@ -94,18 +145,25 @@ impl Spawner {
         setsockopt(&agent, sockopt::ReceiveTimeout, &timeout)?;
         let pid = sys::fork_spawner(spawner, spawner_main)?;
         Ok(Spawner {
-            sock: Mutex::new((agent, 0)),
+            channel: Mutex::new(Channel {
+                sock: agent,
+                last: 0,
+                early: HashMap::new(),
+                abandoned: HashSet::new(),
+            }),
             pid,
         })
     }
 
-    /// Starts an instance; returns it once its program runs.
-    pub fn spawn(&self, req: Request<'_>) -> io::Result<Child> {
-        let mut guard = self.sock.lock().unwrap_or_else(|p| p.into_inner());
-        let (sock, number) = &mut *guard;
-        *number = number.wrapping_add(1);
+    /// Sends the request for an instance and returns without waiting for it to start;
+    /// [`Pending::wait`] does. The caller bounds how many it leaves pending (each is a
+    /// child the spawner watches, and an answer the agent has not read).
+    pub fn submit(&self, req: Request<'_>) -> io::Result<Pending<'_>> {
+        let mut ch = self.lock();
+        let number = ch.last.wrapping_add(1);
+        ch.last = number;
         let mut payload = Vec::with_capacity(4096);
-        put_u32(&mut payload, *number);
+        put_u32(&mut payload, number);
         encode(&req, &mut payload);
         let fds: Vec<RawFd> = req
             .fds
@@ -113,38 +171,86 @@ impl Spawner {
             .chain(req.stdio.iter().flatten())
             .map(AsRawFd::as_raw_fd)
             .collect();
-        let fd = sock.as_raw_fd();
-        let dead = |e: io::Error| io::Error::other(format!("the spawner process is gone ({e})"));
-        send_request(fd, &payload, &fds).map_err(dead)?;
-        let (pid, code) = loop {
-            let mut answer = [0u8; 12];
-            let n = match nix::sys::socket::recv(fd, &mut answer, MsgFlags::empty()) {
+        send_request(ch.sock.as_raw_fd(), &payload, &fds).map_err(gone)?;
+        Ok(Pending {
+            spawner: self,
+            number,
+            waited: false,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Channel> {
+        self.channel.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The answer to request `number`, read from the socket (answers to other requests read
+    /// on the way are kept for their waits, or acted on if abandoned).
+    fn answer(&self, number: u32) -> io::Result<Answer> {
+        let mut ch = self.lock();
+        loop {
+            if let Some(a) = ch.early.remove(&number) {
+                return Ok(a);
+            }
+            let mut buf = [0u8; 12];
+            let n = match nix::sys::socket::recv(ch.sock.as_raw_fd(), &mut buf, MsgFlags::empty()) {
                 Ok(n) => n,
                 // A signal (SIGCHLD of a dying instance) interrupted the wait: wait on.
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(nix::errno::Errno::EAGAIN) => {
+                    ch.abandoned.insert(number);
                     return Err(io::Error::other(format!(
                         "the spawner did not answer within {ANSWER_TIMEOUT:?}"
-                    )))
+                    )));
                 }
-                Err(e) => return Err(dead(e.into())),
+                Err(e) => return Err(gone(e.into())),
             };
             if n != 12 {
-                return Err(dead(io::Error::from(io::ErrorKind::UnexpectedEof)));
+                return Err(gone(io::Error::from(io::ErrorKind::UnexpectedEof)));
             }
-            let word = |i: usize| u32::from_ne_bytes(answer[i..i + 4].try_into().expect("4"));
-            let (pid, code) = (word(4), word(8) as i32);
-            if word(0) == *number {
-                break (pid, code);
+            let word = |i: usize| u32::from_ne_bytes(buf[i..i + 4].try_into().expect("4"));
+            let answer = Answer {
+                pid: word(4),
+                code: word(8) as i32,
+            };
+            match ch.sort(number, word(0), answer) {
+                Read::Mine(a) => return Ok(a),
+                Read::Early(k, a) => {
+                    ch.early.insert(k, a);
+                }
+                Read::Abandoned(a) => kill_and_reap(a.pid),
             }
-            // The answer to an earlier request whose wait timed out: whatever it started runs
-            // unsupervised, so it goes.
-            if pid != 0 {
-                let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-                let _ = waitpid(Pid::from_raw(pid as i32), None);
-            }
-        };
-        drop(guard);
+        }
+    }
+}
+
+fn gone(e: io::Error) -> io::Error {
+    io::Error::other(format!("the spawner process is gone ({e})"))
+}
+
+/// Kills and reaps a child the agent will not supervise (0: none was started).
+fn kill_and_reap(pid: u32) {
+    if pid != 0 {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        let _ = waitpid(Pid::from_raw(pid as i32), None);
+    }
+}
+
+/// A request sent to the spawner whose answer was not read yet. Dropped without
+/// [`wait`](Self::wait), it still waits for the answer, and kills and reaps what started:
+/// nothing runs that the agent does not supervise.
+#[derive(Debug)]
+pub(crate) struct Pending<'a> {
+    spawner: &'a Spawner,
+    number: u32,
+    waited: bool,
+}
+
+impl Pending<'_> {
+    /// Waits until the instance's program runs (or its start failed: the error names the
+    /// confinement step, see [`explain`](crate::explain)).
+    pub fn wait(mut self) -> io::Result<Child> {
+        self.waited = true;
+        let Answer { pid, code } = self.spawner.answer(self.number)?;
         if code != 0 {
             if pid != 0 {
                 // The child failed before execve and is exiting; it is ours to reap.
@@ -156,11 +262,21 @@ impl Spawner {
     }
 }
 
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.waited {
+            if let Ok(a) = self.spawner.answer(self.number) {
+                kill_and_reap(a.pid);
+            }
+        }
+    }
+}
+
 impl Drop for Spawner {
     fn drop(&mut self) {
         // Closing the socket ends the spawner; it is this process's child.
-        let (sock, _) = self.sock.get_mut().unwrap_or_else(|p| p.into_inner());
-        let _ = nix::sys::socket::shutdown(sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        let ch = self.channel.get_mut().unwrap_or_else(|p| p.into_inner());
+        let _ = nix::sys::socket::shutdown(ch.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
         let _ = waitpid(self.pid, None);
     }
 }
@@ -224,7 +340,12 @@ fn recv_request(sock: RawFd, buf: &mut [u8]) -> io::Result<Option<(Vec<u8>, Vec<
     }
 }
 
-/// The spawner's life: one request after another until the agent closes the socket.
+/// Most children the spawner watches at once (forked, not yet exec'd); beyond it, the
+/// next request waits in the socket. The agent keeps fewer pending than this.
+const MAX_FORKED: usize = 16;
+
+/// The spawner's life: requests forked as they come, each answered once its child has
+/// called `execve` (or failed), until the agent closes the socket.
 fn spawner_main(sock: OwnedFd) -> ! {
     let devnull = nix::fcntl::open(
         c"/dev/null",
@@ -235,33 +356,84 @@ fn spawner_main(sock: OwnedFd) -> ! {
     // none on a kernel without Landlock scopes, as the agent says in its log.
     let scope = sys::scope_ruleset().ok();
     let mut buf = vec![0u8; BYTES_PER_MESSAGE + 1];
+    // Children forked and not yet exec'd, in the order forked, with their request's number.
+    let mut forked: Vec<(u32, sys::Forked)> = Vec::new();
     loop {
-        let (payload, fds) = match recv_request(sock.as_raw_fd(), &mut buf) {
-            Ok(Some(r)) => r,
-            Ok(None) | Err(_) => sys::exit_now(0),
-        };
-        let number = payload
-            .get(..4)
-            .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
-        let answer = match (decode(payload.get(4..).unwrap_or(&[]), fds), &devnull) {
-            (Some(launch), Ok(null)) => {
-                sys::launch(&launch, null.as_fd(), scope.as_ref().map(AsFd::as_fd))
+        let more = forked.len() < MAX_FORKED;
+        let (done, request) = {
+            let mut polled: Vec<PollFd<'_>> = forked
+                .iter()
+                .map(|(_, f)| PollFd::new(f.pipe(), PollFlags::POLLIN))
+                .chain(more.then(|| PollFd::new(sock.as_fd(), PollFlags::POLLIN)))
+                .collect();
+            match poll(&mut polled, PollTimeout::NONE) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => sys::exit_now(0),
             }
-            (None, _) => Err((0, libc::EINVAL)),
-            (_, Err(e)) => Err((0, *e as i32)),
+            let ready: Vec<bool> = polled
+                .iter()
+                .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+                .collect();
+            let request = more && ready.last() == Some(&true);
+            (ready, request)
         };
-        let (pid, code) = match answer {
-            Ok(pid) => (pid, 0),
-            Err((pid, code)) => (pid, code),
-        };
-        let mut out = [0u8; 12];
-        out[..4].copy_from_slice(&number.to_ne_bytes());
-        out[4..8].copy_from_slice(&pid.to_ne_bytes());
-        out[8..].copy_from_slice(&code.to_ne_bytes());
-        if nix::sys::socket::send(sock.as_raw_fd(), &out, MsgFlags::MSG_NOSIGNAL).is_err() {
-            sys::exit_now(0);
+        // Children that exec'd or failed: answered in the order forked.
+        let (finished, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut forked)
+            .into_iter()
+            .zip(&done)
+            .partition(|(_, &d)| d);
+        forked = waiting.into_iter().map(|(f, _)| f).collect();
+        for ((number, child), _) in finished {
+            let (pid, code) = match child.outcome() {
+                Ok(pid) => (pid, 0),
+                Err(failed) => failed,
+            };
+            answer(&sock, number, pid, code);
+        }
+        if request {
+            let (payload, fds) = match recv_request(sock.as_raw_fd(), &mut buf) {
+                Ok(Some(r)) => r,
+                Ok(None) | Err(_) => quit(forked),
+            };
+            let number = payload
+                .get(..4)
+                .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+            let started = match (decode(payload.get(4..).unwrap_or(&[]), fds), &devnull) {
+                // The launch (and its descriptors) goes once the child has its copies.
+                (Some(launch), Ok(null)) => {
+                    sys::fork_instance(&launch, null.as_fd(), scope.as_ref().map(AsFd::as_fd))
+                }
+                (None, _) => Err((0, libc::EINVAL)),
+                (_, Err(e)) => Err((0, *e as i32)),
+            };
+            match started {
+                Ok(child) => forked.push((number, child)),
+                Err((pid, code)) => answer(&sock, number, pid, code),
+            }
         }
     }
+}
+
+/// Sends the answer to request `number`; ends the spawner if the agent is gone.
+fn answer(sock: &OwnedFd, number: u32, pid: u32, code: i32) {
+    let mut out = [0u8; 12];
+    out[..4].copy_from_slice(&number.to_ne_bytes());
+    out[4..8].copy_from_slice(&pid.to_ne_bytes());
+    out[8..].copy_from_slice(&code.to_ne_bytes());
+    if nix::sys::socket::send(sock.as_raw_fd(), &out, MsgFlags::MSG_NOSIGNAL).is_err() {
+        sys::exit_now(0);
+    }
+}
+
+/// The agent closed the socket: what it will never hear of is killed (it waits for every
+/// answer it asked for, so this is only what it gave up on), then the spawner ends.
+fn quit(forked: Vec<(u32, sys::Forked)>) -> ! {
+    for (_, child) in forked {
+        if let Ok(pid) = child.outcome() {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+    }
+    sys::exit_now(0)
 }
 
 // The request's encoding: little-endian u32 counts and lengths, then the bytes. Only the
@@ -684,5 +856,138 @@ mod tests {
         };
         encode(&req, &mut plain);
         assert!(decode(&plain, vec![r0, r1]).is_none());
+    }
+
+    /// Ids the test's instances take: a uid of their own as root, else the caller's in a
+    /// user namespace (as `identity::acquire` picks them).
+    fn test_ids() -> ChildIds {
+        if nix::unistd::geteuid().is_root() {
+            return ChildIds::Uid {
+                uid: 65534,
+                gid: 65534,
+                real_gid: 65534,
+                ipc_ns: sys::ipc_namespaces(),
+            };
+        }
+        let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+        ChildIds::UserNs {
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+        }
+    }
+
+    fn request<'a>(
+        program: &'a std::path::Path,
+        argv: &'a [String],
+        ids: &'a ChildIds,
+        filters: &'a Filters,
+    ) -> Request<'a> {
+        Request {
+            program,
+            argv: argv.iter().map(std::ffi::OsStr::new).collect(),
+            env: &[],
+            fds: Vec::new(),
+            stdio: None,
+            ids,
+            cgroup_procs: Vec::new(),
+            agent_pid: std::process::id() as i32,
+            first_private_fd: 3,
+            filters,
+        }
+    }
+
+    #[test]
+    fn answers_are_sorted_to_the_request_they_belong_to() {
+        let mut ch = Channel {
+            sock: nix::unistd::dup(std::io::stdin()).expect("dup"),
+            last: 9,
+            early: HashMap::new(),
+            abandoned: HashSet::from([4]),
+        };
+        let a = Answer { pid: 77, code: 0 };
+        assert_eq!(ch.sort(7, 7, a), Read::Mine(a));
+        assert_eq!(ch.sort(7, 8, a), Read::Early(8, a));
+        assert_eq!(ch.sort(7, 4, a), Read::Abandoned(a));
+        // Abandoned once: a second answer with that number (after the numbers wrapped) is
+        // an ordinary one.
+        assert_eq!(ch.sort(7, 4, a), Read::Early(4, a));
+    }
+
+    #[test]
+    fn pipelined_spawns_each_get_their_own_answer_in_any_order() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let spawner = Spawner::start().expect("spawner");
+            let filters = super::super::seccomp::build(&[]).expect("filters");
+            let ids = test_ids();
+            let sh = std::path::Path::new("/bin/sh");
+            let codes = [3, 4, 5];
+            let argvs: Vec<Vec<String>> = codes
+                .iter()
+                .map(|c| vec!["sh".into(), "-c".into(), format!("exit {c}")])
+                .collect();
+            let mut pending = Vec::new();
+            for argv in &argvs {
+                pending.push(spawner.submit(request(sh, argv, &ids, &filters)).unwrap());
+            }
+            let nowhere = std::path::Path::new("/nonexistent/zerohop-test");
+            let argv = vec!["nowhere".to_owned()];
+            let missing = spawner
+                .submit(request(nowhere, &argv, &ids, &filters))
+                .unwrap();
+            // The last one's failure first, then the others from the last: each answer
+            // reaches its own request.
+            let e = missing.wait().unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+            for (p, code) in pending.into_iter().zip(codes).rev() {
+                let mut child = p.wait().expect("started");
+                let status = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait())
+                    .await
+                    .expect("it exits")
+                    .unwrap();
+                assert_eq!(status.code(), Some(code));
+            }
+        });
+    }
+
+    #[test]
+    fn a_spawn_given_up_before_its_answer_is_killed_and_reaped() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let spawner = Spawner::start().expect("spawner");
+            let filters = super::super::seccomp::build(&[]).expect("filters");
+            let ids = test_ids();
+            let marker = format!("zerohop-given-up-{}", std::process::id());
+            let argv = vec![marker.clone(), "1000".into()];
+            let sleep = std::path::Path::new("/bin/sleep");
+            let pending = spawner
+                .submit(request(sleep, &argv, &ids, &filters))
+                .unwrap();
+            drop(pending);
+            let running = std::fs::read_dir("/proc")
+                .unwrap()
+                .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+                .any(|c| c.starts_with(marker.as_bytes()));
+            assert!(!running, "the given-up instance still runs");
+            // The spawner still serves.
+            let argv = vec!["sh".into(), "-c".into(), "exit 6".into()];
+            let sh = std::path::Path::new("/bin/sh");
+            let mut child = spawner
+                .submit(request(sh, &argv, &ids, &filters))
+                .unwrap()
+                .wait()
+                .unwrap();
+            let status = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait())
+                .await
+                .expect("it exits")
+                .unwrap();
+            assert_eq!(status.code(), Some(6));
+        });
     }
 }

@@ -20,7 +20,7 @@ pub(crate) use confine::{decode, ChildIds, ChildPlan, Step, MAX_CGROUPS};
 #[cfg(test)]
 pub(crate) use confine::STEP;
 pub(crate) use reaper::{spawn_reaper, ReaperCgroup, ReaperGroup};
-pub(crate) use spawn::{fork_spawner, launch, Launch};
+pub(crate) use spawn::{fork_instance, fork_spawner, Forked, Launch};
 pub use wrappers::async_fd;
 pub(crate) use wrappers::{
     exit_now, ipc_namespaces, ipc_rmid, landlock_abi, own_received, pidfd_kill, pidfd_open,

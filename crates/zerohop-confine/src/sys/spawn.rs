@@ -1,11 +1,12 @@
 //! The spawner's fork/exec path: forking the spawner itself ([`fork_spawner`]), and in it,
-//! starting each instance ([`launch`]): a clone, its descriptors placed, a session of its
-//! own, default signals, its confinement, then `execve`.
+//! starting each instance ([`fork_instance`]): a clone, its descriptors placed, a session
+//! of its own, default signals, its confinement, then `execve`, which [`Forked::outcome`]
+//! learns of.
 
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -77,15 +78,52 @@ pub(crate) fn fork_spawner(sock: OwnedFd, main: fn(OwnedFd) -> !) -> std::io::Re
 /// The spawner's socket to the agent.
 const SPAWNER_SOCK: RawFd = 3;
 
+/// A child [`fork_instance`] started that had not yet called `execve` (or failed) when it
+/// returned.
+pub(crate) struct Forked {
+    pub pid: u32,
+    /// The read end of a close-on-exec pipe whose only write end is the child's: end of file
+    /// once its `execve` succeeded, or the encoded error of the step that failed.
+    pipe: OwnedFd,
+}
+
+impl Forked {
+    /// Turns readable once the child called `execve` or failed.
+    pub fn pipe(&self) -> BorrowedFd<'_> {
+        self.pipe.as_fd()
+    }
+
+    /// Waits until the child called `execve` (its pid) or failed (its pid and the encoded
+    /// error: the child is then exiting, and its parent must reap it).
+    pub fn outcome(self) -> Result<u32, (u32, i32)> {
+        let pid = self.pid;
+        let mut buf = [0u8; 4];
+        let mut have = 0;
+        // End of file: the child's `execve` closed the pipe (close-on-exec), so it succeeded.
+        while have < 4 {
+            match nix::unistd::read(&self.pipe, &mut buf[have..]) {
+                Ok(0) => break,
+                Ok(n) => have += n,
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err((pid, e as i32)),
+            }
+        }
+        if have == 4 {
+            return Err((pid, i32::from_ne_bytes(buf)));
+        }
+        Ok(pid)
+    }
+}
+
 /// Starts `l` as a child of the spawner's parent (the agent: `CLONE_PARENT`), in a process
-/// group of its own, confined by `l.plan`. Returns its pid once it has called `execve`, or
-/// the encoded error of the step that failed (the child is then exiting, and its parent
-/// must reap it: the pid comes with the error).
-pub(crate) fn launch(
+/// group of its own, confined by `l.plan`, and returns without waiting for its `execve`
+/// ([`Forked::outcome`] does). Once this returns the child holds copies of `l`'s
+/// descriptors, and the caller may close its own: the next child forked never sees them.
+pub(crate) fn fork_instance(
     l: &Launch,
     devnull: BorrowedFd<'_>,
     scope: Option<BorrowedFd<'_>>,
-) -> Result<u32, (u32, i32)> {
+) -> Result<Forked, (u32, i32)> {
     let argv: Vec<*const libc::c_char> = l
         .argv
         .iter()
@@ -138,25 +176,16 @@ pub(crate) fn launch(
             libc::_exit(127)
         }
     }
+    // The child's copy is the only write end left: the pipe ends when the child execs or
+    // exits, whatever the spawner forks next.
     drop(err_tx);
-    let mut buf = [0u8; 4];
-    let mut have = 0;
-    // End of file: the child's `execve` closed the pipe (close-on-exec), so it succeeded.
-    while have < 4 {
-        match nix::unistd::read(&err_rx, &mut buf[have..]) {
-            Ok(0) => break,
-            Ok(n) => have += n,
-            Err(Errno::EINTR) => continue,
-            Err(e) => return Err((pid as u32, e as i32)),
-        }
-    }
-    if have == 4 {
-        return Err((pid as u32, i32::from_ne_bytes(buf)));
-    }
-    Ok(pid as u32)
+    Ok(Forked {
+        pid: pid as u32,
+        pipe: err_rx,
+    })
 }
 
-/// The child's side of [`launch`]; returns only on failure.
+/// The child's side of [`fork_instance`]; returns only on failure.
 #[allow(clippy::too_many_arguments)]
 fn launch_child(
     l: &Launch,
