@@ -221,6 +221,28 @@ pub(crate) fn spawn(
     inst: &InstanceSpec,
     park: bool,
 ) -> std::io::Result<Instance> {
+    submit(s, inst, park)?.finish(s, inst)
+}
+
+/// An instance whose start was sent to the chain's spawner ([`submit`]) and is not yet
+/// known to run ([`Submitted::finish`]). Dropped unfinished, it kills what started.
+pub(crate) struct Submitted<'a> {
+    spawning: confine::Spawning<'a>,
+    out_r: OwnedFd,
+    err_r: OwnedFd,
+    progress: Arc<Progress>,
+    cgroup: Option<InstanceCgroup>,
+    generation: u64,
+}
+
+/// [`spawn`]'s first half: everything the instance is handed made ready and its start sent
+/// to the spawner, which forks it while the caller goes on (the chain's start submits the
+/// next instances before it finishes this one).
+pub(crate) fn submit<'a>(
+    s: Supervision<'a>,
+    inst: &InstanceSpec,
+    park: bool,
+) -> std::io::Result<Submitted<'a>> {
     let Supervision {
         parties,
         launch,
@@ -259,7 +281,7 @@ pub(crate) fn spawn(
             PartyState::Starting
         },
     );
-    let child = confine::start(
+    let spawning = confine::submit(
         &launch.jail,
         &run.program,
         &run.command[1..],
@@ -267,25 +289,53 @@ pub(crate) fn spawn(
         fds,
         Some([out_w, err_w]),
         cgroup.as_ref(),
-    )
-    .map_err(confine::explain)?;
-    // Not read, its output would block it or fail: it goes (dropping `child` kills it).
-    launch.logs.attach(inst.index, inst.party, out_r, err_r)?;
-    let pid = child.id();
-    parties.records(inst.party).for_each(|r| r.set_pid(pid));
-    // The child leads its own group (process_group(0)): pgid = pid.
-    launch.jail.started(pid);
-    if let Some(c) = parties.get(inst.party) {
-        let usage = cgroup.as_ref().map(InstanceCgroup::usage_probe);
-        c.started(pid, run.generation, progress, usage);
-    }
-    Ok(Instance {
-        child,
-        pgid: pid,
+    )?;
+    Ok(Submitted {
+        spawning,
+        out_r,
+        err_r,
+        progress,
         cgroup,
         generation: run.generation,
-        started: Instant::now(),
     })
+}
+
+impl Submitted<'_> {
+    /// [`spawn`]'s second half: waits until the instance's program runs, then reads its
+    /// output and records it as the party's instance.
+    pub(crate) fn finish(
+        self,
+        s: Supervision<'_>,
+        inst: &InstanceSpec,
+    ) -> std::io::Result<Instance> {
+        let Submitted {
+            spawning,
+            out_r,
+            err_r,
+            progress,
+            cgroup,
+            generation,
+        } = self;
+        let (parties, launch) = (s.parties, s.launch);
+        let child = spawning.wait().map_err(confine::explain)?;
+        // Not read, its output would block it or fail: it goes (dropping `child` kills it).
+        launch.logs.attach(inst.index, inst.party, out_r, err_r)?;
+        let pid = child.id();
+        parties.records(inst.party).for_each(|r| r.set_pid(pid));
+        // The child leads its own group (process_group(0)): pgid = pid.
+        launch.jail.started(pid);
+        if let Some(c) = parties.get(inst.party) {
+            let usage = cgroup.as_ref().map(InstanceCgroup::usage_probe);
+            c.started(pid, generation, progress, usage);
+        }
+        Ok(Instance {
+            child,
+            pgid: pid,
+            cgroup,
+            generation,
+            started: Instant::now(),
+        })
+    }
 }
 
 fn describe(status: std::io::Result<ExitStatus>) -> String {

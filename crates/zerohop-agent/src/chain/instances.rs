@@ -2,6 +2,7 @@
 //! function on a peer node) and attached, then the chain's tasks started: a supervisor per
 //! party, the scaler and its wakers, the offence enforcer, the hang watchdog, the servers.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -248,6 +249,9 @@ async fn start_instances(
     let plan = shared.gateways.plan().clone();
     let parties = &shared.parties;
     let mut relaying = Vec::new();
+    // Instances sent to the spawner and not yet known to run, oldest first (dropped on an
+    // error: each waits for its answer and kills what started).
+    let mut submitted = VecDeque::new();
     for (index, f) in spec.functions.iter().enumerate() {
         let reserved = plan.parties_of(index as u8);
         if let Some(peer) = f.relay {
@@ -303,15 +307,16 @@ async fn start_instances(
                 continue;
             }
             let park = want == Want::Park;
-            let child = supervise::spawn(shared.supervision(), &inst, park).map_err(|source| {
-                AgentError::Spawn {
-                    function: f.name.clone(),
-                    program: f.command[0].clone(),
-                    source,
-                }
-            })?;
-            instances.push((inst, Some(child)));
+            if submitted.len() == SPAWNS_IN_FLIGHT {
+                finish_oldest(shared, spec, &mut submitted, instances)?;
+            }
+            let started = supervise::submit(shared.supervision(), &inst, park)
+                .map_err(|source| spawn_error(spec, &inst, source))?;
+            submitted.push_back((inst, started));
         }
+    }
+    while !submitted.is_empty() {
+        finish_oldest(shared, spec, &mut submitted, instances)?;
     }
     let attached = |party: u16| match parties.want_of(party) {
         Want::Run => parties.ready(party),
@@ -361,5 +366,44 @@ async fn start_instances(
             });
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Most instances sent to the spawner before the oldest of them is known to run. The agent
+/// prepares the next instance (cgroup, pipes, hand-over descriptors) and the spawner forks
+/// it while the ones before it confine themselves and `execve`; a few keep both busy, more
+/// only hold more children half-made.
+const SPAWNS_IN_FLIGHT: usize = 4;
+
+/// Waits for the oldest submitted instance to run and adds it to `instances`; a failed start
+/// is the error of that instance's function.
+fn finish_oldest<'a>(
+    shared: &'a Arc<Shared>,
+    spec: &ChainSpec,
+    submitted: &mut VecDeque<(InstanceSpec, supervise::Submitted<'a>)>,
+    instances: &mut Vec<(InstanceSpec, Option<Instance>)>,
+) -> Result<(), AgentError> {
+    let Some((inst, started)) = submitted.pop_front() else {
+        return Ok(());
+    };
+    let child = started
+        .finish(shared.supervision(), &inst)
+        .map_err(|source| spawn_error(spec, &inst, source))?;
+    instances.push((inst, Some(child)));
+    Ok(())
+}
+
+/// Starting `inst` failed: the error names its function and program.
+fn spawn_error(spec: &ChainSpec, inst: &InstanceSpec, source: std::io::Error) -> AgentError {
+    let program = spec
+        .functions
+        .get(inst.index)
+        .and_then(|f| f.command.first())
+        .cloned()
+        .unwrap_or_default();
+    AgentError::Spawn {
+        function: inst.function.clone(),
+        program,
+        source,
     }
 }
