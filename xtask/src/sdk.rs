@@ -63,8 +63,8 @@ pub fn c_sdk(args: &[String]) -> Result<()> {
 }
 
 /// The Python the SDK is built and tested with: Debian's, which the chains' uids can run and
-/// `zerohop new` picks for the Python starter (the same interpreter keeps pip's in-tree
-/// build of the SDK in `sdk/python/target` warm for both), else `python3` on PATH.
+/// `zerohop new` picks for the Python starter (the same interpreter keeps pip's build of the
+/// SDK in [`sdk_target_dir`] warm for both), else `python3` on PATH.
 pub fn python() -> &'static str {
     if Path::new("/usr/bin/python3").is_file() {
         "/usr/bin/python3"
@@ -76,27 +76,40 @@ pub fn python() -> &'static str {
 /// `pip install --upgrade --target FOLDER WHAT` with [`python`]: into a folder of its own (a
 /// system Python, PEP 668, refuses installs into its own environment, not into a folder).
 pub fn pip_install(step: &str, folder: &str, what: &str) -> Result<()> {
-    run(
-        step,
-        Command::new(python()).args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--upgrade",
-            "--target",
-            folder,
-            what,
-        ]),
-    )
+    run(step, &mut pip(folder, what))
+}
+
+fn pip(folder: &str, what: &str) -> Command {
+    let mut c = Command::new(python());
+    c.args([
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--upgrade",
+        "--target",
+        folder,
+        what,
+    ]);
+    c
+}
+
+/// The cargo target folder of the SDK crates' builds (maturin's under pip for Python,
+/// `build.js`'s for Node.js; both honour `CARGO_TARGET_DIR`): the workspace's, where `cargo
+/// xtask lint` checks the same crates. The two SDKs are workspaces of their own with the same
+/// runtime below them: in one folder the second build and the lint's checks reuse what they
+/// agree on (the runtime's dependencies where their features agree, the proc-macro crates,
+/// the build scripts) instead of each compiling all of it in a folder of its own (measured on
+/// 2 cores: the Node.js addon after the Python module, 75 s of CPU instead of 112 s).
+pub fn sdk_target_dir() -> PathBuf {
+    workspace_root().join("target")
 }
 
 /// Installs the Python SDK into `target/python-sdk` (pip builds it with maturin).
 pub fn python_sdk() -> Result<()> {
-    pip_install(
+    run(
         "installing the Python SDK into target/python-sdk (pip builds it with maturin)",
-        "target/python-sdk",
-        "sdk/python",
+        pip("target/python-sdk", "sdk/python").env("CARGO_TARGET_DIR", sdk_target_dir()),
     )
     .context("the Python SDK needs Python 3.11 or newer with pip (`python3` on PATH)")
 }
@@ -107,7 +120,8 @@ pub fn node_sdk() -> Result<()> {
         "building the Node.js SDK's addon (npm run build in sdk/node)",
         Command::new("npm")
             .args(["run", "--silent", "build"])
-            .current_dir("sdk/node"),
+            .current_dir("sdk/node")
+            .env("CARGO_TARGET_DIR", sdk_target_dir()),
     )
     .context("the Node.js SDK needs Node.js 18 or newer with npm (`npm` on PATH)")
 }

@@ -137,7 +137,8 @@ fn python_starter_builds_and_serves_as_printed() {
             .any(|s| s.contains(" -m pip install --target .packages ")),
         "{steps:?}"
     );
-    // The first time, pip builds the package with maturin (its Rust part too).
+    // pip builds the package with maturin (its Rust part too), in the target folder `cargo
+    // xtask test` built the SDK in (see `run_printed`): nothing to compile when it is warm.
     for step in &steps {
         run_printed(&dir, step, &private, Duration::from_secs(30 * 60));
     }
@@ -255,12 +256,15 @@ fn new_starter_as_printed(lang: &str, private: &PrivateBin) -> (TempDir, PathBuf
 
 /// Runs one printed command with `sh -c` in the starter's folder, with the private PATH;
 /// fails the test with its output when it fails or outlasts `limit` (its process group is
-/// killed then).
+/// killed then). Cargo's target folder is the checkout's, as a developer may set
+/// `CARGO_TARGET_DIR`: the one `cargo xtask test` builds the SDKs in, so pip's build of the
+/// Python SDK finds its Rust part built there.
 fn run_printed(dir: &Path, line: &str, private: &PrivateBin, limit: Duration) {
     let mut child = Command::new("sh")
         .args(["-c", line])
         .current_dir(dir)
         .env("PATH", private.path())
+        .env("CARGO_TARGET_DIR", root().join("target"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
