@@ -2,6 +2,7 @@
 //! benchmarks), or everything in one build (`cargo xtask test`), after which the other steps
 //! build nothing of the workspace again.
 
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
@@ -27,19 +28,47 @@ pub fn build_bins() -> Result<()> {
     )
 }
 
+/// Makes `cmd` (a cargo command over the workspace) compile the workspace's own crates with
+/// clippy as the compiler (`RUSTC_WORKSPACE_WRAPPER`, as `cargo clippy` does for its check)
+/// and its lints' warnings denied (`CLIPPY_ARGS`, how `cargo clippy -- -D warnings` hands
+/// them to clippy-driver), when `clippy`; the dependencies are compiled by rustc as ever.
+/// Every cargo command over the same build must say the same, or cargo compiles the
+/// workspace's crates again: the wrapper is part of their fingerprints.
+pub fn with_clippy(cmd: &mut Command, clippy: bool) -> &mut Command {
+    if clippy {
+        cmd.env("RUSTC_WORKSPACE_WRAPPER", "clippy-driver").env(
+            "CLIPPY_ARGS",
+            "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__",
+        );
+    }
+    cmd
+}
+
 /// Builds the libraries (the C SDK's among them), binaries and test binaries of the
-/// workspace in one build, with one feature resolution; see [`WORKSPACE_BUILT`].
-pub fn build_workspace() -> Result<()> {
+/// workspace in one build, with one feature resolution; see [`WORKSPACE_BUILT`]. With
+/// `clippy`, linted as it builds ([`with_clippy`]), the benches too (what `--all-targets`
+/// lints).
+pub fn build_workspace(clippy: bool) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args([
+        "build",
+        "--release",
+        "--workspace",
+        "--lib",
+        "--bins",
+        "--tests",
+    ]);
+    if clippy {
+        cmd.arg("--benches");
+    }
     run(
-        "building the workspace: libraries, binaries and tests in one build",
-        cargo().args([
-            "build",
-            "--release",
-            "--workspace",
-            "--lib",
-            "--bins",
-            "--tests",
-        ]),
+        if clippy {
+            "building the workspace: libraries, binaries, tests and benches in one build, \
+             linted by clippy (-D warnings) as it builds"
+        } else {
+            "building the workspace: libraries, binaries and tests in one build"
+        },
+        with_clippy(&mut cmd, clippy),
     )?;
     WORKSPACE_BUILT.store(true, Ordering::Relaxed);
     Ok(())

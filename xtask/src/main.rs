@@ -89,8 +89,11 @@ fn main() -> Result<()> {
                  from the Go module proxy into target/kube/bin\n  \
                  test [ARGS]   install what the tests need, build, run all tests (ARGS go to\n                \
                  `cargo test`, ARGS after `--` to each test binary), then loom checks;\n                \
-                 with --plan, print what it would install, build and run, in order\n  \
-                 lint          install what the build needs, cargo fmt --check and clippy\n  \
+                 with --plan, print what it would install, build and run, in order;\n                \
+                 with --clippy, clippy -D warnings lints the workspace as it builds\n  \
+                 lint [--no-workspace-clippy]\n                \
+                 install what the build needs, cargo fmt --check and clippy (of the\n                \
+                 SDK crates only with --no-workspace-clippy: for `test --clippy`)\n  \
                  phases        print how long each phase of the last tasks took\n  \
                  bench [ARGS]  build, benchmark zerohop against the baselines (ARGS go to\n                \
                  zerohop-bench, e.g. --quick), write results/ and its plots, then the\n                \

@@ -299,6 +299,13 @@ pub struct TestOptions {
     pub bin_args: Vec<String>,
     /// `--plan` (before `--`): print the plan, run nothing.
     pub print_plan: bool,
+    /// `--clippy` (before `--`): the release builds of the workspace (its libraries, binaries,
+    /// tests and benches) run clippy as the workspace's compiler wrapper, with `-D warnings`
+    /// (`crate::builds::with_clippy`): the lints of `cargo clippy --workspace --all-targets
+    /// -- -D warnings` in the build itself. CI runs this with `cargo xtask lint
+    /// --no-workspace-clippy`, instead of a clippy of its own that checks every dependency
+    /// before the build compiles them all again.
+    pub clippy: bool,
 }
 
 impl TestOptions {
@@ -310,11 +317,12 @@ impl TestOptions {
         Self {
             cargo_args: cargo_args
                 .iter()
-                .filter(|a| *a != "--plan")
+                .filter(|a| *a != "--plan" && *a != "--clippy")
                 .cloned()
                 .collect(),
             bin_args: bin_args.to_vec(),
             print_plan: cargo_args.iter().any(|a| a == "--plan"),
+            clippy: cargo_args.iter().any(|a| a == "--clippy"),
         }
     }
 }
@@ -393,6 +401,11 @@ impl TestPlan {
             args(&self.options.cargo_args),
             args(&self.options.bin_args)
         ));
+        if self.options.clippy {
+            out.push_str(
+                "clippy -D warnings: in the workspace's build (--clippy), benches built too\n",
+            );
+        }
         match &self.packages {
             prereqs::Plan::Ready => out.push_str("system packages: all there\n"),
             prereqs::Plan::Install(p) => out.push_str(&format!(
@@ -472,8 +485,14 @@ pub struct LintPlan {
 pub const LINT_MANIFESTS: [&str; 3] =
     ["Cargo.toml", "sdk/python/Cargo.toml", "sdk/node/Cargo.toml"];
 
-/// The plan of `cargo xtask lint` on `machine`, where the requirements `missing` are not met.
-pub fn lint(machine: Machine, missing: &[&'static Requirement]) -> LintPlan {
+/// The plan of `cargo xtask lint` on `machine`, where the requirements `missing` are not met;
+/// without the workspace's clippy when `workspace_clippy` is false (`--no-workspace-clippy`:
+/// `cargo xtask test --clippy` lints the workspace in its build).
+pub fn lint(
+    machine: Machine,
+    missing: &[&'static Requirement],
+    workspace_clippy: bool,
+) -> LintPlan {
     let missing: Vec<&'static Requirement> = missing
         .iter()
         .copied()
@@ -493,6 +512,9 @@ pub fn lint(machine: Machine, missing: &[&'static Requirement]) -> LintPlan {
         commands: fmt,
     }];
     for m in LINT_MANIFESTS {
+        if m == "Cargo.toml" && !workspace_clippy {
+            continue;
+        }
         // The SDK crates are workspaces of their own; in the workspace's target folder
         // they reuse what the workspace's clippy checked where versions and features agree
         // (and each other's), instead of checking every dependency again in a folder each.

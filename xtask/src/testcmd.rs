@@ -120,17 +120,17 @@ fn act(action: Action, plan: &TestPlan, bins: &mut Vec<TestBin>) -> Result<()> {
         Action::RequireRoot if !plan.machine.root => bail!("{}", plan::NOT_ROOT),
         Action::RequireRoot => Ok(()),
         Action::Kube => kube::kube(&[]),
-        Action::Workspace => builds::build_workspace(),
+        Action::Workspace => builds::build_workspace(plan.options.clippy),
         Action::Image => image::image(&[]),
         Action::Sdks => sdk::polyglot_build(),
         Action::TestBinaries => {
-            *bins = testrun::build(cargo_args)?;
+            *bins = testrun::build(cargo_args, plan.options.clippy)?;
             Ok(())
         }
         Action::RunTestBinaries => bail!("the test binaries run with the phases at hand"),
         Action::DocTests => run(
             "the workspace's doc tests",
-            cargo()
+            builds::with_clippy(&mut cargo(), plan.options.clippy)
                 .args(["test", "--release", "--workspace", "--doc"])
                 .args(cargo_args),
         ),

@@ -51,10 +51,13 @@ pub struct TestBin {
 }
 
 /// Builds the test binaries of the workspace (`cargo test --release --workspace --no-run`,
-/// plus `extra`) and returns them.
-pub fn build(extra: &[String]) -> Result<Vec<TestBin>> {
+/// plus `extra`; with clippy as the workspace's compiler when `clippy`, as the build before
+/// it, see `crate::builds::with_clippy`) and returns them.
+pub fn build(extra: &[String], clippy: bool) -> Result<Vec<TestBin>> {
     eprintln!("xtask: building the workspace's test binaries");
-    let mut child = cargo()
+    let mut cmd = cargo();
+    crate::builds::with_clippy(&mut cmd, clippy);
+    let mut child = cmd
         .args([
             "test",
             "--release",

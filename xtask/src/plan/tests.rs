@@ -320,6 +320,31 @@ fn arguments_split_at_the_double_dash_and_plan_is_taken_only_before_it() {
         (args(&["--features", "x"]), args(&["t"]), false)
     );
     assert_eq!(TestOptions::parse(&[]), TestOptions::default());
+    // `--clippy` is the task's, not cargo's, and only before `--`.
+    let o = TestOptions::parse(&args(&["--clippy", "-p", "x", "--", "--clippy"]));
+    assert!(o.clippy);
+    assert_eq!(o.cargo_args, ["-p", "x"]);
+    assert_eq!(o.bin_args, ["--clippy"]);
+    assert!(!TestOptions::parse(&args(&["--", "--clippy"])).clippy);
+}
+
+#[test]
+fn lint_without_the_workspace_s_clippy_keeps_fmt_and_the_sdks_clippy() {
+    let plan = lint(ROOT_APT, &[], false);
+    let phases: Vec<&str> = plan.steps.iter().map(|s| s.phase.as_str()).collect();
+    assert_eq!(
+        phases,
+        [
+            "cargo fmt --check",
+            "cargo clippy (sdk/python/Cargo.toml)",
+            "cargo clippy (sdk/node/Cargo.toml)",
+        ]
+    );
+    assert_eq!(
+        plan.steps[0].commands.len(),
+        3,
+        "fmt still checks all three"
+    );
 }
 
 /// One `compiler-artifact` message as cargo prints it, of the package `(folder, name)`.
@@ -589,7 +614,7 @@ fn the_printed_plan_names_the_installs_each_step_and_every_binary() {
 
 #[test]
 fn lint_installs_what_the_build_needs_then_formats_then_runs_clippy_on_each_manifest() {
-    let plan = lint(ROOT_APT, &all_missing());
+    let plan = lint(ROOT_APT, &all_missing(), true);
     assert_eq!(
         plan.packages,
         Plan::Install(vec!["clang", "libbpf-dev", "linux-libc-dev"])
@@ -633,6 +658,7 @@ fn lint_installs_what_the_build_needs_then_formats_then_runs_clippy_on_each_mani
             apt: true,
         },
         &all_missing(),
+        true,
     );
     let Plan::Refuse(lines) = plan.packages else {
         panic!("not refused")
