@@ -10,7 +10,7 @@
 //! * `cargo xtask image`: builds the release binaries and the container image the Kubernetes
 //!   manifests run, `zerohop:VERSION`, as an OCI image layout: `target/image/oci/` and the
 //!   same as one archive, `target/image/zerohop-VERSION.oci.tar` (see `docs/kubernetes.md`).
-//! * `cargo xtask test [--plan]`: installs the system packages the tests need (as root with apt;
+//! * `cargo xtask test [--plan] [--clippy]`: installs the system packages the tests need (as root with apt;
 //!   otherwise it names each missing program with the command that installs it and stops
 //!   before building; see `prereqs`), builds the binaries the end-to-end tests start,
 //!   kube-apiserver (`cargo xtask kube`, beside the Rust builds), the container
@@ -25,7 +25,8 @@
 //!   runs nothing.
 //! * `cargo xtask lint`: installs what the build needs (clang and libbpf's headers for the
 //!   eBPF programs), then `cargo fmt --check` and `cargo clippy -D warnings` over the
-//!   workspace and the Python and Node.js SDK crates.
+//!   workspace and the Python and Node.js SDK crates; `--no-workspace-clippy` leaves the
+//!   workspace's to `cargo xtask test --clippy`, which lints it in its release build (CI).
 //! * `cargo xtask phases`: prints the phases every task since `target/xtask/phases.tsv` was
 //!   last emptied spent (`.ci/run` prints it at its end).
 //! * `cargo xtask bench [--quick] [--no-scale] [--no-apps] [--no-activation] [--no-languages]
