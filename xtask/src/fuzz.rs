@@ -1,6 +1,6 @@
-//! `cargo xtask fuzz [--seconds N] [--build-only] [TARGET...]`: installs cargo-fuzz if it is
-//! missing, builds the fuzz targets of `fuzz/` once and runs each (or the named ones) for N
-//! seconds (default 30), [`AT_ONCE`] at a time (`--build-only`: builds and stops), starting from the committed seeds in `fuzz/corpus/TARGET`
+//! `cargo xtask fuzz [--seconds N] [TARGET...]`: installs cargo-fuzz if it is missing, builds
+//! the fuzz targets of `fuzz/` once and runs each (or the named ones) for N seconds (default
+//! 30), [`AT_ONCE`] at a time, starting from the committed seeds in `fuzz/corpus/TARGET`
 //! (read only; what a run finds goes to `fuzz/target/corpus/TARGET`). Fails if any target
 //! crashed, naming the input libFuzzer saved.
 //!
@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use crate::cmd::{cargo, run, workspace_root};
 use crate::phases;
 
-const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [--build-only] [TARGET...]";
+const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [TARGET...]";
 
 /// Targets fuzzing at once: libFuzzer runs one thread per target, and the machines this runs
 /// on have 2 cores.
@@ -35,7 +35,7 @@ struct Outcome {
 }
 
 pub fn fuzz(args: &[String]) -> Result<()> {
-    let (seconds, build_only, mut targets) = parse(args)?;
+    let (seconds, mut targets) = parse(args)?;
     ensure_cargo_fuzz()?;
     let known = fuzz_targets()?;
     if targets.is_empty() {
@@ -55,10 +55,6 @@ pub fn fuzz(args: &[String]) -> Result<()> {
             cargo_fuzz().args(["build", "--dev"]),
         )
     })?;
-    if build_only {
-        ph.print();
-        return Ok(());
-    }
     let queue = Mutex::new(targets.iter().enumerate());
     let outcomes = Mutex::new(Vec::new());
     let total = targets.len();
@@ -116,9 +112,8 @@ pub fn fuzz(args: &[String]) -> Result<()> {
 }
 
 /// `--seconds N` and the targets named.
-fn parse(args: &[String]) -> Result<(u64, bool, Vec<String>)> {
+fn parse(args: &[String]) -> Result<(u64, Vec<String>)> {
     let mut seconds: u64 = 30;
-    let mut build_only = false;
     let mut targets: Vec<String> = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -134,15 +129,13 @@ fn parse(args: &[String]) -> Result<(u64, bool, Vec<String>)> {
             seconds = v.parse().ok().filter(|&n| n > 0).with_context(|| {
                 format!("--seconds takes a whole number of seconds above 0, not {v:?}")
             })?;
-        } else if a == "--build-only" {
-            build_only = true;
         } else if a.starts_with('-') {
             bail!("unknown option {a}; {USAGE}");
         } else {
             targets.push(a.clone());
         }
     }
-    Ok((seconds, build_only, targets))
+    Ok((seconds, targets))
 }
 
 /// Fuzzes `target` for `seconds`, passing on libFuzzer's progress with the target's name in
