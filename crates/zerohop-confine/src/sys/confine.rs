@@ -241,7 +241,9 @@ mod tests {
     #[test]
     fn the_kernel_takes_the_program_and_enforces_it() {
         let filters = crate::seccomp::build(&[]).unwrap();
-        // SAFETY: the child only makes system calls and exits.
+        // SAFETY: the test harness is multi-threaded, so the child only makes
+        // async-signal-safe calls: `apply_filter` is prctl and seccomp on a program built
+        // before the fork (no allocation), then getpid, unshare, clone3, clone and _exit.
         match unsafe { nix::unistd::fork() }.unwrap() {
             nix::unistd::ForkResult::Child => {
                 let code = (|| {
